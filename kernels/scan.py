@@ -1,0 +1,145 @@
+"""``palimpsa_scan``: the one public op of ``palimpsa.kernels``, its input checks and its backend dispatch."""
+
+from __future__ import annotations
+
+import torch
+
+from .chunk import chunk_palimpsa_scan
+from .naive import naive_palimpsa_scan
+
+BACKENDS = ("auto", "naive", "torch", "triton")
+
+
+def _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens, backend):
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if v.dim() != 4:
+        raise ValueError(f"v must be [B, T, H, P], got shape {tuple(v.shape)}")
+    batch, length, heads, head_dim = v.shape
+    if length == 0:
+        raise ValueError("v has no time steps (T = 0)")
+    for name, tensor in (("k", k), ("q", q)):
+        if tensor.dim() != 4 or tensor.shape[:2] != (batch, length):
+            raise ValueError(f"{name} must be [B, T, G, N] = [{batch}, {length}, G, N], got {tuple(tensor.shape)}")
+    if k.shape != q.shape:
+        raise ValueError(f"k and q must have the same shape, got {tuple(k.shape)} and {tuple(q.shape)}")
+    groups = k.shape[2]
+    if heads % groups:
+        raise ValueError(f"the number of heads ({heads}) must be a multiple of the number of groups ({groups})")
+    if log_decay.shape != (batch, length, heads):
+        raise ValueError(f"log_decay must be [B, T, H] = [{batch}, {length}, {heads}], got {tuple(log_decay.shape)}")
+    if beta is not None and beta.shape != v.shape:
+        raise ValueError(f"beta must have v's shape {tuple(v.shape)}, got {tuple(beta.shape)}")
+    if not importance_prior > 0:
+        raise ValueError(f"importance_prior must be > 0, got {importance_prior}")
+    for name, tensor in (("v", v), ("k", k), ("q", q), ("log_decay", log_decay), ("beta", beta)):
+        if tensor is not None and not tensor.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {tensor.dtype}")
+    n_states = batch
+    if cu_seqlens is not None:
+        if batch != 1:
+            raise ValueError(f"cu_seqlens needs a packed batch with B = 1, got B = {batch}")
+        if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise ValueError("cu_seqlens must be a 1-D int32/int64 tensor [0, end_1, ..., T]")
+        bounds = cu_seqlens.tolist()
+        if bounds[0] != 0 or bounds[-1] != length or any(b <= a for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"cu_seqlens must rise strictly from 0 to T = {length}, got {bounds}")
+        n_states = len(bounds) - 1
+    if initial_state is not None:
+        if len(initial_state) != 2:
+            raise ValueError("initial_state must be a pair (M0, I0)")
+        expected = (n_states, heads, head_dim, k.shape[3])
+        for name, state in zip(("M0", "I0"), initial_state):
+            if tuple(state.shape) != expected:
+                raise ValueError(f"initial state {name} must be {list(expected)}, got {list(state.shape)}")
+
+
+def _pick_backend(backend: str, v: torch.Tensor) -> str:
+    if backend == "auto":
+        return "torch"
+    if backend == "triton":
+        raise NotImplementedError(
+            "backend='triton' is not available in this version of palimpsa.kernels; use backend='torch'"
+        )
+    return backend
+
+
+def _scan_one(v, k, q, log_decay, beta, importance_prior, initial_state, output_uncertainty, backend):
+    if backend == "naive":
+        y, final, uncertainty = naive_palimpsa_scan(v, k, q, log_decay, beta, importance_prior, initial_state)
+        return y, final, uncertainty if output_uncertainty else None
+    return chunk_palimpsa_scan(v, k, q, log_decay, beta, importance_prior, initial_state, output_uncertainty)
+
+
+def palimpsa_scan(
+    v: torch.Tensor,
+    k: torch.Tensor,
+    q: torch.Tensor,
+    log_decay: torch.Tensor,
+    beta: torch.Tensor | None = None,
+    *,
+    importance_prior: float = 1.0,
+    initial_state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    output_final_state: bool = False,
+    output_uncertainty: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    backend: str = "auto",
+):
+    """Palimpsa scan: a mean memory ``M = I * mu`` and a per-element importance ``I`` per head.
+
+    For head ``h`` of group ``g = h // (H // G)``, at every step::
+
+        M_t = alpha_t M_{t-1} + v_t (x) k_t
+        I_t = alpha_t I_{t-1} + (1 - alpha_t) I_prior + beta_t (x) (k_t * k_t)
+        y_t = (M_t / I_t) q_t                                 alpha_t = exp(log_decay_t)
+
+    With ``beta=None`` (or zero) and ``I_prior = 1`` this is exactly Mamba2's scan.
+
+    Args:
+        v: ``[B, T, H, P]`` values, Mamba2's discretised ``dt * x``.
+        k: ``[B, T, G, N]`` keys (Mamba2's ``B``), shared by the ``H / G`` heads of each group.
+        q: ``[B, T, G, N]`` queries (Mamba2's ``C``), shared likewise.
+        log_decay: ``[B, T, H]`` log forgetting gate ``dt * A <= 0``.
+        beta: ``[B, T, H, P]`` importance gains ``>= 0``, or None for a plain Mamba2 scan.
+        importance_prior: prior precision ``I_prior > 0`` that the importance relaxes towards.
+        initial_state: ``(M0, I0)``, each ``[B, H, P, N]`` (``[S, H, P, N]`` with ``cu_seqlens`` of ``S``
+            sequences), or None for ``(0, I_prior)``.
+        output_final_state: also return ``(M_T, I_T)``.
+        output_uncertainty: also return the readout variance ``u_t = (1 / I_t) (q_t * q_t)``, ``[B, T, H, P]``.
+        cu_seqlens: ``[S + 1]`` cumulative sequence lengths of a packed batch (``B = 1``); the state restarts at
+            every sequence start.
+        backend: ``"auto"``, ``"torch"`` (chunked PyTorch), ``"naive"`` (sequential reference) or ``"triton"``.
+
+    Returns:
+        ``y`` ``[B, T, H, P]`` in ``v``'s dtype (no ``D`` skip term); then ``(M_T, I_T)`` in float32 (float64
+        for float64 inputs) if ``output_final_state``; then the uncertainty in ``v``'s dtype if
+        ``output_uncertainty``. A single tensor when neither extra output is asked for, else a tuple.
+    """
+    _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens, backend)
+    backend = _pick_backend(backend, v)
+    if cu_seqlens is None:
+        y, final, uncertainty = _scan_one(
+            v, k, q, log_decay, beta, importance_prior, initial_state, output_uncertainty, backend
+        )
+    else:
+        bounds = cu_seqlens.tolist()
+        pieces = []
+        for index, (start, end) in enumerate(zip(bounds, bounds[1:])):
+            part = slice(start, end)
+            state = None if initial_state is None else (initial_state[0][index : index + 1],
+                                                        initial_state[1][index : index + 1])
+            pieces.append(_scan_one(
+                v[:, part], k[:, part], q[:, part], log_decay[:, part],
+                None if beta is None else beta[:, part],
+                importance_prior, state, output_uncertainty, backend,
+            ))
+        y = torch.cat([p[0] for p in pieces], 1)
+        final = (torch.cat([p[1][0] for p in pieces]), torch.cat([p[1][1] for p in pieces]))
+        uncertainty = torch.cat([p[2] for p in pieces], 1) if output_uncertainty else None
+
+    outputs = [y.to(v.dtype)]
+    if output_final_state:
+        outputs.append(final)
+    if output_uncertainty:
+        outputs.append(uncertainty.to(v.dtype))
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)

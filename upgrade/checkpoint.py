@@ -1,0 +1,339 @@
+"""Loading: a hub id or a local directory -> a Mamba2 config and its weights, in either format found in the wild.
+
+Formats (see docs/formats.md):
+
+- ``mamba_ssm``: ``config.json`` with ``d_model``/``n_layer``/``ssm_cfg`` plus ``pytorch_model.bin`` or
+  safetensors (state-spaces/mamba2-*).
+- ``transformers``: ``config.json`` with ``model_type: mamba2`` plus safetensors, possibly sharded with an index
+  (``Mamba2ForCausalLM`` checkpoints).
+
+:func:`load_checkpoint` is the one entry point. It reads the config at once (cheap, so that a plan can be
+printed) and the weights when :meth:`Checkpoint.load_state_dict` is called.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from huggingface_hub import HfApi, constants, snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from safetensors import SafetensorError, safe_open
+from tqdm.auto import tqdm
+
+from .configuration import PalimpsaConfig
+from .errors import PalimpsaError
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+)
+WEIGHT_CHOICES = (  # in order of preference: safetensors first, pickles only when nothing else is there
+    "model.safetensors.index.json",
+    "model.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
+)
+# mamba_ssm Mamba2 options that only matter for initialisation or speed, never for what the layer computes.
+_INERT_SSM_OPTIONS = {"layer", "dt_min", "dt_max", "dt_init_floor", "A_init_range", "use_mem_eff_path",
+                      "chunk_size", "sequence_parallel", "process_group", "device", "dtype"}
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+_SSM_OPTIONS = {"d_state", "d_conv", "expand", "headdim", "d_ssm", "ngroups", "D_has_hdim", "rmsnorm",
+                "norm_before_gate", "dt_limit", "bias", "conv_bias", "activation"} | _INERT_SSM_OPTIONS
+
+
+@dataclass
+class Checkpoint:
+    """A located Mamba2 checkpoint: its config (no layer upgraded yet) and the files that hold its weights."""
+
+    source: str
+    directory: Path
+    format: str  # "mamba_ssm" or "transformers"
+    config: PalimpsaConfig
+    weight_files: list[Path]
+    tokenizer_files: list[Path] = field(default_factory=list)
+    revision: str | None = None
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(path.stat().st_size for path in self.weight_files)
+
+    def stored_dtype(self) -> torch.dtype:
+        """The dtype of the stored embedding, which the toolkit keeps unless told otherwise."""
+        first = self.weight_files[0]
+        if first.suffix == ".safetensors":
+            with _open_safetensors(first) as handle:
+                name = next((n for n in handle.keys() if "embedding" in n), None) or next(iter(handle.keys()))
+                code = handle.get_slice(name).get_dtype()
+            if code not in _SAFETENSORS_DTYPES:
+                raise PalimpsaError(f"{first} stores {name} as {code}; only float32/float16/bfloat16 are supported")
+            return _SAFETENSORS_DTYPES[code]
+        return next(iter(_load_pickle(first).values())).dtype
+
+    def load_state_dict(self, dtype: torch.dtype | None = None, progress: bool = True) -> dict[str, torch.Tensor]:
+        """Read every tensor (cast to ``dtype`` when given) under this toolkit's (= mamba_ssm's) key names.
+
+        Safetensors are read tensor by tensor and pickles memory-mapped, so the peak is about one copy of the
+        weights. A head tied to the embedding is dropped; :func:`~palimpsa.upgrade.modeling.model_from_state_dict`
+        checks keys and shapes against the config.
+        """
+        state: dict[str, torch.Tensor] = {}
+        bar = tqdm(total=self.weight_bytes, unit="B", unit_scale=True, desc="reading weights",
+                   disable=not progress)
+        for path in self.weight_files:
+            if path.suffix == ".safetensors":
+                with _open_safetensors(path) as handle:
+                    for name in handle.keys():
+                        tensor = _read_tensor(handle, name, path)
+                        state[name] = tensor if dtype is None else tensor.to(dtype)
+            else:
+                for name, tensor in _load_pickle(path).items():
+                    state[name] = tensor if dtype is None else tensor.to(dtype)
+            bar.update(path.stat().st_size)
+        bar.close()
+        return _normalise_state_dict(state, self.config)
+
+
+def load_checkpoint(
+    source: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    token: str | None = None,
+    local_files_only: bool | None = None,
+) -> Checkpoint:
+    """Locate a Mamba2 checkpoint and read its config.
+
+    Args:
+        source: a local directory, or a Hugging Face hub id such as ``state-spaces/mamba2-2.7b``.
+        revision: hub branch, tag or commit (hub ids only).
+        cache_dir: hub cache directory (default: the huggingface_hub cache, ``HF_HUB_CACHE``).
+        token: hub token (default: ``HF_TOKEN`` or the stored login).
+        local_files_only: use the hub cache only (default: on when ``HF_HUB_OFFLINE=1``).
+
+    Raises:
+        PalimpsaError: the source is missing, not a Mamba2 checkpoint, or uses an option this toolkit refuses.
+    """
+    source = str(source)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        directory = path
+    elif path.exists():
+        raise PalimpsaError(f"{source} is a file; give the directory that holds config.json and the weights")
+    elif _looks_like_path(source):
+        raise PalimpsaError(f"{source} does not exist; give a checkpoint directory or a hub id like owner/name")
+    else:
+        directory = _download(source, revision, cache_dir, token, local_files_only)
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise PalimpsaError(f"{source} has no config.json; is it a model checkpoint directory?")
+    try:
+        raw = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise PalimpsaError(f"{config_path} is not valid JSON ({error}); re-download the checkpoint") from None
+    if not isinstance(raw, dict):
+        raise PalimpsaError(f"{config_path} does not hold a JSON object; re-download the checkpoint")
+    checkpoint_format, config = config_from_dict(raw, source)
+    weight_files = _weight_files(directory, source)
+    tokenizer_files = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
+    return Checkpoint(source, directory, checkpoint_format, config, weight_files, tokenizer_files, revision)
+
+
+def config_from_dict(raw: dict, source: str = "checkpoint") -> tuple[str, PalimpsaConfig]:
+    """Map a mamba_ssm or transformers Mamba2 ``config.json`` onto a :class:`PalimpsaConfig`."""
+    model_type = raw.get("model_type")
+    if model_type == "palimpsa":
+        raise PalimpsaError(f"{source} is already a Palimpsa model; upgrade its base Mamba2 checkpoint instead")
+    if model_type == "mamba2":
+        return "transformers", _config_from_transformers(raw, source)
+    if "d_model" in raw and "n_layer" in raw:
+        return "mamba_ssm", _config_from_mamba_ssm(raw, source)
+    kind = f"model_type {model_type!r}" if model_type else "no model_type and no d_model/n_layer"
+    raise PalimpsaError(f"{source} is not a Mamba2 checkpoint (its config.json has {kind}); "
+                        "give a mamba_ssm Mamba2 or a transformers Mamba2ForCausalLM checkpoint")
+
+
+def _config_from_mamba_ssm(raw: dict, source: str) -> PalimpsaConfig:
+    ssm = dict(raw.get("ssm_cfg") or {})
+    layer = ssm.get("layer", "Mamba1")
+    if layer != "Mamba2":
+        raise PalimpsaError(f"{source} is a {layer} checkpoint (ssm_cfg.layer); only Mamba2 layers can be upgraded")
+    if raw.get("attn_layer_idx"):
+        raise PalimpsaError(f"{source} is a hybrid with attention layers {raw['attn_layer_idx']}; "
+                            "hybrid checkpoints are not supported")
+    if raw.get("d_intermediate", 0):
+        raise PalimpsaError(f"{source} has MLP blocks (d_intermediate={raw['d_intermediate']}); "
+                            "only pure Mamba2 stacks (d_intermediate=0) are supported")
+    unknown = sorted(set(ssm) - _SSM_OPTIONS)
+    if unknown:
+        raise PalimpsaError(f"{source} sets ssm_cfg options this toolkit does not know: {unknown}; "
+                            "they may change what the layer computes, so it refuses to convert")
+    if ssm.get("activation", "silu") not in ("silu", "swish"):
+        raise PalimpsaError(f"{source} uses activation {ssm['activation']!r}; only silu is supported")
+    vocab = int(raw["vocab_size"])
+    multiple = int(raw.get("pad_vocab_size_multiple", 1) or 1)
+    dt_limit = ssm.get("dt_limit", (0.0, math.inf))
+    return _build_config(
+        source,
+        d_model=int(raw["d_model"]), n_layer=int(raw["n_layer"]),
+        vocab_size=-(-vocab // multiple) * multiple, base_vocab_size=vocab,
+        d_state=ssm.get("d_state", 128), d_conv=ssm.get("d_conv", 4), expand=ssm.get("expand", 2),
+        headdim=ssm.get("headdim", 64), d_ssm=ssm.get("d_ssm"), ngroups=ssm.get("ngroups", 1),
+        dt_limit=None if tuple(dt_limit) == (0.0, math.inf) else list(dt_limit),
+        bias=ssm.get("bias", False), conv_bias=ssm.get("conv_bias", True),
+        D_has_hdim=ssm.get("D_has_hdim", False), rmsnorm=ssm.get("rmsnorm", True),
+        norm_before_gate=ssm.get("norm_before_gate", False), rms_norm=raw.get("rms_norm", True),
+        norm_epsilon=raw.get("norm_epsilon", 1e-5), residual_in_fp32=raw.get("residual_in_fp32", True),
+        tie_word_embeddings=raw.get("tie_embeddings", True), chunk_size=ssm.get("chunk_size", 256),
+    )
+
+
+def _config_from_transformers(raw: dict, source: str) -> PalimpsaConfig:
+    if raw.get("hidden_act", "silu") not in ("silu", "swish"):
+        raise PalimpsaError(f"{source} uses hidden_act {raw['hidden_act']!r}; only silu is supported")
+    d_model, expand = int(raw["hidden_size"]), int(raw.get("expand", 2))
+    heads, head_dim = int(raw["num_heads"]), int(raw.get("head_dim", 64))
+    if heads * head_dim != expand * d_model:
+        raise PalimpsaError(f"{source}: num_heads * head_dim ({heads * head_dim}) must equal expand * hidden_size "
+                            f"({expand * d_model}); the config.json is inconsistent")
+    limit = raw.get("time_step_limit", (0.0, math.inf))
+    eps = raw.get("layer_norm_epsilon", 1e-5)
+    return _build_config(
+        source,
+        d_model=d_model, n_layer=int(raw["num_hidden_layers"]), vocab_size=int(raw["vocab_size"]),
+        base_vocab_size=int(raw["vocab_size"]), d_state=raw.get("state_size", 128),
+        d_conv=raw.get("conv_kernel", 4), expand=expand, headdim=head_dim, ngroups=raw.get("n_groups", 1),
+        dt_limit=None if limit is None or tuple(limit) == (0.0, math.inf) else list(limit),
+        bias=raw.get("use_bias", False), conv_bias=raw.get("use_conv_bias", True),
+        norm_epsilon=eps, gated_norm_epsilon=eps, residual_in_fp32=raw.get("residual_in_fp32", True),
+        tie_word_embeddings=raw.get("tie_word_embeddings", False), chunk_size=raw.get("chunk_size", 256),
+    )
+
+
+def _build_config(source: str, **fields) -> PalimpsaConfig:
+    try:
+        return PalimpsaConfig(base_model=source, **fields)
+    except (ValueError, TypeError) as error:
+        raise PalimpsaError(f"{source}: config.json is inconsistent: {error}") from None
+
+
+def _looks_like_path(source: str) -> bool:
+    return (source.startswith((".", "/", "~")) or source.count("/") > 1 or os.sep in source.replace("/", "")
+            or source.endswith("/"))
+
+
+def _download(repo_id: str, revision, cache_dir, token, local_files_only) -> Path:
+    """Fetch only what an upgrade needs (config, one weight format, tokenizer) through huggingface_hub."""
+    offline = constants.HF_HUB_OFFLINE if local_files_only is None else local_files_only
+    metadata = ["config.json", *TOKENIZER_FILES]
+    try:
+        if offline:
+            wanted = metadata + ["*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
+                                 "pytorch_model.bin.index.json"]
+        else:
+            files = set(HfApi().list_repo_files(repo_id, revision=revision, token=token))
+            wanted = metadata + _weight_patterns(files)
+        path = snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
+                                 local_files_only=offline, allow_patterns=wanted)
+    except HFValidationError:
+        raise PalimpsaError(f"{repo_id} is neither a local directory nor a valid hub id (owner/name)") from None
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise PalimpsaError(f"hub repository {repo_id} was not found or needs access; check the name and "
+                            "set HF_TOKEN if it is private or gated") from None
+    except RevisionNotFoundError:
+        raise PalimpsaError(f"hub repository {repo_id} has no revision {revision!r}") from None
+    except LocalEntryNotFoundError:
+        where = "the hub cache" + (f" at {cache_dir}" if cache_dir else "")
+        raise PalimpsaError(f"{repo_id} is not a local directory and is not in {where} (offline mode); "
+                            "download it first or pass a directory") from None
+    except OSError as error:  # network failures surface as OSError subclasses (requests / httpx)
+        raise PalimpsaError(f"could not reach the hub for {repo_id} ({type(error).__name__}); pass a local "
+                            "directory, or set HF_HUB_OFFLINE=1 to use the cache") from None
+    return Path(path)
+
+
+def _weight_patterns(files: set[str]) -> list[str]:
+    for choice in WEIGHT_CHOICES:
+        if choice in files:
+            if choice.endswith(".index.json"):
+                stem = choice.removesuffix(".index.json")
+                prefix, suffix = stem.rsplit(".", 1)
+                return [choice, f"{prefix}-*.{suffix}"]
+            return [choice]
+    return ["*.safetensors"]
+
+
+def _weight_files(directory: Path, source: str) -> list[Path]:
+    for choice in WEIGHT_CHOICES:
+        path = directory / choice
+        if not path.is_file():
+            continue
+        if not choice.endswith(".index.json"):
+            return [path]
+        try:
+            weight_map = json.loads(path.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise PalimpsaError(f"{path} is not a valid shard index (no weight_map); re-download it") from None
+        shards = [directory / name for name in dict.fromkeys(weight_map.values())]
+        missing = [p.name for p in shards if not p.is_file()]
+        if missing:
+            raise PalimpsaError(f"{source} is missing weight shards {missing} listed in {choice}; "
+                                "re-download the checkpoint")
+        return shards
+    raise PalimpsaError(f"{source} has no weights (expected one of {', '.join(WEIGHT_CHOICES)})")
+
+
+def _open_safetensors(path: Path):
+    try:
+        return safe_open(str(path), framework="pt")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise PalimpsaError(f"cannot read {path}: it is not a valid safetensors file ({error}); "
+                            "re-download it") from None
+
+
+def _read_tensor(handle, name: str, path: Path) -> torch.Tensor:
+    try:
+        return handle.get_tensor(name)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        raise PalimpsaError(f"cannot read tensor {name} from {path} ({error}); re-download it") from None
+
+
+def _load_pickle(path: Path) -> dict[str, torch.Tensor]:
+    """Pickled weights, loaded with ``weights_only=True`` (no code runs) and memory-mapped when possible."""
+    try:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as error:
+            if "mmap" not in str(error):  # legacy (non-zip) pickles cannot be memory-mapped
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many types for a corrupt or unsafe pickle
+        raise PalimpsaError(f"cannot read {path} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
+                            "the file is corrupt or holds more than tensors") from None
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise PalimpsaError(f"{path} does not hold a state dict of tensors")
+    return state
+
+
+def _normalise_state_dict(state: dict[str, torch.Tensor], config: PalimpsaConfig) -> dict[str, torch.Tensor]:
+    """Rename transformers keys to mamba_ssm's and drop a head that is tied to the embedding."""
+    if "backbone.embeddings.weight" in state:
+        state["backbone.embedding.weight"] = state.pop("backbone.embeddings.weight")
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    return state

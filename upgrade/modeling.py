@@ -1,0 +1,336 @@
+"""The model: a mamba_ssm-compatible Mamba2 stack whose chosen layers are Palimpsa layers.
+
+Parameter names and the state-dict layout equal mamba_ssm's (``backbone.embedding``, ``backbone.layers.{i}.norm``,
+``backbone.layers.{i}.mixer.{in_proj,conv1d,dt_bias,A_log,D,norm,out_proj}``, ``backbone.norm_f``, ``lm_head``),
+so a mamba_ssm checkpoint loads as it is; a Palimpsa mixer adds ``beta_down``, ``beta_up`` and ``beta_gain``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+from palimpsa.kernels import palimpsa_scan
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import CausalLMOutput
+
+from .configuration import PalimpsaConfig
+from .errors import PalimpsaError
+
+
+class RMSNorm(nn.Module):
+    """mamba_ssm's RMSNorm: computed in float32, returned in the input dtype."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * self.weight.float()).to(x.dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """mamba_ssm's ``RMSNormGated``: one RMS per group of ``group_size`` channels, gated by ``silu(z)``.
+
+    With ``norm_before_gate=False`` (every released Mamba2) the gate multiplies before the norm.
+    """
+
+    def __init__(self, dim: int, group_size: int, eps: float, norm_before_gate: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.group_size = group_size
+        self.eps = eps
+        self.norm_before_gate = norm_before_gate
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        x32, gate = x.float(), F.silu(z.float())
+        if not self.norm_before_gate:
+            x32 = x32 * gate
+        grouped = x32.unflatten(-1, (-1, self.group_size))
+        grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
+        x32 = grouped.flatten(-2) * self.weight.float()
+        if self.norm_before_gate:
+            x32 = x32 * gate
+        return x32.to(x.dtype)
+
+
+def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                          cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal depthwise convolution of ``x`` ``[B, L, C]`` with ``weight`` ``[C, 1, K]`` (``nn.Conv1d`` layout).
+
+    With ``cu_seqlens`` (a packed batch) no tap reaches back across a sequence start.
+    """
+    length, taps = x.shape[1], weight.shape[-1]
+    padded = F.pad(x, (0, 0, taps - 1, 0))
+    out = torch.zeros_like(x) if bias is None else bias.to(x.dtype).expand_as(x).clone()
+    if cu_seqlens is not None:
+        position = torch.arange(length, device=x.device)
+        starts = cu_seqlens[torch.searchsorted(cu_seqlens, position, right=True) - 1]
+    for tap in range(taps):
+        lag = taps - 1 - tap
+        term = padded[:, tap : tap + length] * weight[:, 0, tap].to(x.dtype)
+        if cu_seqlens is not None and lag:
+            term = term * (position - lag >= starts).to(x.dtype)[None, :, None]
+        out = out + term
+    return out
+
+
+class Mamba2Mixer(nn.Module):
+    """mamba_ssm's ``Mamba2`` mixer (no CUDA extension needed): in_proj, conv, the scan, gated norm, out_proj."""
+
+    def __init__(self, config: PalimpsaConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.d_ssm, self.nheads, self.headdim = config.ssm_dim, config.nheads, config.headdim
+        self.ngroups, self.d_state = config.ngroups, config.d_state
+        self.d_mlp = config.d_inner - self.d_ssm
+        conv_dim = self.d_ssm + 2 * config.ngroups * config.d_state
+        self.in_proj = nn.Linear(config.d_model, config.d_in_proj, bias=config.bias)
+        self.conv1d = nn.Conv1d(conv_dim, conv_dim, config.d_conv, groups=conv_dim, padding=config.d_conv - 1,
+                                bias=config.conv_bias)
+        self.dt_bias = nn.Parameter(torch.empty(self.nheads))
+        self.A_log = nn.Parameter(torch.empty(self.nheads))
+        self.D = nn.Parameter(torch.empty(self.d_ssm if config.D_has_hdim else self.nheads))
+        if config.rmsnorm:
+            self.norm = GatedRMSNorm(self.d_ssm, self.d_ssm // config.ngroups, config.gated_norm_epsilon,
+                                     config.norm_before_gate)
+        self.out_proj = nn.Linear(config.d_inner, config.d_model, bias=config.bias)
+
+    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor) -> torch.Tensor | None:
+        """Importance gains ``[B, L, H, P]``; a plain Mamba2 layer has none."""
+        return None
+
+    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """``hidden_states`` ``[B, L, d_model]`` -> ``[B, L, d_model]``; ``cu_seqlens`` packs sequences (B = 1)."""
+        batch, length, _ = hidden_states.shape
+        config = self.config
+        z0, x0, z, xbc, dt = torch.split(
+            self.in_proj(hidden_states),
+            [self.d_mlp, self.d_mlp, self.d_ssm, self.d_ssm + 2 * self.ngroups * self.d_state, self.nheads],
+            dim=-1,
+        )
+        xbc = F.silu(causal_depthwise_conv(xbc, self.conv1d.weight, self.conv1d.bias, cu_seqlens))
+        x, keys, queries = torch.split(xbc, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state],
+                                       dim=-1)
+        dt = F.softplus(dt.float() + self.dt_bias.float())
+        if config.dt_limit is not None:
+            dt = dt.clamp(min=config.dt_limit[0], max=config.dt_limit[1])
+        x_heads = x.view(batch, length, self.nheads, self.headdim)
+        y = palimpsa_scan(
+            x_heads.float() * dt[..., None],
+            keys.view(batch, length, self.ngroups, self.d_state),
+            queries.view(batch, length, self.ngroups, self.d_state),
+            dt * -torch.exp(self.A_log.float()),
+            self.beta(hidden_states, dt),
+            importance_prior=config.importance_prior,
+            cu_seqlens=cu_seqlens,
+        )
+        skip = self.D.float().view(-1, self.headdim) if config.D_has_hdim else self.D.float()[:, None]
+        y = (y + x_heads.float() * skip).view(batch, length, self.d_ssm)
+        if config.rmsnorm:
+            y = self.norm(y, z)
+        else:
+            y = y * F.silu(z.float())
+        y = y.to(hidden_states.dtype)
+        if self.d_mlp:
+            y = torch.cat([F.silu(z0) * x0, y], dim=-1)
+        return self.out_proj(y)
+
+
+class PalimpsaMixer(Mamba2Mixer):
+    """A Mamba2 mixer whose scan also keeps the per-element importance ``I`` (palimpsa-math sections 3 and 4).
+
+    Every Mamba2 parameter is kept; the new ones set the importance gain of head ``h``, channel ``p``::
+
+        beta_t[h, p] = beta_scale * |beta_gain[h]| * dt_t[h] * sigmoid(beta_up(beta_down(u_t)))[h, p]
+
+    ``u_t`` is the mixer's input. ``dt_t`` discretises the increment like ``v* = dt * x``; the sigmoid lets each
+    token and channel choose how much it counts; ``beta_gain`` (init ``beta_init``) is the learned scale, a plain
+    parameter so that Adam grows it at the rate of the learning rate; ``beta_scale`` is the global knob
+    (``PalimpsaForCausalLM.set_beta_scale``), 0 giving an exact Mamba2 layer.
+    """
+
+    def __init__(self, config: PalimpsaConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.beta_down = nn.Linear(config.d_model, config.beta_rank, bias=False)
+        self.beta_up = nn.Linear(config.beta_rank, self.d_ssm, bias=True)
+        self.beta_gain = nn.Parameter(torch.empty(self.nheads))
+        self.beta_scale = float(config.beta_scale)
+
+    @torch.no_grad()
+    def init_beta_parameters(self, beta_init: float) -> None:
+        """The beta gate starts at 1/2 everywhere (``beta_up`` zero) and the gain at ``beta_init``."""
+        init.normal_(self.beta_down.weight, std=self.config.d_model**-0.5)
+        init.zeros_(self.beta_up.weight)
+        init.zeros_(self.beta_up.bias)
+        init.constant_(self.beta_gain, beta_init)
+
+    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = hidden_states.shape
+        gate = torch.sigmoid(self.beta_up(self.beta_down(hidden_states)).float())
+        gain = self.beta_scale * self.beta_gain.float().abs() * dt
+        return gate.view(batch, length, self.nheads, self.headdim) * gain[..., None]
+
+
+class PalimpsaBlock(GradientCheckpointingLayer):
+    """mamba_ssm's ``Block``: ``residual += h``; ``h = mixer(norm(residual))``."""
+
+    def __init__(self, config: PalimpsaConfig, layer_idx: int):
+        super().__init__()
+        self.residual_in_fp32 = config.residual_in_fp32
+        self.norm = RMSNorm(config.d_model, config.norm_epsilon) if config.rms_norm else nn.LayerNorm(
+            config.d_model, eps=config.norm_epsilon)
+        mixer_class = PalimpsaMixer if layer_idx in config.upgraded_layers else Mamba2Mixer
+        self.mixer = mixer_class(config, layer_idx)
+
+    def forward(self, hidden_states, residual=None, cu_seqlens=None):
+        residual = hidden_states if residual is None else hidden_states + residual
+        hidden_states = self.norm(residual.to(self.norm.weight.dtype))
+        if self.residual_in_fp32:
+            residual = residual.float()
+        return self.mixer(hidden_states, cu_seqlens=cu_seqlens), residual
+
+
+class PalimpsaPreTrainedModel(PreTrainedModel):
+    config_class = PalimpsaConfig
+    config: PalimpsaConfig
+    base_model_prefix = "backbone"
+    _no_split_modules = ["PalimpsaBlock"]
+    supports_gradient_checkpointing = True
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """mamba_ssm's initialisation for a model built from scratch; loaded weights are left alone."""
+        super()._init_weights(module)
+        config = self.config
+        if isinstance(module, Mamba2Mixer):
+            low, high = config.A_init_range
+            init.copy_(module.A_log, torch.empty(module.nheads).uniform_(low, high).log())
+            init.ones_(module.D)
+            dt = torch.exp(torch.rand(module.nheads) * (math.log(config.dt_max) - math.log(config.dt_min))
+                           + math.log(config.dt_min)).clamp(min=1e-4)
+            init.copy_(module.dt_bias, dt + torch.log(-torch.expm1(-dt)))
+            init.kaiming_uniform_(module.conv1d.weight, a=math.sqrt(5))
+            if module.conv1d.bias is not None:
+                init.zeros_(module.conv1d.bias)
+        if isinstance(module, PalimpsaMixer):
+            module.init_beta_parameters(config.beta_init)
+        if isinstance(module, (RMSNorm, GatedRMSNorm)):
+            init.ones_(module.weight)
+
+
+class PalimpsaBackbone(PalimpsaPreTrainedModel):
+    def __init__(self, config: PalimpsaConfig):
+        super().__init__(config)
+        self.embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.layers = nn.ModuleList(PalimpsaBlock(config, i) for i in range(config.n_layer))
+        self.norm_f = RMSNorm(config.d_model, config.norm_epsilon) if config.rms_norm else nn.LayerNorm(
+            config.d_model, eps=config.norm_epsilon)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embedding
+
+    def set_input_embeddings(self, value):
+        self.embedding = value
+
+    def forward(self, input_ids=None, inputs_embeds=None, cu_seqlens=None) -> torch.Tensor:
+        hidden_states = self.embedding(input_ids) if inputs_embeds is None else inputs_embeds
+        residual = None
+        for layer in self.layers:
+            hidden_states, residual = layer(hidden_states, residual, cu_seqlens)
+        residual = hidden_states + residual if residual is not None else hidden_states
+        return self.norm_f(residual.to(self.norm_f.weight.dtype))
+
+
+class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
+    """Causal LM over a :class:`PalimpsaConfig` stack; with no upgraded layer it is a plain Mamba2 LM."""
+
+    _tied_weights_keys = {"lm_head.weight": "backbone.embedding.weight"}
+
+    def __init__(self, config: PalimpsaConfig):
+        super().__init__(config)
+        self.backbone = PalimpsaBackbone(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.backbone.embedding
+
+    def set_input_embeddings(self, value):
+        self.backbone.embedding = value
+
+    def palimpsa_mixers(self) -> list[PalimpsaMixer]:
+        return [layer.mixer for layer in self.backbone.layers if isinstance(layer.mixer, PalimpsaMixer)]
+
+    def set_beta_scale(self, scale: float) -> None:
+        """Multiply every Palimpsa layer's beta by ``scale`` (stored in ``config.beta_scale``).
+
+        ``scale = 0`` turns every Palimpsa layer into the Mamba2 layer it came from; the equivalence sweep turns
+        this knob. The scale is saved with the config.
+        """
+        if scale < 0:
+            raise ValueError(f"beta scale must be >= 0, got {scale}")
+        self.config.beta_scale = float(scale)
+        for mixer in self.palimpsa_mixers():
+            mixer.beta_scale = float(scale)
+
+    @contextlib.contextmanager
+    def beta_scaled(self, scale: float):
+        """Context manager: run with ``set_beta_scale(scale)``, then restore the previous scale."""
+        previous = self.config.beta_scale
+        self.set_beta_scale(scale)
+        try:
+            yield self
+        finally:
+            self.set_beta_scale(previous)
+
+    def forward(self, input_ids=None, inputs_embeds=None, labels=None, cu_seqlens=None, logits_to_keep=0,
+                return_dict=None, **kwargs) -> CausalLMOutput:
+        """``input_ids`` ``[B, L]`` -> float32 logits ``[B, L, vocab_size]``; loss when ``labels`` is given.
+
+        ``cu_seqlens`` (``[S + 1]``, with ``B = 1``) marks packed sequences: no state crosses their borders.
+        """
+        hidden_states = self.backbone(input_ids, inputs_embeds, cu_seqlens)
+        if logits_to_keep:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        logits = self.lm_head(hidden_states.to(self.lm_head.weight.dtype)).float()
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutput(loss=loss, logits=logits)
+
+
+def model_from_state_dict(config: PalimpsaConfig, state: dict[str, torch.Tensor],
+                          source: str = "checkpoint") -> PalimpsaForCausalLM:
+    """Build the model on the meta device and adopt ``state``'s tensors (no copy) after checking every key and shape.
+
+    A tied head needs no ``lm_head.weight``. Raises PalimpsaError naming the first mismatch.
+    """
+    with torch.device("meta"):
+        model = PalimpsaForCausalLM(config)
+    expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    missing = [name for name in expected if name not in state]
+    unexpected = [name for name in state if name not in expected]
+    if missing or unexpected:
+        found = ([f"missing {missing[:3]}"] if missing else []) + ([f"unexpected {unexpected[:3]}"] if unexpected
+                                                                  else [])
+        raise PalimpsaError(f"{source}: the weights do not match config.json ({' and '.join(found)}); "
+                            "check that config.json and the weight files belong together")
+    for name, shape in expected.items():
+        if tuple(state[name].shape) != shape:
+            raise PalimpsaError(f"{source}: {name} has shape {list(state[name].shape)} but config.json implies "
+                                f"{list(shape)}; check that config.json and the weights belong together")
+    model.load_state_dict(state, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.backbone.embedding.weight
+    return model

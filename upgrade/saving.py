@@ -1,0 +1,110 @@
+"""Writing model directories: sharded safetensors with an index, config, extra files; atomically.
+
+Everything is written into a temporary sibling directory that is renamed into place at the end, so a failed or
+interrupted write never leaves a partial output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from .errors import PalimpsaError
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """``"5GB"`` -> 5e9 bytes; also KB/MB and KiB/MiB/GiB, or a plain byte count."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]I?B|B)?\s*", text.upper())
+    if not match:
+        raise PalimpsaError(f"cannot read size {text!r}; write it like 5GB, 500MB or 2GiB")
+    size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2) or ""])
+    if size <= 0:
+        raise PalimpsaError(f"size {text!r} must be positive")
+    return size
+
+
+def check_output_directory(output: Path, force: bool) -> None:
+    """Refuse a non-empty output directory (unless ``force``) or an output that is a file, before any work."""
+    if output.exists() and not output.is_dir():
+        raise PalimpsaError(f"output {output} is a file; give a directory path")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise PalimpsaError(f"output directory {output} is not empty; choose another or pass --force to replace it")
+
+
+@contextlib.contextmanager
+def atomic_directory(output: Path, force: bool) -> Iterator[Path]:
+    """Yield a temporary directory next to ``output``; on success it replaces ``output``, on failure it goes."""
+    check_output_directory(output, force)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = output.parent / f".{output.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        yield staging
+        if output.exists():
+            retired = output.parent / f".{output.name}.old-{os.getpid()}"
+            output.rename(retired)
+            staging.rename(output)
+            shutil.rmtree(retired)
+        else:
+            staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def save_state_dict_sharded(state: dict[str, torch.Tensor], directory: Path, max_shard_size: int,
+                            metadata: dict[str, str] | None = None, progress: bool = True) -> list[str]:
+    """Write ``model.safetensors``, or ``model-0000i-of-0000n.safetensors`` shards plus
+    ``model.safetensors.index.json`` when the tensors exceed ``max_shard_size`` bytes. Returns the file names."""
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_size:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    names = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    metadata = {"format": "pt", **(metadata or {})}
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="writing weights", disable=not progress)
+    for file_name, keys in zip(names, shards):
+        save_file({key: state[key].detach().contiguous().cpu() for key in keys}, str(directory / file_name),
+                  metadata=metadata)
+        os.chmod(directory / file_name, 0o644)
+        bar.update(sum(state[key].numel() * state[key].element_size() for key in keys))
+    bar.close()
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": total},
+                 "weight_map": {key: file_name for file_name, keys in zip(names, shards) for key in keys}}
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        names.append("model.safetensors.index.json")
+    return names
+
+
+def model_state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors with a tied head left out (it is re-tied at load)."""
+    state = model.state_dict()
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    return state
+
+
+def copy_files(files: list[Path], directory: Path) -> list[str]:
+    for path in files:
+        shutil.copy2(path, directory / path.name)
+    return [path.name for path in files]
