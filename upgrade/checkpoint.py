@@ -187,14 +187,13 @@ def _config_from_mamba_ssm(raw: dict, source: str) -> PalimpsaConfig:
         raise PalimpsaError(f"{source} uses activation {ssm['activation']!r}; only silu is supported")
     vocab = int(raw["vocab_size"])
     multiple = int(raw.get("pad_vocab_size_multiple", 1) or 1)
-    dt_limit = ssm.get("dt_limit", (0.0, math.inf))
     return _build_config(
         source,
         d_model=int(raw["d_model"]), n_layer=int(raw["n_layer"]),
         vocab_size=-(-vocab // multiple) * multiple, base_vocab_size=vocab,
         d_state=ssm.get("d_state", 128), d_conv=ssm.get("d_conv", 4), expand=ssm.get("expand", 2),
         headdim=ssm.get("headdim", 64), d_ssm=ssm.get("d_ssm"), ngroups=ssm.get("ngroups", 1),
-        dt_limit=None if tuple(dt_limit) == (0.0, math.inf) else list(dt_limit),
+        dt_limit=_limit(ssm.get("dt_limit"), source),
         bias=ssm.get("bias", False), conv_bias=ssm.get("conv_bias", True),
         D_has_hdim=ssm.get("D_has_hdim", False), rmsnorm=ssm.get("rmsnorm", True),
         norm_before_gate=ssm.get("norm_before_gate", False), rms_norm=raw.get("rms_norm", True),
@@ -211,18 +210,32 @@ def _config_from_transformers(raw: dict, source: str) -> PalimpsaConfig:
     if heads * head_dim != expand * d_model:
         raise PalimpsaError(f"{source}: num_heads * head_dim ({heads * head_dim}) must equal expand * hidden_size "
                             f"({expand * d_model}); the config.json is inconsistent")
-    limit = raw.get("time_step_limit", (0.0, math.inf))
     eps = raw.get("layer_norm_epsilon", 1e-5)
     return _build_config(
         source,
         d_model=d_model, n_layer=int(raw["num_hidden_layers"]), vocab_size=int(raw["vocab_size"]),
         base_vocab_size=int(raw["vocab_size"]), d_state=raw.get("state_size", 128),
         d_conv=raw.get("conv_kernel", 4), expand=expand, headdim=head_dim, ngroups=raw.get("n_groups", 1),
-        dt_limit=None if limit is None or tuple(limit) == (0.0, math.inf) else list(limit),
+        dt_limit=_limit(raw.get("time_step_limit"), source),
         bias=raw.get("use_bias", False), conv_bias=raw.get("use_conv_bias", True),
         norm_epsilon=eps, gated_norm_epsilon=eps, residual_in_fp32=raw.get("residual_in_fp32", True),
         tie_word_embeddings=raw.get("tie_word_embeddings", False), chunk_size=raw.get("chunk_size", 256),
     )
+
+
+def _limit(value, source: str) -> list[float] | None:
+    """A step-size clamp ``[min, max]``; None when it is the default no-op ``(0, inf)``.
+
+    Configs spell infinity as JSON ``Infinity``, the string ``"inf"``, or (transformers 5)
+    ``{"__float__": "Infinity"}``.
+    """
+    if value is None:
+        return None
+    try:
+        low, high = (float(v["__float__"] if isinstance(v, dict) else v) for v in value)
+    except (TypeError, ValueError, KeyError):
+        raise PalimpsaError(f"{source}: cannot read the step-size limit {value!r} in config.json") from None
+    return None if (low, high) == (0.0, math.inf) else [low, high]
 
 
 def _build_config(source: str, **fields) -> PalimpsaConfig:
@@ -238,18 +251,28 @@ def _looks_like_path(source: str) -> bool:
 
 
 def _download(repo_id: str, revision, cache_dir, token, local_files_only) -> Path:
-    """Fetch only what an upgrade needs (config, one weight format, tokenizer) through huggingface_hub."""
+    """Fetch only what an upgrade needs (config, one weight format, tokenizer) through huggingface_hub.
+
+    Offline (``local_files_only`` or ``HF_HUB_OFFLINE=1``), or when the hub cannot be reached, the cached
+    snapshot is used.
+    """
     offline = constants.HF_HUB_OFFLINE if local_files_only is None else local_files_only
-    metadata = ["config.json", *TOKENIZER_FILES]
+    cached_patterns = ["config.json", *TOKENIZER_FILES, "*.safetensors", "*.safetensors.index.json",
+                       "pytorch_model*.bin", "pytorch_model.bin.index.json"]
     try:
-        if offline:
-            wanted = metadata + ["*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
-                                 "pytorch_model.bin.index.json"]
-        else:
-            files = set(HfApi().list_repo_files(repo_id, revision=revision, token=token))
-            wanted = metadata + _weight_patterns(files)
-        path = snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
-                                 local_files_only=offline, allow_patterns=wanted)
+        if not offline:
+            try:
+                files = set(HfApi().list_repo_files(repo_id, revision=revision, token=token))
+            except (HFValidationError, RepositoryNotFoundError, GatedRepoError, RevisionNotFoundError):
+                raise
+            except Exception:  # unreachable hub (connection errors come from the HTTP client): use the cache
+                offline = True
+            else:
+                wanted = ["config.json", *TOKENIZER_FILES, *_weight_patterns(files)]
+                return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
+                                              allow_patterns=wanted))
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
+                                      local_files_only=True, allow_patterns=cached_patterns))
     except HFValidationError:
         raise PalimpsaError(f"{repo_id} is neither a local directory nor a valid hub id (owner/name)") from None
     except (RepositoryNotFoundError, GatedRepoError):
@@ -259,12 +282,8 @@ def _download(repo_id: str, revision, cache_dir, token, local_files_only) -> Pat
         raise PalimpsaError(f"hub repository {repo_id} has no revision {revision!r}") from None
     except LocalEntryNotFoundError:
         where = "the hub cache" + (f" at {cache_dir}" if cache_dir else "")
-        raise PalimpsaError(f"{repo_id} is not a local directory and is not in {where} (offline mode); "
-                            "download it first or pass a directory") from None
-    except OSError as error:  # network failures surface as OSError subclasses (requests / httpx)
-        raise PalimpsaError(f"could not reach the hub for {repo_id} ({type(error).__name__}); pass a local "
-                            "directory, or set HF_HUB_OFFLINE=1 to use the cache") from None
-    return Path(path)
+        raise PalimpsaError(f"{repo_id} is not a local directory, the hub cannot be reached (or offline mode is "
+                            f"on) and it is not in {where}; download it first or pass a directory") from None
 
 
 def _weight_patterns(files: set[str]) -> list[str]:

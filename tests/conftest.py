@@ -1,0 +1,12 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub is reachable here; tests never touch the network
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
