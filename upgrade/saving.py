@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from .errors import PalimpsaError
@@ -64,6 +63,37 @@ def atomic_directory(output: Path, force: bool) -> Iterator[Path]:
         raise
 
 
+_SAFETENSORS_CODES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                      torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+                      torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """Write a safetensors file tensor by tensor, so that no second copy of the shard is ever built in memory.
+
+    Layout (the safetensors spec): an 8-byte little-endian header length, a JSON header mapping each name to
+    its dtype, shape and ``[start, end)`` byte offsets (padded with spaces to a multiple of 8), then the bytes.
+    """
+    header: dict[str, object] = {"__metadata__": metadata}
+    offset = 0
+    for name, tensor in tensors.items():
+        if tensor.dtype not in _SAFETENSORS_CODES:
+            raise PalimpsaError(f"cannot store {name} of dtype {tensor.dtype} in safetensors")
+        nbytes = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": _SAFETENSORS_CODES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as handle:
+        handle.write(len(encoded).to_bytes(8, "little"))
+        handle.write(encoded)
+        for tensor in tensors.values():
+            flat = tensor.detach().cpu().contiguous().reshape(-1)
+            if flat.numel():
+                handle.write(memoryview(flat.view(torch.uint8).numpy()))
+
+
 def save_state_dict_sharded(state: dict[str, torch.Tensor], directory: Path, max_shard_size: int,
                             metadata: dict[str, str] | None = None, progress: bool = True) -> list[str]:
     """Write ``model.safetensors``, or ``model-0000i-of-0000n.safetensors`` shards plus
@@ -83,8 +113,7 @@ def save_state_dict_sharded(state: dict[str, torch.Tensor], directory: Path, max
     metadata = {"format": "pt", **(metadata or {})}
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="writing weights", disable=not progress)
     for file_name, keys in zip(names, shards):
-        save_file({key: state[key].detach().contiguous().cpu() for key in keys}, str(directory / file_name),
-                  metadata=metadata)
+        write_safetensors({key: state[key] for key in keys}, directory / file_name, metadata)
         os.chmod(directory / file_name, 0o644)
         bar.update(sum(state[key].numel() * state[key].element_size() for key in keys))
     bar.close()
