@@ -57,7 +57,7 @@ def chunk_palimpsa_scan(
         excess = None  # J = I - I_prior, None while it is exactly zero
     else:
         memory = initial_state[0].to(dtype).view(shape)
-        excess = initial_state[1].to(dtype).view(shape) - importance_prior
+        excess = None if initial_state[1] is None else initial_state[1].to(dtype).view(shape) - importance_prior
 
     ys, uncertainties = [], []
     for start in range(0, length, chunk_size):

@@ -31,7 +31,8 @@ def naive_palimpsa_scan(
         log_decay: ``[B, T, H]``, ``dt * A <= 0``.
         beta: ``[B, T, H, P]`` importance gains ``>= 0``, or None for zero gain.
         importance_prior: the prior precision ``I_prior > 0``.
-        initial_state: ``(M0, I0)``, each ``[B, H, P, N]``, or None for ``(0, I_prior)``.
+        initial_state: ``(M0, I0)``, each ``[B, H, P, N]``, or None for ``(0, I_prior)``; ``I0`` None means
+            ``I_prior``.
 
     Returns:
         ``y`` ``[B, T, H, P]`` in the state dtype, the final ``(M_T, I_T)``, and the readout uncertainty
@@ -47,7 +48,9 @@ def naive_palimpsa_scan(
         memory = v.new_zeros(batch, heads, head_dim, state_size, dtype=dtype)
         importance = torch.full_like(memory, importance_prior)
     else:
-        memory, importance = (s.to(dtype) for s in initial_state)
+        memory = initial_state[0].to(dtype)
+        importance = (torch.full_like(memory, importance_prior) if initial_state[1] is None
+                      else initial_state[1].to(dtype))
     ys, uncertainties = [], []
     for t in range(length):
         alpha = log_decay[:, t].to(dtype).exp()[:, :, None, None]

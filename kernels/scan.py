@@ -50,7 +50,9 @@ def _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_
             raise ValueError("initial_state must be a pair (M0, I0)")
         expected = (n_states, heads, head_dim, k.shape[3])
         for name, state in zip(("M0", "I0"), initial_state):
-            if tuple(state.shape) != expected:
+            if state is None and name == "I0":
+                continue
+            if state is None or tuple(state.shape) != expected:
                 raise ValueError(f"initial state {name} must be {list(expected)}, got {list(state.shape)}")
 
 
@@ -103,7 +105,8 @@ def palimpsa_scan(
         beta: ``[B, T, H, P]`` importance gains ``>= 0``, or None for a plain Mamba2 scan.
         importance_prior: prior precision ``I_prior > 0`` that the importance relaxes towards.
         initial_state: ``(M0, I0)``, each ``[B, H, P, N]`` (``[S, H, P, N]`` with ``cu_seqlens`` of ``S``
-            sequences), or None for ``(0, I_prior)``.
+            sequences), or None for ``(0, I_prior)``. ``I0 = None`` means ``I_prior`` everywhere (a Mamba2
+            layer's carried state), which keeps the fast Mamba2 form when ``beta`` is None too.
         output_final_state: also return ``(M_T, I_T)``.
         output_uncertainty: also return the readout variance ``u_t = (1 / I_t) (q_t * q_t)``, ``[B, T, H, P]``.
         cu_seqlens: ``[S + 1]`` cumulative sequence lengths of a packed batch (``B = 1``); the state restarts at
@@ -126,8 +129,8 @@ def palimpsa_scan(
         pieces = []
         for index, (start, end) in enumerate(zip(bounds, bounds[1:])):
             part = slice(start, end)
-            state = None if initial_state is None else (initial_state[0][index : index + 1],
-                                                        initial_state[1][index : index + 1])
+            state = None if initial_state is None else tuple(
+                None if s is None else s[index : index + 1] for s in initial_state)
             pieces.append(_scan_one(
                 v[:, part], k[:, part], q[:, part], log_decay[:, part],
                 None if beta is None else beta[:, part],
