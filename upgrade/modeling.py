@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,7 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import CausalLMOutput
+from transformers.utils import ModelOutput
 
 from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
@@ -83,6 +84,32 @@ def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     return out
 
 
+class PalimpsaCache:
+    """Recurrent state of every layer, carried between calls (generation, segment-wise evaluation).
+
+    Per layer: ``conv[i]``, the last ``d_conv - 1`` inputs of the causal convolution ``[B, d_conv - 1, conv_dim]``;
+    ``ssm[i]``, the scan state ``(M, I)`` in float32, each ``[B, H, P, N]`` (``I`` is None for a Mamba2 layer,
+    whose importance is the prior everywhere). ``seen_tokens`` counts the positions consumed so far.
+    """
+
+    def __init__(self, n_layer: int):
+        self.conv: list[torch.Tensor | None] = [None] * n_layer
+        self.ssm: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * n_layer
+        self.seen_tokens = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen_tokens
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep the batch rows ``beam_idx`` (beam search, batch selection)."""
+        for i, conv in enumerate(self.conv):
+            if conv is not None:
+                self.conv[i] = conv.index_select(0, beam_idx.to(conv.device))
+        for i, state in enumerate(self.ssm):
+            if state is not None:
+                self.ssm[i] = tuple(None if s is None else s.index_select(0, beam_idx.to(s.device)) for s in state)
+
+
 class Mamba2Mixer(nn.Module):
     """mamba_ssm's ``Mamba2`` mixer (no CUDA extension needed): in_proj, conv, the scan, gated norm, out_proj."""
 
@@ -109,8 +136,14 @@ class Mamba2Mixer(nn.Module):
         """Importance gains ``[B, L, H, P]``; a plain Mamba2 layer has none."""
         return None
 
-    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
-        """``hidden_states`` ``[B, L, d_model]`` -> ``[B, L, d_model]``; ``cu_seqlens`` packs sequences (B = 1)."""
+    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, cache: PalimpsaCache | None = None) -> torch.Tensor:
+        """``hidden_states`` ``[B, L, d_model]`` -> ``[B, L, d_model]``.
+
+        ``cu_seqlens`` packs sequences (B = 1). ``attention_mask`` ``[B, L]`` (1 = token, 0 = left padding) zeroes
+        the padded positions' convolution inputs and outputs, so they write nothing into the state. ``cache``
+        supplies the state to start from (when it holds one) and receives the final state.
+        """
         batch, length, _ = hidden_states.shape
         config = self.config
         z0, x0, z, xbc, dt = torch.split(
@@ -118,7 +151,18 @@ class Mamba2Mixer(nn.Module):
             [self.d_mlp, self.d_mlp, self.d_ssm, self.d_ssm + 2 * self.ngroups * self.d_state, self.nheads],
             dim=-1,
         )
-        xbc = F.silu(causal_depthwise_conv(xbc, self.conv1d.weight, self.conv1d.bias, cu_seqlens))
+        mask = None if attention_mask is None else attention_mask[:, -length:, None].to(xbc.dtype)
+        if mask is not None:
+            xbc = xbc * mask
+        prefix = None if cache is None else cache.conv[self.layer_idx]
+        conv_input = xbc if prefix is None else torch.cat([prefix.to(xbc.dtype), xbc], dim=1)
+        xbc = causal_depthwise_conv(conv_input, self.conv1d.weight, self.conv1d.bias, cu_seqlens)[:, -length:]
+        xbc = F.silu(xbc)
+        if mask is not None:
+            xbc = xbc * mask
+        if cache is not None:
+            history = F.pad(conv_input, (0, 0, max(0, config.d_conv - 1 - conv_input.shape[1]), 0))
+            cache.conv[self.layer_idx] = history[:, history.shape[1] - (config.d_conv - 1):].detach()
         x, keys, queries = torch.split(xbc, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state],
                                        dim=-1)
         dt = F.softplus(dt.float() + self.dt_bias.float())
@@ -132,8 +176,14 @@ class Mamba2Mixer(nn.Module):
             dt * -torch.exp(self.A_log.float()),
             self.beta(hidden_states, dt),
             importance_prior=config.importance_prior,
+            initial_state=None if cache is None else cache.ssm[self.layer_idx],
+            output_final_state=cache is not None,
             cu_seqlens=cu_seqlens,
         )
+        if cache is not None:
+            y, (memory, importance) = y
+            keep_importance = isinstance(self, PalimpsaMixer)
+            cache.ssm[self.layer_idx] = (memory.detach(), importance.detach() if keep_importance else None)
         skip = self.D.float().view(-1, self.headdim) if config.D_has_hdim else self.D.float()[:, None]
         y = (y + x_heads.float() * skip).view(batch, length, self.d_ssm)
         if config.rmsnorm:
@@ -181,6 +231,15 @@ class PalimpsaMixer(Mamba2Mixer):
         return gate.view(batch, length, self.nheads, self.headdim) * gain[..., None]
 
 
+@dataclass
+class PalimpsaCausalLMOutput(ModelOutput):
+    """``loss`` (when labels are given), float32 ``logits`` and the updated ``cache_params`` (when caching)."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    cache_params: PalimpsaCache | None = None
+
+
 class PalimpsaBlock(GradientCheckpointingLayer):
     """mamba_ssm's ``Block``: ``residual += h``; ``h = mixer(norm(residual))``."""
 
@@ -192,12 +251,12 @@ class PalimpsaBlock(GradientCheckpointingLayer):
         mixer_class = PalimpsaMixer if layer_idx in config.upgraded_layers else Mamba2Mixer
         self.mixer = mixer_class(config, layer_idx)
 
-    def forward(self, hidden_states, residual=None, cu_seqlens=None):
+    def forward(self, hidden_states, residual=None, cu_seqlens=None, attention_mask=None, cache=None):
         residual = hidden_states if residual is None else hidden_states + residual
         hidden_states = self.norm(residual.to(self.norm.weight.dtype))
         if self.residual_in_fp32:
             residual = residual.float()
-        return self.mixer(hidden_states, cu_seqlens=cu_seqlens), residual
+        return self.mixer(hidden_states, cu_seqlens, attention_mask, cache), residual
 
 
 class PalimpsaPreTrainedModel(PreTrainedModel):
@@ -243,11 +302,12 @@ class PalimpsaBackbone(PalimpsaPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embedding = value
 
-    def forward(self, input_ids=None, inputs_embeds=None, cu_seqlens=None) -> torch.Tensor:
+    def forward(self, input_ids=None, inputs_embeds=None, cu_seqlens=None, attention_mask=None,
+                cache=None) -> torch.Tensor:
         hidden_states = self.embedding(input_ids) if inputs_embeds is None else inputs_embeds
         residual = None
         for layer in self.layers:
-            hidden_states, residual = layer(hidden_states, residual, cu_seqlens)
+            hidden_states, residual = layer(hidden_states, residual, cu_seqlens, attention_mask, cache)
         residual = hidden_states + residual if residual is not None else hidden_states
         return self.norm_f(residual.to(self.norm_f.weight.dtype))
 
@@ -294,20 +354,49 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
         finally:
             self.set_beta_scale(previous)
 
-    def forward(self, input_ids=None, inputs_embeds=None, labels=None, cu_seqlens=None, logits_to_keep=0,
-                return_dict=None, **kwargs) -> CausalLMOutput:
+    def forward(self, input_ids=None, inputs_embeds=None, labels=None, attention_mask=None, cache_params=None,
+                use_cache=None, cu_seqlens=None, logits_to_keep=0, return_dict=None,
+                **kwargs) -> PalimpsaCausalLMOutput:
         """``input_ids`` ``[B, L]`` -> float32 logits ``[B, L, vocab_size]``; loss when ``labels`` is given.
 
+        ``cache_params`` (a :class:`PalimpsaCache`) continues from the state it holds and is updated in place;
+        ``use_cache=True`` without one starts a new cache. ``attention_mask`` ``[B, L]`` marks left padding.
         ``cu_seqlens`` (``[S + 1]``, with ``B = 1``) marks packed sequences: no state crosses their borders.
         """
-        hidden_states = self.backbone(input_ids, inputs_embeds, cu_seqlens)
+        if cache_params is None and use_cache:
+            cache_params = PalimpsaCache(self.config.n_layer)
+        if cache_params is not None and cu_seqlens is not None:
+            raise ValueError("cu_seqlens (packed sequences) cannot be combined with a recurrent cache")
+        hidden_states = self.backbone(input_ids, inputs_embeds, cu_seqlens, attention_mask, cache_params)
+        if cache_params is not None:
+            cache_params.seen_tokens += hidden_states.shape[1]
         if logits_to_keep:
             hidden_states = hidden_states[:, -logits_to_keep:]
         logits = self.lm_head(hidden_states.to(self.lm_head.weight.dtype)).float()
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutput(loss=loss, logits=logits)
+        return PalimpsaCausalLMOutput(loss=loss, logits=logits, cache_params=cache_params)
+
+    # Generation: the recurrent cache travels as `cache_params`; after the prompt only the newest token is fed.
+    _is_stateful = True
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False
+
+    def prepare_inputs_for_generation(self, input_ids, cache_params=None, attention_mask=None, inputs_embeds=None,
+                                      use_cache=True, is_first_iteration=False, **kwargs):
+        if cache_params is not None and cache_params.seen_tokens:
+            return {"input_ids": input_ids[:, -1:], "cache_params": cache_params, "use_cache": use_cache,
+                    "logits_to_keep": 1}
+        inputs = {"cache_params": cache_params, "attention_mask": attention_mask, "use_cache": use_cache,
+                  "logits_to_keep": 1}
+        if inputs_embeds is not None:
+            inputs["inputs_embeds"] = inputs_embeds
+        else:
+            inputs["input_ids"] = input_ids
+        return inputs
 
 
 def model_from_state_dict(config: PalimpsaConfig, state: dict[str, torch.Tensor],
