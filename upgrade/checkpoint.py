@@ -151,7 +151,32 @@ def load_checkpoint(
     checkpoint_format, config = config_from_dict(raw, source)
     weight_files = _weight_files(directory, source)
     tokenizer_files = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
+    for key, value in special_token_ids(tokenizer_files).items():
+        setattr(config, key, value)
     return Checkpoint(source, directory, checkpoint_format, config, weight_files, tokenizer_files, revision)
+
+
+def special_token_ids(tokenizer_files: list[Path]) -> dict[str, int]:
+    """``bos_token_id``/``eos_token_id``/``pad_token_id`` named in ``tokenizer_config.json``, resolved through
+    ``tokenizer.json``'s vocabulary and added tokens (no tokenizer is instantiated)."""
+    by_name = {path.name: path for path in tokenizer_files}
+    if "tokenizer_config.json" not in by_name or "tokenizer.json" not in by_name:
+        return {}
+    try:
+        settings = json.loads(by_name["tokenizer_config.json"].read_text())
+        tokenizer = json.loads(by_name["tokenizer.json"].read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    ids = {token["content"]: token["id"] for token in tokenizer.get("added_tokens", [])}
+    vocab = tokenizer.get("model", {}).get("vocab", {})
+    found = {}
+    for role in ("bos", "eos", "pad"):
+        token = settings.get(f"{role}_token")
+        token = token.get("content") if isinstance(token, dict) else token
+        token_id = ids.get(token, vocab.get(token) if isinstance(vocab, dict) else None)
+        if token_id is not None:
+            found[f"{role}_token_id"] = int(token_id)
+    return found
 
 
 def config_from_dict(raw: dict, source: str = "checkpoint") -> tuple[str, PalimpsaConfig]:

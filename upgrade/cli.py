@@ -99,7 +99,80 @@ def guarded(run: Callable[[list[str] | None], int], prog: str) -> Callable[[], N
     return main
 
 
+EXPORT_EPILOG = """\
+examples:
+  export-model ./mamba2-2.7b-palimpsa-ft --output ./release --dtype bf16
+  export-model runs/a --output ./release --merge-lora --standalone
+  export-model ./model --output ./plain-mamba2 --to-mamba2
+
+SOURCE is a Palimpsa model directory, a LoRA adapter directory (merged into its base with --merge-lora) or a
+training run (its final/ model, else its newest checkpoints/step-*/model). The output holds safetensors shards
+with an index, config.json, generation_config.json, the tokenizer, a model card (with the recipe and evaluation
+summary when the run has them) and export_report.json with a sha256 for every file, checked at load time.
+--standalone adds the modeling code so that transformers loads it with trust_remote_code=True where palimpsa is
+not installed. --to-mamba2 writes a plain mamba_ssm-format Mamba2 (beta dropped) and states the difference.
+"""
+
+
+def export_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="export-model", description="Export a Palimpsa model, adapter or "
+                                     "training run as a release-ready model directory.", epilog=EXPORT_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", metavar="SOURCE", help="model directory, LoRA adapter directory or training run")
+    parser.add_argument("--output", "-o", required=True, metavar="DIR", help="directory to write")
+    parser.add_argument("--merge-lora", action="store_true", help="merge a LoRA adapter into its base model")
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as stored)")
+    parser.add_argument("--shard-size", default="5GB", metavar="SIZE", help="largest safetensors shard (default 5GB)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="also write the modeling code (loads with trust_remote_code=True, no palimpsa needed)")
+    parser.add_argument("--to-mamba2", action="store_true",
+                        help="write a plain mamba_ssm-format Mamba2 with the beta parameters dropped")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no plan, figures or progress bars")
+    return parser
+
+
+def run_export(argv: list[str] | None = None) -> int:
+    from .export import export_model
+
+    args = export_parser().parse_args(argv)
+    export_model(args.source, args.output, merge_lora=args.merge_lora, dtype=args.dtype, shard_size=args.shard_size,
+                 standalone=args.standalone, to_mamba2=args.to_mamba2, force=args.force, progress=not args.quiet,
+                 log=None if args.quiet else print)
+    return 0
+
+
+def generate_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="generate-text", description="Generate text from a Palimpsa (or Mamba2) "
+                                     "model with its recurrent cache, to look at what it writes.")
+    parser.add_argument("model", metavar="MODEL", help="model directory (Palimpsa, or any Mamba2 checkpoint)")
+    parser.add_argument("--prompt", "-p", action="append", required=True,
+                        help="prompt text; repeat for a batch (left-padded)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--beta-scale", type=float, default=None, help="override the model's beta scale")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def run_generate(argv: list[str] | None = None) -> int:
+    from .generation import generate_text
+
+    args = generate_parser().parse_args(argv)
+    if args.max_new_tokens < 1:
+        raise PalimpsaError("--max-new-tokens must be at least 1")
+    for prompt, completion in zip(args.prompt, generate_text(
+            args.model, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, beta_scale=args.beta_scale, seed=args.seed)):
+        print(f"{prompt}\033[1m{completion}\033[0m" if sys.stdout.isatty() else f"{prompt}{completion}")
+    return 0
+
+
 upgrade_main = guarded(run_upgrade, "upgrade-model")
+export_main = guarded(run_export, "export-model")
+generate_main = guarded(run_generate, "generate-text")
 
 if __name__ == "__main__":
     upgrade_main()

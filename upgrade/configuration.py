@@ -25,7 +25,7 @@ class PalimpsaConfig(PreTrainedConfig):
     beta gate), ``beta_init`` (initial per-head gain), ``beta_scale`` (a global factor on every beta, the knob of
     the beta -> 0 sweep; 0 makes every Palimpsa layer an exact Mamba2 layer), ``importance_prior`` (``I_prior``),
     ``base_model`` (where the weights came from) and ``base_vocab_size`` (the tokenizer's vocabulary before
-    padding).
+    padding). ``bos_token_id``/``eos_token_id``/``pad_token_id`` come from the tokenizer when the checkpoint has one.
     """
 
     model_type = "palimpsa"
@@ -64,6 +64,9 @@ class PalimpsaConfig(PreTrainedConfig):
     importance_prior: float = 1.0
     base_model: str | None = None
     base_vocab_size: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
         self.upgraded_layers = sorted(int(i) for i in self.upgraded_layers)

@@ -22,6 +22,7 @@ from transformers.utils import ModelOutput
 
 from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
+from .integrity import check_model_directory
 
 
 class RMSNorm(nn.Module):
@@ -328,6 +329,13 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
 
     def set_input_embeddings(self, value):
         self.backbone.embedding = value
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' loading, after checking a local directory's files against the checksums in its report
+        (``export_report.json`` / ``upgrade_report.json``): a missing or corrupted shard is named, not guessed."""
+        check_model_directory(pretrained_model_name_or_path)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     def palimpsa_mixers(self) -> list[PalimpsaMixer]:
         return [layer.mixer for layer in self.backbone.layers if isinstance(layer.mixer, PalimpsaMixer)]

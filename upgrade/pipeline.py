@@ -15,6 +15,7 @@ import torch
 from .checkpoint import Checkpoint, load_checkpoint
 from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
+from .integrity import file_manifest
 from .modeling import PalimpsaForCausalLM, model_from_state_dict
 from .saving import (
     atomic_directory,
@@ -257,6 +258,7 @@ def write_upgraded_model(model: PalimpsaForCausalLM, checkpoint: Checkpoint, rep
     config.save_pretrained(directory)
     files.append("config.json")
     files += copy_files(checkpoint.tokenizer_files, directory)
+    report["files"] = file_manifest(directory, files)
     (directory / "README.md").write_text(model_card(report))
     _write_json(directory / "upgrade_report.json", report)
     return files + ["README.md", "upgrade_report.json"]
