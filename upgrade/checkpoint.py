@@ -153,6 +153,8 @@ def load_checkpoint(
     tokenizer_files = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
     for key, value in special_token_ids(tokenizer_files).items():
         setattr(config, key, value)
+    if path.is_dir():  # a local base is recorded by absolute path, so that later tools find it from anywhere
+        config.base_model = str(directory.resolve())
     return Checkpoint(source, directory, checkpoint_format, config, weight_files, tokenizer_files, revision)
 
 

@@ -170,7 +170,98 @@ def run_generate(argv: list[str] | None = None) -> int:
     return 0
 
 
+VERIFY_EPILOG = """\
+The sweep multiplies every beta by a scale running from the model's own value down through --decades decades
+to exactly 0, on a probe batch (real text with --probe FILE, else seeded random tokens), and compares the logits
+with the same model run as the plain Mamba2 it holds (beta dropped). The difference must fall with a log-log
+slope in [0.9, 1.1] at the small-scale end and sit at the rounding floor at 0; the command exits 1 otherwise.
+With the base model (from config.json's base_model, or --base) it also reports KL and top-1 agreement with the
+base: on a fine-tuned model that is the fine-tuning effect. Runs in float64 when the model fits in memory
+(--dtype auto), where the rounding floor is far below the smallest difference.
+"""
+
+
+def verify_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="verify-equivalence", description="Check the beta -> 0 limit of an "
+                                     "upgraded model: a table, a fitted slope, a JSON report and a plot.",
+                                     epilog=VERIFY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL", help="upgraded (or fine-tuned) Palimpsa model directory")
+    parser.add_argument("--base", default=None, help="base Mamba2 checkpoint (default: config.json's base_model)")
+    parser.add_argument("--no-base", action="store_true", help="do not load the base model")
+    parser.add_argument("--probe", default=None, metavar="FILE", help="text file to take the probe from")
+    parser.add_argument("--probe-batch", type=int, default=2)
+    parser.add_argument("--probe-length", type=int, default=64)
+    parser.add_argument("--decades", type=int, default=8, help="decades of beta scale below the model's own")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float64", "float32"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the report here")
+    parser.add_argument("--plot", default=None, metavar="OUT.png", help="write the log-log plot here")
+    return parser
+
+
+def run_verify(argv: list[str] | None = None) -> int:
+    from pathlib import Path
+
+    from .equivalence import default_probe, plot_sweep, probe_from_text, run_sweep
+    from .generation import load_model_and_tokenizer, load_plain_mamba2, sweep_dtype
+
+    args = verify_parser().parse_args(argv)
+    if args.probe_batch < 1 or args.probe_length < 2 or args.decades < 3:
+        raise PalimpsaError("--probe-batch >= 1, --probe-length >= 2 and --decades >= 3 are needed for a fit")
+    model, tokenizer = load_model_and_tokenizer(args.model, need_tokenizer=args.probe is not None)
+    if not model.palimpsa_mixers():
+        raise PalimpsaError(f"{args.model} has no Palimpsa layer; upgrade it first with upgrade-model")
+    dtype = sweep_dtype(model, args.dtype)
+    model = model.to(dtype)
+    base_source = None if args.no_base else (args.base or model.config.base_model)
+    base = None
+    if base_source:
+        try:
+            base = load_plain_mamba2(base_source).to(dtype)
+        except PalimpsaError as error:
+            if args.base:
+                raise
+            print(f"note: base model not loaded ({error}); reporting the limit only")
+    vocab = model.config.base_vocab_size or model.config.vocab_size
+    probe = (probe_from_text(Path(args.probe), tokenizer, args.probe_batch, args.probe_length) if args.probe
+             else default_probe(vocab, args.probe_batch, args.probe_length, args.seed))
+    print(f"model {args.model}: Palimpsa layers {model.config.upgraded_layers}, own beta scale "
+          f"{model.config.beta_scale:g}, {str(dtype).removeprefix('torch.')}; probe {tuple(probe.shape)} "
+          f"{'from ' + args.probe if args.probe else 'random tokens'}; base {base_source if base else 'not loaded'}")
+    result = run_sweep(model, probe, base, args.decades, progress=True)
+    header = f"{'beta scale':>11} {'max|diff|':>10} {'relative':>10} {'mean KL':>10} {'top-1':>7}"
+    header += f" {'KL(base)':>10} {'top-1(base)':>11}" if base is not None else ""
+    print(header)
+    for row in result.rows:
+        line = (f"{row['scale']:>11.3g} {row['max_abs_diff']:>10.3g} {row['relative_diff']:>10.3g} "
+                f"{row['mean_kl']:>10.3g} {row['top1_agreement']:>7.1%}")
+        if base is not None:
+            line += f" {row['base_mean_kl']:>10.3g} {row['base_top1_agreement']:>11.1%}"
+        print(line)
+    slope = "n/a (too few points above the rounding floor)" if result.slope is None else f"{result.slope:.4f}"
+    print(f"fitted log-log slope over scales {result.fitted_scales}: {slope} (must lie in [0.9, 1.1])")
+    print(f"at scale 0: relative max |logit diff| {result.at_zero:.3g}; limit {'OK' if result.limit_ok else 'FAILED'}")
+    report = {"model": str(args.model), "base": base_source if base is not None else None,
+              "probe": {"source": args.probe or "random", "shape": list(probe.shape), "seed": args.seed},
+              **result.as_dict()}
+    if args.json:
+        _write_report(Path(args.json), report)
+    if args.plot:
+        plot_sweep(result, Path(args.plot), Path(args.model).name)
+    return 0 if result.limit_ok else 1
+
+
+def _write_report(path, payload) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(payload, indent=2) + "\n")
+    temporary.replace(path)
+
+
 upgrade_main = guarded(run_upgrade, "upgrade-model")
+verify_main = guarded(run_verify, "verify-equivalence")
 export_main = guarded(run_export, "export-model")
 generate_main = guarded(run_generate, "generate-text")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -9,27 +10,52 @@ import torch
 from .errors import PalimpsaError
 
 
-def load_for_generation(source: str | Path):
-    """A Palimpsa model directory through ``from_pretrained``, or any Mamba2 checkpoint through the loader."""
+def load_plain_mamba2(source: str | Path):
+    """A Mamba2 checkpoint in either format, through the loader (no layer upgraded)."""
+    from .checkpoint import load_checkpoint
+    from .modeling import model_from_state_dict
+
+    checkpoint = load_checkpoint(source)
+    return model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False), str(source)).eval()
+
+
+def load_model_and_tokenizer(source: str | Path, need_tokenizer: bool = True):
+    """A Palimpsa model directory through ``from_pretrained``, or any Mamba2 checkpoint through the loader; and
+    its tokenizer (None when not needed and absent)."""
     from transformers import AutoTokenizer
 
-    from .checkpoint import load_checkpoint
-    from .modeling import PalimpsaForCausalLM, model_from_state_dict
+    from .modeling import PalimpsaForCausalLM
 
     path = Path(source).expanduser()
     config_path = path / "config.json"
     if config_path.is_file() and '"palimpsa"' in config_path.read_text():
-        model = PalimpsaForCausalLM.from_pretrained(str(path))
+        try:
+            model = PalimpsaForCausalLM.from_pretrained(str(path)).eval()
+        except (OSError, ValueError) as error:
+            raise PalimpsaError(f"cannot load {source}: {str(error).splitlines()[0]}") from None
         directory = path
     else:
-        checkpoint = load_checkpoint(source)
-        model = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False), str(source))
-        directory = checkpoint.directory
+        model = load_plain_mamba2(source)
+        directory = path
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    except (OSError, ValueError):
-        raise PalimpsaError(f"{source} has no tokenizer files; copy the base model's tokenizer into it") from None
-    return model.eval(), tokenizer
+    except (OSError, ValueError, TypeError):
+        if need_tokenizer:
+            raise PalimpsaError(f"{source} has no tokenizer files; copy the base model's tokenizer into it") from None
+        tokenizer = None
+    return model, tokenizer
+
+
+def sweep_dtype(model, choice: str) -> torch.dtype:
+    """float64 when asked, or when ``auto`` and a float64 copy takes under a third of this machine's memory."""
+    if choice != "auto":
+        return getattr(torch, choice)
+    needed = sum(p.numel() for p in model.parameters()) * 8
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 0
+    return torch.float64 if total and needed < total / 3 else torch.float32
 
 
 @torch.no_grad()
@@ -37,7 +63,7 @@ def generate_text(source, prompts: list[str], *, max_new_tokens: int = 64, tempe
                   top_k: int | None = None, top_p: float | None = None, beta_scale: float | None = None,
                   seed: int = 0) -> list[str]:
     """Complete each prompt (a left-padded batch); greedy when ``temperature`` is 0."""
-    model, tokenizer = load_for_generation(source)
+    model, tokenizer = load_model_and_tokenizer(source)
     if beta_scale is not None:
         model.set_beta_scale(beta_scale)
     tokenizer.padding_side = "left"

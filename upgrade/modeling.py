@@ -25,6 +25,11 @@ from .errors import PalimpsaError
 from .integrity import check_model_directory
 
 
+def upcast(tensor: torch.Tensor) -> torch.Tensor:
+    """At least float32: half types are computed in float32, float64 stays float64 (for exactness tests)."""
+    return tensor if tensor.dtype == torch.float64 else tensor.float()
+
+
 class RMSNorm(nn.Module):
     """mamba_ssm's RMSNorm: computed in float32, returned in the input dtype."""
 
@@ -34,9 +39,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
+        x32 = upcast(x)
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x32 * self.weight.float()).to(x.dtype)
+        return (x32 * upcast(self.weight)).to(x.dtype)
 
 
 class GatedRMSNorm(nn.Module):
@@ -53,12 +58,12 @@ class GatedRMSNorm(nn.Module):
         self.norm_before_gate = norm_before_gate
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        x32, gate = x.float(), F.silu(z.float())
+        x32, gate = upcast(x), F.silu(upcast(z))
         if not self.norm_before_gate:
             x32 = x32 * gate
         grouped = x32.unflatten(-1, (-1, self.group_size))
         grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
-        x32 = grouped.flatten(-2) * self.weight.float()
+        x32 = grouped.flatten(-2) * upcast(self.weight)
         if self.norm_before_gate:
             x32 = x32 * gate
         return x32.to(x.dtype)
@@ -166,15 +171,15 @@ class Mamba2Mixer(nn.Module):
             cache.conv[self.layer_idx] = history[:, history.shape[1] - (config.d_conv - 1):].detach()
         x, keys, queries = torch.split(xbc, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state],
                                        dim=-1)
-        dt = F.softplus(dt.float() + self.dt_bias.float())
+        dt = F.softplus(upcast(dt) + upcast(self.dt_bias))
         if config.dt_limit is not None:
             dt = dt.clamp(min=config.dt_limit[0], max=config.dt_limit[1])
         x_heads = x.view(batch, length, self.nheads, self.headdim)
         y = palimpsa_scan(
-            x_heads.float() * dt[..., None],
+            upcast(x_heads) * dt[..., None],
             keys.view(batch, length, self.ngroups, self.d_state),
             queries.view(batch, length, self.ngroups, self.d_state),
-            dt * -torch.exp(self.A_log.float()),
+            dt * -torch.exp(upcast(self.A_log)),
             self.beta(hidden_states, dt),
             importance_prior=config.importance_prior,
             initial_state=None if cache is None else cache.ssm[self.layer_idx],
@@ -185,12 +190,12 @@ class Mamba2Mixer(nn.Module):
             y, (memory, importance) = y
             keep_importance = isinstance(self, PalimpsaMixer)
             cache.ssm[self.layer_idx] = (memory.detach(), importance.detach() if keep_importance else None)
-        skip = self.D.float().view(-1, self.headdim) if config.D_has_hdim else self.D.float()[:, None]
-        y = (y + x_heads.float() * skip).view(batch, length, self.d_ssm)
+        skip = upcast(self.D).view(-1, self.headdim) if config.D_has_hdim else upcast(self.D)[:, None]
+        y = (y + upcast(x_heads) * skip).view(batch, length, self.d_ssm)
         if config.rmsnorm:
             y = self.norm(y, z)
         else:
-            y = y * F.silu(z.float())
+            y = y * F.silu(upcast(z))
         y = y.to(hidden_states.dtype)
         if self.d_mlp:
             y = torch.cat([F.silu(z0) * x0, y], dim=-1)
@@ -216,6 +221,7 @@ class PalimpsaMixer(Mamba2Mixer):
         self.beta_up = nn.Linear(config.beta_rank, self.d_ssm, bias=True)
         self.beta_gain = nn.Parameter(torch.empty(self.nheads))
         self.beta_scale = float(config.beta_scale)
+        self.beta_dropped = False  # True: run as the plain Mamba2 layer (no importance state at all)
 
     @torch.no_grad()
     def init_beta_parameters(self, beta_init: float) -> None:
@@ -225,10 +231,12 @@ class PalimpsaMixer(Mamba2Mixer):
         init.zeros_(self.beta_up.bias)
         init.constant_(self.beta_gain, beta_init)
 
-    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
+    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor) -> torch.Tensor | None:
+        if self.beta_dropped:
+            return None
         batch, length, _ = hidden_states.shape
-        gate = torch.sigmoid(self.beta_up(self.beta_down(hidden_states)).float())
-        gain = self.beta_scale * self.beta_gain.float().abs() * dt
+        gate = torch.sigmoid(upcast(self.beta_up(self.beta_down(hidden_states))))
+        gain = self.beta_scale * upcast(self.beta_gain).abs() * dt
         return gate.view(batch, length, self.nheads, self.headdim) * gain[..., None]
 
 
@@ -256,7 +264,7 @@ class PalimpsaBlock(GradientCheckpointingLayer):
         residual = hidden_states if residual is None else hidden_states + residual
         hidden_states = self.norm(residual.to(self.norm.weight.dtype))
         if self.residual_in_fp32:
-            residual = residual.float()
+            residual = upcast(residual)
         return self.mixer(hidden_states, cu_seqlens, attention_mask, cache), residual
 
 
@@ -362,6 +370,19 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
         finally:
             self.set_beta_scale(previous)
 
+    @contextlib.contextmanager
+    def beta_dropped(self):
+        """Context manager: every Palimpsa layer runs as the Mamba2 layer it holds (beta and ``I`` left out), the
+        reference that the beta -> 0 limit is measured against."""
+        mixers = self.palimpsa_mixers()
+        for mixer in mixers:
+            mixer.beta_dropped = True
+        try:
+            yield self
+        finally:
+            for mixer in mixers:
+                mixer.beta_dropped = False
+
     def forward(self, input_ids=None, inputs_embeds=None, labels=None, attention_mask=None, cache_params=None,
                 use_cache=None, cu_seqlens=None, logits_to_keep=0, return_dict=None,
                 **kwargs) -> PalimpsaCausalLMOutput:
@@ -380,7 +401,7 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
             cache_params.seen_tokens += hidden_states.shape[1]
         if logits_to_keep:
             hidden_states = hidden_states[:, -logits_to_keep:]
-        logits = self.lm_head(hidden_states.to(self.lm_head.weight.dtype)).float()
+        logits = upcast(self.lm_head(hidden_states.to(self.lm_head.weight.dtype)))
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)

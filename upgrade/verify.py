@@ -37,11 +37,13 @@ def compare_logits(base: torch.Tensor, candidate: torch.Tensor) -> LogitComparis
     scale = base.abs().max().item() or 1.0
     kl = F.kl_div(candidate.log_softmax(-1), base.log_softmax(-1), log_target=True, reduction="none").sum(-1)
     agreement = (base.argmax(-1) == candidate.argmax(-1)).double().mean().item()
-    return LogitComparison(diff, diff / scale, kl.mean().item(), agreement)
+    return LogitComparison(diff, diff / scale, max(kl.mean().item(), 0.0), agreement)  # KL >= 0; rounding may dip
 
 
 @torch.no_grad()
 def probe_logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    """Float32 logits of ``model`` on ``input_ids`` (moved to the model's device), back on the CPU."""
+    """Logits of ``model`` on ``input_ids`` (moved to the model's device), back on the CPU, in float32 (float64
+    for a float64 model)."""
     device = next(model.parameters()).device
-    return model(input_ids.to(device)).logits.float().cpu()
+    logits = model(input_ids.to(device)).logits
+    return (logits if logits.dtype == torch.float64 else logits.float()).cpu()
