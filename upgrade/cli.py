@@ -202,8 +202,9 @@ def verify_parser() -> argparse.ArgumentParser:
 def run_verify(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
-    from .equivalence import default_probe, plot_sweep, probe_from_text, run_sweep
+    from .equivalence import default_probe, probe_from_text, run_sweep
     from .generation import load_model_and_tokenizer, load_plain_mamba2, sweep_dtype
+    from .plots import plot_sweep
 
     args = verify_parser().parse_args(argv)
     if args.probe_batch < 1 or args.probe_length < 2 or args.decades < 3:
@@ -260,7 +261,104 @@ def _write_report(path, payload) -> None:
     temporary.replace(path)
 
 
+EVAL_EPILOG = """\
+examples:
+  eval-model ./mamba2-palimpsa-ft --compare state-spaces/mamba2-2.7b --tasks passkey,niah --lengths 2k,4k,8k,16k
+  eval-model ./model --tasks nll-position --lengths 32k --segment-length 4096 --train-length 2048
+
+Tasks: nll-position (per-token NLL against position on long text, a --text file or Python's pydoc_data.topics,
+run in segments with the recurrent state carried; CSV + PNG with a marker at --train-length), passkey (accuracy
+over length x depth, a heatmap per model), niah (RULER single and multi-key needles), mqar (accuracy against the
+number of key-value pairs). Every model sees identical seeded inputs. Writes summary.md, summary.json, CSV and
+PNG files to --output.
+"""
+
+
+def _int_list(text: str) -> list[int]:
+    values = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        scale = 1024 if part.endswith("k") else 1
+        try:
+            values.append(int(float(part.rstrip("k")) * scale))
+        except ValueError:
+            raise PalimpsaError(f"cannot read {part!r} in {text!r}; write numbers like 512,2k,8k") from None
+    if any(v < 1 for v in values):
+        raise PalimpsaError(f"values in {text!r} must be positive")
+    return values
+
+
+def eval_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eval-model", description="Evaluate long-context behaviour of one or more "
+                                     "models side by side, with plots.", epilog=EVAL_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL", help="model directory (Palimpsa) or Mamba2 checkpoint")
+    parser.add_argument("--compare", nargs="*", default=[], metavar="OTHER", help="more models to evaluate alike")
+    parser.add_argument("--tasks", default="nll-position,passkey,niah,mqar", help="comma list of tasks")
+    parser.add_argument("--lengths", default="256,512,1024", help="context lengths in tokens (2k = 2048)")
+    parser.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths for passkey and niah")
+    parser.add_argument("--samples", type=int, default=2, help="samples per length x depth cell")
+    parser.add_argument("--mqar-pairs", default="4,8,16,32", help="numbers of key-value pairs for mqar")
+    parser.add_argument("--segment-length", type=int, default=512, help="tokens per forward for nll-position")
+    parser.add_argument("--nll-length", default=None, help="tokens of text for nll-position (default: max length)")
+    parser.add_argument("--train-length", type=int, default=None, help="training length, marked on the NLL plot")
+    parser.add_argument("--text", default=None, metavar="FILE", help="long text for nll-position")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--device", default="auto", help="cpu, cuda, or auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", "-o", default="eval-results", metavar="DIR", help="where to write results")
+    return parser
+
+
+def run_eval(argv: list[str] | None = None) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from .evaluation import TASKS, EvalSettings, evaluate_model, text_token_ids, write_outputs
+    from .generation import load_model_and_tokenizer
+
+    args = eval_parser().parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        raise PalimpsaError(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
+    try:
+        depths = [float(d) for d in args.depths.split(",")]
+    except ValueError:
+        raise PalimpsaError(f"cannot read --depths {args.depths!r}; write fractions like 0,0.5,1") from None
+    if any(not 0 <= d <= 1 for d in depths):
+        raise PalimpsaError("--depths must lie in [0, 1]")
+    if args.samples < 1 or args.batch_size < 1 or args.segment_length < 1:
+        raise PalimpsaError("--samples, --batch-size and --segment-length must be at least 1")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    settings = EvalSettings(tasks=tasks, lengths=_int_list(args.lengths), depths=depths, per_cell=args.samples,
+                            seed=args.seed, segment_length=args.segment_length,
+                            nll_length=_int_list(args.nll_length)[0] if args.nll_length else None,
+                            mqar_pairs=_int_list(args.mqar_pairs), train_length=args.train_length, text=args.text,
+                            batch_size=args.batch_size, device=device)
+    sources = [args.model, *args.compare]
+    names = [Path(s).name or s for s in sources]
+    if len(set(names)) < len(names):
+        names = [f"{i}:{n}" for i, n in enumerate(names)]
+    print(f"eval-model: {len(sources)} model(s), tasks {', '.join(tasks)}, lengths {settings.lengths}, "
+          f"seed {settings.seed}, device {device}, output {args.output}")
+    results, text_ids = [], None
+    for name, source in zip(names, sources):
+        model, tokenizer = load_model_and_tokenizer(source)
+        model = model.to(device)
+        if text_ids is None and "nll-position" in tasks:
+            text_ids = text_token_ids(tokenizer, settings)
+        print(f"evaluating {name} ...")
+        results.append(evaluate_model(name, model, tokenizer, settings, text_ids))
+        del model
+    write_outputs(results, settings, Path(args.output))
+    print((Path(args.output) / "summary.md").read_text())
+    return 0
+
+
 upgrade_main = guarded(run_upgrade, "upgrade-model")
+eval_main = guarded(run_eval, "eval-model")
 verify_main = guarded(run_verify, "verify-equivalence")
 export_main = guarded(run_export, "export-model")
 generate_main = guarded(run_generate, "generate-text")

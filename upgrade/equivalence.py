@@ -106,34 +106,3 @@ def probe_from_text(path: Path, tokenizer, batch: int, length: int) -> torch.Ten
 
 def default_probe(vocab_size: int, batch: int, length: int, seed: int) -> torch.Tensor:
     return probe_input_ids(vocab_size, batch, length, seed)
-
-
-def plot_sweep(result: SweepResult, path: Path, title: str) -> None:
-    """Log-log plot of max |logit diff| against beta scale, with a slope-1 guide and the value at 0."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in result.rows if r["scale"] > 0]
-    scales = [r["scale"] for r in rows]
-    diffs = [max(r["max_abs_diff"], 1e-300) for r in rows]
-    figure, axis = plt.subplots(figsize=(6.4, 4.4))
-    axis.loglog(scales, diffs, "o-", label="max |logit diff| vs beta-dropped Mamba2")
-    if result.fitted_scales:
-        anchor_scale = result.fitted_scales[0]
-        anchor = next(r["max_abs_diff"] for r in rows if r["scale"] == anchor_scale)
-        guide = [anchor * s / anchor_scale for s in scales]
-        axis.loglog(scales, guide, "--", color="grey", label="slope 1")
-    zero = result.rows[-1]["max_abs_diff"]
-    if zero > 0:
-        axis.axhline(zero, color="tab:red", linestyle=":", label=f"at scale 0: {zero:.2g}")
-    slope = "n/a" if result.slope is None else f"{result.slope:.3f}"
-    axis.set_title(f"{title}\nslope {slope}, limit {'OK' if result.limit_ok else 'FAILED'} ({result.dtype})")
-    axis.set_xlabel("beta scale")
-    axis.set_ylabel("max |logit difference|")
-    axis.grid(True, which="both", alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)

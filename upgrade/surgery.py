@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .errors import PalimpsaError
-from .modeling import Mamba2Mixer, PalimpsaForCausalLM, PalimpsaMixer
+from .modeling import PalimpsaForCausalLM, PalimpsaMixer
 
 STRATEGIES = ("even", "first", "last")
 
@@ -66,7 +66,14 @@ def convert_layers(model: PalimpsaForCausalLM, layers: list[int], *, beta_init: 
     gain (``seed`` fixes ``beta_down``'s random draw). The model's ``beta_scale`` is reset to 1.
     """
     config = model.config
-    already = sorted(set(layers) & set(config.upgraded_layers))
+    layers = [int(i) for i in layers]
+    outside = sorted({i for i in layers if not 0 <= i < config.n_layer})
+    if outside:
+        raise PalimpsaError(f"layers {outside} are outside the model's layers 0-{config.n_layer - 1}")
+    if len(set(layers)) != len(layers):
+        raise PalimpsaError(f"a layer is listed more than once: {layers}")
+    already = sorted(i for i in layers if i in config.upgraded_layers
+                     or isinstance(model.backbone.layers[i].mixer, PalimpsaMixer))
     if already:
         raise PalimpsaError(f"layers {already} are Palimpsa layers already")
     if beta_rank < 1:
@@ -75,12 +82,18 @@ def convert_layers(model: PalimpsaForCausalLM, layers: list[int], *, beta_init: 
         raise PalimpsaError(f"--beta-init must be >= 0, got {beta_init}")
     config.upgraded_layers = sorted([*config.upgraded_layers, *layers])
     config.beta_init, config.beta_rank, config.beta_scale = float(beta_init), int(beta_rank), 1.0
-    torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):  # seed the beta init without touching the caller's random state
+        torch.manual_seed(seed)
+        _replace_mixers(model, layers, beta_init)
+    model.set_beta_scale(1.0)
+    return model
+
+
+def _replace_mixers(model: PalimpsaForCausalLM, layers: list[int], beta_init: float) -> None:
+    config = model.config
     for index in layers:
         block = model.backbone.layers[index]
         old = block.mixer
-        if not isinstance(old, Mamba2Mixer) or isinstance(old, PalimpsaMixer):
-            raise PalimpsaError(f"layer {index} is not a Mamba2 layer")
         reference = old.in_proj.weight
         with torch.device("meta"):
             new = PalimpsaMixer(config, index)
@@ -92,8 +105,6 @@ def convert_layers(model: PalimpsaForCausalLM, layers: list[int], *, beta_init: 
                     setattr(module, name, torch.nn.Parameter(fresh))
         new.init_beta_parameters(beta_init)
         block.mixer = new
-    model.set_beta_scale(1.0)
-    return model
 
 
 def count_new_parameters(model: PalimpsaForCausalLM) -> int:

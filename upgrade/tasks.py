@@ -1,0 +1,131 @@
+"""Seeded generators of long-context tasks (no download): passkey, needle-in-a-haystack, MQAR, and long text.
+
+Every generator is a pure function of its arguments and a seed, so every model in a comparison sees identical
+inputs. Formats follow the published protocols (see docs/evaluation.md):
+
+- passkey (Landmark / LongLoRA): instruction, repeated filler, "The pass key is {K}. Remember it. {K} is the pass
+  key." at a chosen depth, then "What is the pass key? The pass key is".
+- niah (RULER niah_single_1 / niah_multikey_1): "One of the special magic numbers for {key} is: {value}." in a
+  repeated-sentence haystack, 7-digit values; the multi-key form adds needles for distractor keys.
+- mqar (Zoology): key and value token ids from the lower and upper half of the vocabulary, ``k1 v1 k2 v2 ...``
+  then queried keys, each followed by its value; scored on the values after queried keys.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+PASSKEY_INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
+                       "it. I will quiz you about the important information there.\n")
+PASSKEY_QUESTION = "\nWhat is the pass key? The pass key is"
+NIAH_KEYS = ("amber-falcon", "quiet-harbor", "silver-meadow", "rapid-orchid", "hollow-comet", "velvet-canyon",
+             "brisk-lantern", "golden-thistle", "misty-anchor", "crimson-willow", "lunar-pebble", "wild-saffron",
+             "frozen-beacon", "gentle-cobalt", "hidden-marble", "solar-juniper", "noble-quartz", "swift-heron",
+             "ancient-fern", "bright-cinder")
+
+
+@dataclass
+class Sample:
+    """One prompt and the exact answer expected after it."""
+
+    prompt: str
+    answer: str
+    length: int  # target length in tokens
+    depth: float | None = None
+
+
+def _fill_to_length(tokenizer, prefix: str, needle: str, suffix: str, length: int, depth: float,
+                    haystack: str = FILLER) -> str:
+    """``prefix`` + haystack with ``needle`` at ``depth`` (0 = start, 1 = end) + ``suffix``, about ``length``
+    tokens in all (the haystack is whole sentences; the count errs below the target)."""
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    sentences = [s.strip() + " " for s in haystack.replace("\n", " ").split(". ") if s.strip()]
+    sentences = [s if s.rstrip().endswith((".", "!", "?")) else s.rstrip() + ". " for s in sentences]
+    fixed = count(prefix + needle + suffix)
+    budget = max(0, length - fixed)
+    per_sentence = max(1, count("".join(sentences)) / len(sentences))
+    total = max(1, int(budget / per_sentence))
+    body = [sentences[i % len(sentences)] for i in range(total)]
+    while len(body) > 1 and count(prefix + "".join(body) + needle + suffix) > length:
+        body = body[: max(1, int(len(body) * 0.95))]
+    split = round(depth * len(body))
+    return prefix + "".join(body[:split]) + needle + "".join(body[split:]) + suffix
+
+
+def passkey_samples(tokenizer, lengths: list[int], depths: list[float], per_cell: int, seed: int) -> list[Sample]:
+    rng = random.Random(seed)
+    samples = []
+    for length in lengths:
+        for depth in depths:
+            for _ in range(per_cell):
+                key = str(rng.randint(10000, 99999))
+                needle = f"The pass key is {key}. Remember it. {key} is the pass key. "
+                prompt = _fill_to_length(tokenizer, PASSKEY_INSTRUCTION, needle, PASSKEY_QUESTION, length, depth)
+                samples.append(Sample(prompt, key, length, depth))
+    return samples
+
+
+def niah_samples(tokenizer, lengths: list[int], depths: list[float], per_cell: int, seed: int,
+                 distractors: int = 0) -> list[Sample]:
+    """RULER niah_single_1 (``distractors=0``) or niah_multikey_1 (needles for other keys spread through the
+    haystack)."""
+    rng = random.Random(seed + 7919 * distractors)
+    samples = []
+    for length in lengths:
+        for depth in depths:
+            for _ in range(per_cell):
+                keys = rng.sample(NIAH_KEYS, 1 + distractors)
+                values = [str(rng.randint(1_000_000, 9_999_999)) for _ in keys]
+                needle = f"One of the special magic numbers for {keys[0]} is: {values[0]}. "
+                question = (f"\nWhat is the special magic number for {keys[0]} mentioned in the provided text? "
+                            f"The special magic number for {keys[0]} mentioned in the provided text is")
+                prompt = _fill_to_length(tokenizer, "", needle, question, length, depth)
+                for key, value in zip(keys[1:], values[1:]):
+                    distractor = f"One of the special magic numbers for {key} is: {value}. "
+                    cut = prompt.rfind(". ", 0, int(len(prompt) * rng.uniform(0.05, 0.9))) + 2
+                    prompt = prompt[:cut] + distractor + prompt[cut:]
+                samples.append(Sample(prompt, values[0], length, depth))
+    return samples
+
+
+@dataclass
+class MQARSample:
+    input_ids: list[int]
+    target_positions: list[int]  # positions whose next token is a queried value
+    targets: list[int]
+    pairs: int
+
+
+def mqar_samples(vocab_size: int, pairs_list: list[int], queries: int, per_setting: int, seed: int,
+                 reserved: int = 0) -> list[MQARSample]:
+    """Keys from ``[reserved, mid)``, values from ``[mid, vocab_size)``: ``k1 v1 ... kn vn`` then ``queries``
+    queried keys each followed by its value; the model must predict each value from its key."""
+    rng = random.Random(seed)
+    middle = reserved + (vocab_size - reserved) // 2
+    key_pool, value_pool = list(range(reserved, middle)), list(range(middle, vocab_size))
+    samples = []
+    for pairs in pairs_list:
+        if pairs > min(len(key_pool), len(value_pool)):
+            raise ValueError(f"MQAR with {pairs} pairs needs a vocabulary of more than {2 * pairs + reserved}")
+        for _ in range(per_setting):
+            keys, values = rng.sample(key_pool, pairs), rng.sample(value_pool, pairs)
+            ids = [token for pair in zip(keys, values) for token in pair]
+            positions, targets = [], []
+            for index in rng.sample(range(pairs), min(queries, pairs)):
+                ids.append(keys[index])
+                positions.append(len(ids) - 1)
+                targets.append(values[index])
+                ids.append(values[index])
+            samples.append(MQARSample(ids, positions, targets, pairs))
+    return samples
+
+
+def default_long_text() -> str:
+    """About 465K characters of English prose that every Python installation ships (``pydoc_data.topics``)."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[name] for name in sorted(topics))
