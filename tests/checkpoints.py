@@ -1,6 +1,6 @@
 """Tiny Mamba2 checkpoints for the tests, in the two formats found in the wild, made here from random weights.
 
-- ``write_mamba_ssm``: ``config.json`` as mamba_ssm's ``MambaConfig`` + ``pytorch_model.bin`` (or ``model.safetensors``).
+- ``write_mamba_ssm``: ``config.json`` as mamba_ssm's ``MambaConfig`` + ``pytorch_model.bin`` or ``model.safetensors``.
 - ``write_transformers``: transformers' own ``Mamba2ForCausalLM.save_pretrained`` (sharded when asked).
 - ``hub_cache_layout``: a directory copied into a huggingface_hub cache (``models--owner--name/snapshots/<sha>``).
 """

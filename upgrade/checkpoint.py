@@ -369,7 +369,8 @@ def _load_pickle(path: Path) -> dict[str, torch.Tensor]:
                 raise
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many types for a corrupt or unsafe pickle
-        raise PalimpsaError(f"cannot read {path} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
+        first_line = str(error).partition("\n")[0][:200] or "empty or truncated file"
+        raise PalimpsaError(f"cannot read {path} ({type(error).__name__}: {first_line}); "
                             "the file is corrupt or holds more than tensors") from None
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise PalimpsaError(f"{path} does not hold a state dict of tensors")
