@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from .chunk import chunk_palimpsa_scan
@@ -56,13 +58,21 @@ def _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_
                 raise ValueError(f"initial state {name} must be {list(expected)}, got {list(state.shape)}")
 
 
+def _triton_scan():
+    """The Triton implementation, or None where it cannot be imported: no triton package, or a standalone copy of
+    this module (export-model --standalone) that carries only the PyTorch paths. Imported by name at run time
+    so that such a copy has no import of a file it lacks."""
+    try:
+        return importlib.import_module(".triton_scan", __package__).triton_palimpsa_scan
+    except ImportError:
+        return None
+
+
 def _pick_backend(backend: str, v: torch.Tensor) -> str:
     if backend == "auto":
-        return "torch"
-    if backend == "triton":
-        raise NotImplementedError(
-            "backend='triton' is not available in this version of palimpsa.kernels; use backend='torch'"
-        )
+        return "triton" if v.is_cuda and _triton_scan() is not None else "torch"
+    if backend == "triton" and _triton_scan() is None:
+        raise RuntimeError("backend='triton' needs the triton package; use backend='torch'")
     return backend
 
 
@@ -120,7 +130,12 @@ def palimpsa_scan(
     """
     _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens, backend)
     backend = _pick_backend(backend, v)
-    if cu_seqlens is None:
+    if backend == "triton":
+        y, final, uncertainty = _triton_scan()(
+            v, k, q, log_decay, beta, importance_prior, initial_state, output_final_state, output_uncertainty,
+            cu_seqlens,
+        )
+    elif cu_seqlens is None:
         y, final, uncertainty = _scan_one(
             v, k, q, log_decay, beta, importance_prior, initial_state, output_uncertainty, backend
         )

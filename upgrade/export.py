@@ -49,12 +49,13 @@ def resolve_export_source(source: str | Path) -> tuple[Path, str]:
     if (path / "config.json").is_file():
         model_type = _read_json(path / "config.json").get("model_type")
         if model_type != "palimpsa":
-            raise PalimpsaError(f"{source} holds a {model_type!r} model, not a Palimpsa model; upgrade it first "
-                                "with upgrade-model")
+            kind = f"a {model_type!r} model" if model_type else "a checkpoint without model_type (mamba_ssm format?)"
+            raise PalimpsaError(f"{source} holds {kind}, not a Palimpsa model; upgrade it first with upgrade-model")
         return path, "model"
     if (path / "final").is_dir():
         return resolve_export_source(path / "final")
-    steps = sorted((path / "checkpoints").glob("step-*/model")) if (path / "checkpoints").is_dir() else []
+    steps = sorted(p for p in (path / "checkpoints").glob("step-*/model")  # complete checkpoints only
+                   if not p.parent.name.endswith(".partial") and (p / "config.json").is_file())
     if steps:
         return resolve_export_source(steps[-1])
     raise PalimpsaError(f"{source} holds no model: expected config.json, adapter_config.json, final/ or "

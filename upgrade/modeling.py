@@ -106,6 +106,20 @@ class PalimpsaCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen_tokens
 
+    def reset_rows(self, keep: torch.Tensor, importance_prior: float) -> None:
+        """Restart the state of the batch rows where ``keep`` ``[B]`` is False (a new document begins there)."""
+        for i, conv in enumerate(self.conv):
+            if conv is not None:
+                self.conv[i] = conv * keep.to(conv.dtype)[:, None, None]
+        for i, state in enumerate(self.ssm):
+            if state is not None:
+                memory, importance = state
+                row = keep.to(memory.dtype)[:, None, None, None]
+                memory = memory * row
+                if importance is not None:
+                    importance = importance * row + importance_prior * (1 - row)
+                self.ssm[i] = (memory, importance)
+
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Keep the batch rows ``beam_idx`` (beam search, batch selection)."""
         for i, conv in enumerate(self.conv):
@@ -175,13 +189,15 @@ class Mamba2Mixer(nn.Module):
         if config.dt_limit is not None:
             dt = dt.clamp(min=config.dt_limit[0], max=config.dt_limit[1])
         x_heads = x.view(batch, length, self.nheads, self.headdim)
+        beta = self.beta(hidden_states, dt)
         y = palimpsa_scan(
             upcast(x_heads) * dt[..., None],
             keys.view(batch, length, self.ngroups, self.d_state),
             queries.view(batch, length, self.ngroups, self.d_state),
             dt * -torch.exp(upcast(self.A_log)),
-            self.beta(hidden_states, dt),
-            importance_prior=config.importance_prior,
+            beta,
+            # A Mamba2 layer (no beta) is the scan with I == 1; the prior only exists in a Palimpsa layer.
+            importance_prior=config.importance_prior if beta is not None else 1.0,
             initial_state=None if cache is None else cache.ssm[self.layer_idx],
             output_final_state=cache is not None,
             cu_seqlens=cu_seqlens,

@@ -36,24 +36,29 @@ class Sample:
     depth: float | None = None
 
 
-def _fill_to_length(tokenizer, prefix: str, needle: str, suffix: str, length: int, depth: float,
+def _fill_to_length(tokenizer, prefix: str, needles: list[tuple[str, float]], suffix: str, length: int,
                     haystack: str = FILLER) -> str:
-    """``prefix`` + haystack with ``needle`` at ``depth`` (0 = start, 1 = end) + ``suffix``, about ``length``
-    tokens in all (the haystack is whole sentences; the count errs below the target)."""
+    """``prefix`` + haystack sentences with each ``(needle, depth)`` inserted between sentences at its depth
+    (0 = start, 1 = end) + ``suffix``, about ``length`` tokens in all: the haystack fills what the fixed parts
+    leave and errs below the target; when the fixed parts alone exceed it, one haystack sentence remains."""
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    sentences = [s.strip() + " " for s in haystack.replace("\n", " ").split(". ") if s.strip()]
-    sentences = [s if s.rstrip().endswith((".", "!", "?")) else s.rstrip() + ". " for s in sentences]
-    fixed = count(prefix + needle + suffix)
-    budget = max(0, length - fixed)
-    per_sentence = max(1, count("".join(sentences)) / len(sentences))
-    total = max(1, int(budget / per_sentence))
-    body = [sentences[i % len(sentences)] for i in range(total)]
-    while len(body) > 1 and count(prefix + "".join(body) + needle + suffix) > length:
+    sentences = [s.strip().rstrip(".") + ". " for s in haystack.replace("\n", " ").split(". ") if s.strip()]
+    fixed_text = prefix + "".join(n for n, _ in needles) + suffix
+    budget = max(0, length - count(fixed_text))
+    per_sentence = max(1.0, count("".join(sentences)) / len(sentences))
+    body = [sentences[i % len(sentences)] for i in range(max(1, int(budget / per_sentence)))]
+
+    def assemble(parts: list[str]) -> str:
+        placed = list(parts)
+        for needle, depth in sorted(needles, key=lambda item: -item[1]):
+            placed.insert(round(depth * len(parts)), needle)
+        return prefix + "".join(placed) + suffix
+
+    while len(body) > 1 and count(assemble(body)) > length:
         body = body[: max(1, int(len(body) * 0.95))]
-    split = round(depth * len(body))
-    return prefix + "".join(body[:split]) + needle + "".join(body[split:]) + suffix
+    return assemble(body)
 
 
 def passkey_samples(tokenizer, lengths: list[int], depths: list[float], per_cell: int, seed: int) -> list[Sample]:
@@ -64,7 +69,7 @@ def passkey_samples(tokenizer, lengths: list[int], depths: list[float], per_cell
             for _ in range(per_cell):
                 key = str(rng.randint(10000, 99999))
                 needle = f"The pass key is {key}. Remember it. {key} is the pass key. "
-                prompt = _fill_to_length(tokenizer, PASSKEY_INSTRUCTION, needle, PASSKEY_QUESTION, length, depth)
+                prompt = _fill_to_length(tokenizer, PASSKEY_INSTRUCTION, [(needle, depth)], PASSKEY_QUESTION, length)
                 samples.append(Sample(prompt, key, length, depth))
     return samples
 
@@ -83,11 +88,9 @@ def niah_samples(tokenizer, lengths: list[int], depths: list[float], per_cell: i
                 needle = f"One of the special magic numbers for {keys[0]} is: {values[0]}. "
                 question = (f"\nWhat is the special magic number for {keys[0]} mentioned in the provided text? "
                             f"The special magic number for {keys[0]} mentioned in the provided text is")
-                prompt = _fill_to_length(tokenizer, "", needle, question, length, depth)
-                for key, value in zip(keys[1:], values[1:]):
-                    distractor = f"One of the special magic numbers for {key} is: {value}. "
-                    cut = prompt.rfind(". ", 0, int(len(prompt) * rng.uniform(0.05, 0.9))) + 2
-                    prompt = prompt[:cut] + distractor + prompt[cut:]
+                distractors_placed = [(f"One of the special magic numbers for {key} is: {value}. ", rng.random())
+                                      for key, value in zip(keys[1:], values[1:])]
+                prompt = _fill_to_length(tokenizer, "", [(needle, depth), *distractors_placed], question, length)
                 samples.append(Sample(prompt, values[0], length, depth))
     return samples
 
