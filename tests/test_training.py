@@ -1,0 +1,249 @@
+"""Fine-tuning: recipe validation, trainable selection, the tiny run, NaN guard, and resume after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from palimpsa.upgrade.errors import PalimpsaError
+from palimpsa.upgrade.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "recipes" / "tiny-cpu.yaml"
+# Small and fast: 64-token rows, no passkey probe, deterministic single-threaded subprocesses.
+FAST = ["data.seq_len=64", "data.batch_size=2", "eval.passkey_samples=0", "eval.batches=1",
+        "schedule.warmup_steps=1", "logging.tensorboard=false", f"model.path={ROOT / 'upgrade/assets/tiny-mamba2'}"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+ENV.pop("TRITON_INTERPRET", None)
+
+
+def write_recipe(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return path
+
+
+# --- recipe validation -------------------------------------------------------------------------------------------
+
+def test_shipped_recipes_validate():
+    names = sorted(p.name for p in (ROOT / "recipes").glob("*.yaml"))
+    assert {"tiny-cpu.yaml", "beta-only.yaml", "beta-lora.yaml", "upgraded-full.yaml",
+            "mamba2-2.7b-8layers-16k.yaml", "mamba2-2.7b-8layers-16k-fsdp.yaml"} <= set(names)
+    modes = {name: load_recipe(ROOT / "recipes" / name).trainable.mode for name in names}
+    assert modes["beta-only.yaml"] == "beta" and modes["beta-lora.yaml"] == "beta+lora"
+    assert modes["upgraded-full.yaml"] == "upgraded"
+    big = load_recipe(ROOT / "recipes" / "mamba2-2.7b-8layers-16k.yaml")
+    assert big.data.seq_len == 16384 and big.model.upgrade_layers == "8"
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("data.batch_sise=2", "unknown key data.batch_sise; did you mean data.batch_size?"),
+    ("optim.learning_rate=1", "unknown key optim.learning_rate"),
+    ("trainabel.mode=beta", "unknown key trainabel; did you mean trainable?"),
+    ("optim.lr=2", "optim.lr: Input should be less than or equal to 1"),
+    ("train.max_steps=0", "train.max_steps: Input should be greater than or equal to 1"),
+    ("trainable.mode=everything", "trainable.mode: Input should be"),
+    ("schedule.warmup_steps=500", "schedule.warmup_steps (500) must be below train.max_steps"),
+    ("data.path=./x", "give data.path (one local source) or data.sources, not both"),
+    ("data.state_passing=true", "gradient_checkpointing cannot be combined with data.state_passing"),
+])
+def test_recipe_errors_name_the_problem(override, expected):
+    overrides = [override] if override != "data.state_passing=true" else [override,
+                                                                         "model.gradient_checkpointing=true"]
+    with pytest.raises(PalimpsaError) as error:
+        load_recipe(TINY, overrides)
+    assert expected in str(error.value)
+
+
+def test_recipe_lists_every_problem_and_overrides_are_typed(tmp_path):
+    path = write_recipe(tmp_path, "output_dir: x\nmodel: {path: m, upgrade_layer: 2}\ndata: {path: d}\n"
+                                  "train: {max_steps: 10, grad_acum: 2}\n")
+    with pytest.raises(PalimpsaError) as error:
+        load_recipe(path)
+    message = str(error.value)
+    assert "model.upgrade_layer; did you mean model.upgrade_layers?" in message
+    assert "train.grad_acum; did you mean train.grad_accum?" in message
+    recipe = load_recipe(TINY, ["train.max_steps=7", "optim.lr=5e-4", "lora.target_modules=[in_proj]",
+                                "logging.tensorboard=false"])
+    assert recipe.train.max_steps == 7 and recipe.optim.lr == 5e-4 and recipe.lora.target_modules == ["in_proj"]
+    assert recipe.logging.tensorboard is False
+    with pytest.raises(PalimpsaError, match="write key=value"):
+        load_recipe(TINY, ["train.max_steps"])
+    with pytest.raises(PalimpsaError, match="does not exist"):
+        load_recipe(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("model: [unclosed")
+    with pytest.raises(PalimpsaError, match="not valid YAML"):
+        load_recipe(tmp_path / "bad.yaml")
+
+
+def test_cli_check_prints_resolved_recipe_and_rejects_bad_keys():
+    ok = subprocess.run(["finetune-model", str(TINY), "train.max_steps=30", "--check"], capture_output=True,
+                        text=True, env=ENV)
+    assert ok.returncode == 0, ok.stderr
+    assert "max_steps: 30" in ok.stdout and "grad_accum: 1" in ok.stdout  # defaults are filled in
+    bad = subprocess.run(["finetune-model", str(TINY), "optim.lrr=1", "--check"], capture_output=True, text=True,
+                         env=ENV)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        f"finetune-model: error: recipe {TINY}: unknown key optim.lrr; did you mean optim.lr?"]
+
+
+# --- trainable selection ------------------------------------------------------------------------------------------
+
+def _upgraded_tiny():
+    from palimpsa.upgrade import upgrade_model
+
+    return upgrade_model(ROOT / "upgrade/assets/tiny-mamba2", "2").model
+
+
+@pytest.mark.parametrize("mode, groups", [("beta", {"beta"}), ("upgraded", {"beta", "upgraded"}),
+                                          ("all", {"beta", "other"})])
+def test_selection_modes(mode, groups):
+    from palimpsa.upgrade.training import select_trainable
+
+    model = _upgraded_tiny()
+    selection = select_trainable(model, load_recipe(TINY, [f"trainable.mode={mode}"]))
+    assert set(selection.groups) == groups
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {n for params in selection.groups.values() for n, _ in params}
+    if mode == "beta":
+        assert trainable and all(".beta_" in n for n in trainable)
+    if mode == "upgraded":
+        assert all(".layers.1." in n or ".layers.3." in n for n in trainable)
+        assert any("in_proj" in n for n in trainable)
+    lines = selection.describe(model)
+    assert lines[0] == "Trainable parameters" and "total" in lines[-1] and "%" in lines[-1]
+
+
+def test_patterns_that_match_nothing_are_errors():
+    from palimpsa.upgrade.training import attach_lora, select_trainable
+
+    model = _upgraded_tiny()
+    recipe = load_recipe(TINY, ["trainable.mode=patterns", "trainable.patterns=['*.mixer.in_projection*']"])
+    with pytest.raises(PalimpsaError, match="matches no parameter; names look like"):
+        select_trainable(model, recipe)
+    recipe = load_recipe(TINY, ["trainable.mode=patterns", "trainable.patterns=['*.layers.0.mixer.D', "
+                                "'*beta_gain']"])
+    selection = select_trainable(model, recipe)
+    assert {n for n, _ in selection.groups["other"]} == {"backbone.layers.0.mixer.D"}
+    assert len(selection.groups["beta"]) == 2
+    with pytest.raises(PalimpsaError, match="is not a module of the model"):
+        attach_lora(_upgraded_tiny(), load_recipe(TINY, ["lora.target_modules=[x_proj]"]))
+
+
+def test_lr_schedule_shapes():
+    from palimpsa.upgrade.training import lr_factor
+
+    recipe = load_recipe(TINY, ["train.max_steps=100", "schedule.warmup_steps=10", "schedule.min_lr_ratio=0.1"])
+    assert lr_factor(0, recipe) == pytest.approx(0.1) and lr_factor(9, recipe) == pytest.approx(1.0)
+    assert lr_factor(10, recipe) == pytest.approx(1.0) and lr_factor(100, recipe) == pytest.approx(0.1)
+    assert lr_factor(55, recipe) == pytest.approx(0.55)  # cosine midpoint: 0.1 + 0.9 * 0.5
+    linear = load_recipe(TINY, ["train.max_steps=100", "schedule.warmup_steps=0", "schedule.type=linear"])
+    assert lr_factor(50, linear) == pytest.approx(0.55)
+
+
+# --- training runs ------------------------------------------------------------------------------------------------
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_tiny_recipe_trains_loss_falls_and_only_the_selection_moves(tmp_path):
+    from palimpsa.upgrade.modeling import PalimpsaForCausalLM
+    from palimpsa.upgrade.training import Trainer
+
+    run = tmp_path / "run"
+    recipe = load_recipe(TINY, FAST + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=30",
+                                       "optim.beta_lr=0.05", "logging.tensorboard=true", "eval.every=15",
+                                       "checkpoint.every=15"])
+    torch.set_num_threads(1)
+    summary = Trainer(recipe, log=lambda _line: None).run()
+    rows = [r for r in _metrics(run) if "loss" in r]
+    assert [r["step"] for r in rows][:3] == [5, 10, 15] or rows[0]["step"] >= 1
+    assert {"step", "loss", "lr", "tokens_per_s"} <= set(rows[0])
+    first, last = rows[0]["loss"], rows[-1]["loss"]
+    assert last < first - 0.05, (first, last)
+    evals = [r for r in _metrics(run) if "eval_nll" in r]
+    assert [r["step"] for r in evals] == [15, 30] and all(r["eval_nll"] > 0 for r in evals)
+    assert (run / "recipe.yaml").is_file() and any((run / "tensorboard").iterdir())
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-0000015", "step-0000030"]
+    final = PalimpsaForCausalLM.from_pretrained(str(run / "final"))
+    assert summary["final"] == str(run / "final")
+    base = _upgraded_tiny()
+    final_state, base_state = final.state_dict(), base.state_dict()
+    moved = [n for n in base_state if not torch.equal(final_state[n], base_state[n])]
+    assert moved and all(".beta_" in n for n in moved)
+    assert any(n.endswith("beta_gain") for n in moved)
+
+
+def test_nan_loss_stops_with_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from palimpsa.upgrade.training import NonFiniteLoss, Trainer
+
+    run = tmp_path / "run"
+    recipe = load_recipe(TINY, FAST + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=10",
+                                       "checkpoint.every=3"])
+    original = Trainer._forward
+    calls = {"n": 0}
+
+    def poisoned(self, model, batch, cache):
+        loss, cache = original(self, model, batch, cache)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] == 5 else loss), cache
+
+    monkeypatch.setattr(Trainer, "_forward", poisoned)
+    with pytest.raises(NonFiniteLoss, match=r"loss became nan at step 5; stopped, the last good checkpoint is"):
+        Trainer(recipe, log=lambda _line: None).run()
+    assert (run / "checkpoints" / "step-0000003" / "trainer_state.json").is_file()
+    assert not (run / "final").exists()
+
+
+@pytest.mark.parametrize("state_passing", [False, True])
+def test_sigkill_then_resume_continues_the_same_loss_trajectory(tmp_path, state_passing):
+    overrides = FAST + ["trainable.mode=beta+lora", "train.max_steps=12", "train.log_every=1",
+                        "checkpoint.every=4", f"data.state_passing={str(state_passing).lower()}"]
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    command = [sys.executable, "-m", "palimpsa.upgrade.finetune", str(TINY), *overrides]
+    done = subprocess.run([*command, f"output_dir={reference}"], capture_output=True, text=True, env=ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    process = subprocess.Popen([*command, f"output_dir={killed}"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=ENV)
+    deadline = time.time() + 240
+    checkpoint = killed / "checkpoints" / "step-0000008"
+    while not checkpoint.is_dir() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert checkpoint.is_dir(), "the run ended before its second checkpoint"
+    assert not (killed / "final").exists()
+
+    resumed = subprocess.run([*command, f"output_dir={killed}", "--resume"], capture_output=True, text=True,
+                             env=ENV)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    expected = {r["step"]: r["loss"] for r in _metrics(reference) if "loss" in r}
+    got = {r["step"]: r["loss"] for r in _metrics(killed) if "loss" in r}
+    assert sorted(got) == list(range(1, 13))  # rows logged after the checkpoint were dropped, then re-logged
+    for step in range(1, 13):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
+    assert (killed / "final" / "config.json").is_file()
+
+
+def test_resume_refuses_a_changed_recipe_and_a_fresh_run_refuses_an_old_one(tmp_path):
+    from palimpsa.upgrade.training import Trainer
+
+    run = tmp_path / "run"
+    recipe = load_recipe(TINY, FAST + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=2"])
+    Trainer(recipe, log=lambda _line: None).run()
+    with pytest.raises(PalimpsaError, match="holds a run with checkpoints; pass --resume"):
+        Trainer(recipe)
+    changed = load_recipe(TINY, FAST + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=2",
+                                        "optim.lr=0.5"])
+    with pytest.raises(PalimpsaError, match=r"recipe differs from the run's recipe.yaml in \['optim'\]"):
+        Trainer(changed, resume=True)
+    with pytest.raises(PalimpsaError, match="has no recipe.yaml"):
+        Trainer(load_recipe(TINY, FAST + [f"output_dir={tmp_path / 'new'}", "train.max_steps=2"]), resume=True)

@@ -1,0 +1,509 @@
+"""The fine-tuning loop: recipe -> model + trainable selection -> data -> accelerate training with checkpoints.
+
+Run layout (``output_dir``)::
+
+    recipe.yaml            the resolved recipe (a resumed run must match it)
+    metrics.jsonl          one object per logged step: step, loss, lr, tokens_per_s, grad_norm, ... and eval rows
+    tensorboard/           TensorBoard event files (logging.tensorboard)
+    checkpoints/step-NNNNNNN/
+        state/             accelerate state: model, optimizer, scheduler, RNG
+        trainer_state.json step, data position, last metrics
+        model/             a loadable model directory (LoRA merged)
+    final/                 the exported final model (from_pretrained / export-model load it)
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from .errors import PalimpsaError
+from .recipe import Recipe
+
+CHECKPOINT_PREFIX = "step-"
+
+
+class NonFiniteLoss(PalimpsaError):
+    """The loss became NaN or infinite; the run stopped and kept its last good checkpoint."""
+
+
+@dataclass
+class TrainableSelection:
+    groups: dict[str, list[tuple[str, torch.nn.Parameter]]]
+
+    def describe(self, model: torch.nn.Module) -> list[str]:
+        total = sum(p.numel() for p in model.parameters())
+        lines = ["Trainable parameters"]
+        for name, params in self.groups.items():
+            count = sum(p.numel() for _, p in params)
+            lines.append(f"  {name:<10} {count:>14,} ({count / total:.4%}) in {len(params)} tensors")
+        chosen = sum(p.numel() for params in self.groups.values() for _, p in params)
+        lines.append(f"  {'total':<10} {chosen:>14,} ({chosen / total:.4%} of {total:,})")
+        return lines
+
+
+def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
+    """The Palimpsa model of ``recipe.model.path``; a plain Mamba2 is upgraded first (``model.upgrade_layers``)."""
+    from .modeling import PalimpsaForCausalLM
+    from .pipeline import upgrade_model
+
+    section = recipe.model
+    path = Path(section.path).expanduser()
+    config_path = path / "config.json"
+    is_palimpsa = config_path.is_file() and json.loads(config_path.read_text()).get("model_type") == "palimpsa"
+    dtype = getattr(torch, section.dtype)
+    if is_palimpsa:
+        if section.upgrade_layers:
+            raise PalimpsaError(f"{section.path} is a Palimpsa model already; remove model.upgrade_layers")
+        model = PalimpsaForCausalLM.from_pretrained(str(path), dtype=dtype)
+        tokenizer_dir = path
+    else:
+        if not section.upgrade_layers:
+            raise PalimpsaError(f"{section.path} is not a Palimpsa model; set model.upgrade_layers (e.g. 8) to "
+                                "upgrade it first, or upgrade it with upgrade-model")
+        result = upgrade_model(section.path, section.upgrade_layers, dtype=section.dtype,
+                               beta_init=section.beta_init, beta_rank=section.beta_rank, log=log)
+        model = result.model
+        from .checkpoint import load_checkpoint
+
+        tokenizer_dir = load_checkpoint(section.path).directory
+    if section.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model.train(), tokenizer_dir
+
+
+def select_trainable(model: torch.nn.Module, recipe: Recipe) -> TrainableSelection:
+    """Freeze everything, then unfreeze what ``recipe.trainable`` selects (LoRA adapters included).
+
+    Raises PalimpsaError when a mode or pattern selects nothing: a silent no-op selection trains nothing.
+    """
+    mode = recipe.trainable.mode
+    for param in model.parameters():
+        param.requires_grad_(False)
+    named = list(model.named_parameters())
+    upgraded = {f"layers.{i}.mixer." for i in model.config.upgraded_layers}
+
+    def in_upgraded(name: str) -> bool:
+        return any(marker in name for marker in upgraded)
+
+    groups: dict[str, list] = {}
+    if mode in ("beta", "beta+lora", "upgraded"):
+        groups["beta"] = [(n, p) for n, p in named if ".beta_" in n]
+        if not groups["beta"]:
+            raise PalimpsaError("trainable.mode selects the beta parameters but the model has no Palimpsa layer")
+    if mode == "upgraded":
+        groups["upgraded"] = [(n, p) for n, p in named if in_upgraded(n) and ".beta_" not in n]
+    if mode == "beta+lora":
+        groups["lora"] = [(n, p) for n, p in named if "lora_" in n]
+        if not groups["lora"]:
+            raise PalimpsaError("trainable.mode beta+lora but no LoRA adapter is attached; "
+                                f"check lora.target_modules {recipe.lora.target_modules}")
+    if mode == "all":
+        groups["beta"] = [(n, p) for n, p in named if ".beta_" in n]
+        groups["other"] = [(n, p) for n, p in named if ".beta_" not in n]
+    if mode == "patterns":
+        for pattern in recipe.trainable.patterns:
+            matched = [(n, p) for n, p in named if fnmatch.fnmatch(n, pattern)]
+            if not matched:
+                example = next((n for n, _ in named if ".mixer." in n), named[0][0])
+                raise PalimpsaError(f"trainable pattern {pattern!r} matches no parameter; names look like "
+                                    f"{example!r}")
+            groups.setdefault("beta", [])
+            groups.setdefault("other", [])
+            for name, param in matched:
+                group = groups["beta"] if ".beta_" in name else groups["other"]
+                if all(name != n for n, _ in group):
+                    group.append((name, param))
+        groups = {k: v for k, v in groups.items() if v}
+    for params in groups.values():
+        for _, param in params:
+            param.requires_grad_(True)
+    return TrainableSelection(groups)
+
+
+def attach_lora(model: torch.nn.Module, recipe: Recipe):
+    """peft LoRA on the named projections of the upgraded layers only. A target that matches no module is an
+    error here, before peft could silently adapt nothing or the wrong layers."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = [f"backbone.layers.{i}.mixer.{module}" for i in model.config.upgraded_layers
+               for module in recipe.lora.target_modules]
+    names = {name for name, _ in model.named_modules()}
+    missing = [t for t in targets if t not in names]
+    if missing:
+        raise PalimpsaError(f"lora.target_modules: {missing[0]!r} is not a module of the model; the mixers have "
+                            "in_proj, out_proj, conv1d, beta_down, beta_up")
+    config = LoraConfig(r=recipe.lora.r, lora_alpha=recipe.lora.alpha, lora_dropout=recipe.lora.dropout,
+                        target_modules=targets, bias="none")
+    return get_peft_model(model, config)
+
+
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights with LoRA deltas folded in, under the plain model's names (the model is unchanged)."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    state = {}
+    lora_layers = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    for name, tensor in base.state_dict().items():
+        if "lora_" in name:
+            continue
+        owner = name.rsplit(".", 2)[0] if ".base_layer." in name else None
+        if owner in lora_layers and name.endswith("base_layer.weight"):
+            layer = lora_layers[owner]
+            delta = sum(layer.get_delta_weight(adapter) for adapter in layer.active_adapters)
+            state[name.replace(".base_layer", "")] = (tensor + delta.to(tensor.dtype)).detach()
+        else:
+            state[name.replace(".base_layer", "")] = tensor.detach()
+    return state
+
+
+def parameter_groups(selection: TrainableSelection, recipe: Recipe) -> list[dict]:
+    optim = recipe.optim
+    groups = []
+    for name, params in selection.groups.items():
+        tensors = [p for _, p in params]
+        if name == "beta":
+            groups.append({"params": tensors, "lr": optim.beta_lr or optim.lr, "weight_decay": 0.0, "name": name})
+            continue
+        decayed = [p for p in tensors if p.dim() >= 2]
+        plain = [p for p in tensors if p.dim() < 2]
+        if decayed:
+            groups.append({"params": decayed, "lr": optim.lr, "weight_decay": optim.weight_decay, "name": name})
+        if plain:
+            groups.append({"params": plain, "lr": optim.lr, "weight_decay": 0.0, "name": f"{name}-nodecay"})
+    return groups
+
+
+def lr_factor(step: int, recipe: Recipe) -> float:
+    """Warmup (linear from 0) then cosine or linear decay to ``min_lr_ratio``, or constant."""
+    schedule, total = recipe.schedule, recipe.train.max_steps
+    if step < schedule.warmup_steps:
+        return (step + 1) / schedule.warmup_steps
+    if schedule.type == "constant":
+        return 1.0
+    progress = min(1.0, (step - schedule.warmup_steps) / max(1, total - schedule.warmup_steps))
+    shape = 0.5 * (1 + math.cos(math.pi * progress)) if schedule.type == "cosine" else 1 - progress
+    return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * shape
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    folder = output_dir / "checkpoints"
+    if not folder.is_dir():
+        return None
+    complete = sorted(p for p in folder.glob(f"{CHECKPOINT_PREFIX}*") if (p / "trainer_state.json").is_file()
+                      and not p.name.endswith(".partial"))
+    return complete[-1] if complete else None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+class Trainer:
+    """One fine-tuning run; ``run()`` trains to ``train.max_steps``, resuming from the last checkpoint if asked."""
+
+    def __init__(self, recipe: Recipe, resume: bool = False, log: Callable[[str], None] = print):
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        self.recipe, self.resume = recipe, resume
+        self.output_dir = Path(recipe.output_dir).expanduser()
+        self.accelerator = Accelerator(gradient_accumulation_steps=recipe.train.grad_accum,
+                                       mixed_precision=recipe.train.mixed_precision)
+        self.is_main = self.accelerator.is_main_process
+        self.log = log if self.is_main else (lambda _line: None)
+        set_seed(recipe.train.seed)
+        self._check_run_directory()
+
+    def _check_run_directory(self) -> None:
+        saved = self.output_dir / "recipe.yaml"
+        current = self.recipe.model_dump(mode="json")
+        if self.resume:
+            if not saved.is_file():
+                raise PalimpsaError(f"--resume: {self.output_dir} has no recipe.yaml; start the run without --resume")
+            previous = yaml.safe_load(saved.read_text())
+            keep = ("max_steps",)  # a resumed run may be extended
+            differs = [key for key in current if key != "train" and current[key] != previous.get(key)]
+            differs += [f"train.{k}" for k in current["train"] if k not in keep
+                        and current["train"][k] != previous.get("train", {}).get(k)]
+            if differs:
+                raise PalimpsaError(f"--resume: the recipe differs from the run's recipe.yaml in {differs}; resume "
+                                    "with the same recipe or start a new output_dir")
+        elif saved.is_file() and latest_checkpoint(self.output_dir) is not None:
+            raise PalimpsaError(f"{self.output_dir} holds a run with checkpoints; pass --resume to continue it or "
+                                "choose another output_dir")
+
+    def run(self) -> dict:
+        from tqdm.auto import tqdm
+
+        from .data import build_data
+
+        recipe, accelerator = self.recipe, self.accelerator
+        model, tokenizer_dir = load_model_for_training(recipe, self.log)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(tokenizer_dir))
+        if recipe.trainable.mode == "beta+lora":
+            model = attach_lora(model, recipe)
+        selection = select_trainable(model, recipe)
+        for line in selection.describe(model):
+            self.log(line)
+        stream, eval_batches = build_data(recipe.data, tokenizer, vocab_size=model.config.vocab_size)
+        optimizer = torch.optim.AdamW(parameter_groups(selection, recipe), betas=recipe.optim.betas,
+                                      eps=recipe.optim.eps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, recipe))
+        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+        self.model, self.optimizer, self.scheduler, self.tokenizer = model, optimizer, scheduler, tokenizer
+
+        step, data_state = 0, None
+        self.cache = None  # the carried recurrent state in state-passing mode
+        if self.resume:
+            checkpoint = latest_checkpoint(self.output_dir)
+            if checkpoint is None:
+                raise PalimpsaError(f"--resume: no complete checkpoint under {self.output_dir}/checkpoints")
+            accelerator.load_state(str(checkpoint / "state"))
+            trainer_state = json.loads((checkpoint / "trainer_state.json").read_text())
+            step, data_state = trainer_state["step"], trainer_state["data"]
+            stream.load_state_dict(data_state)
+            self.cache = self._load_carried_state(checkpoint)
+            self._truncate_metrics(step)
+            self.log(f"resumed from {checkpoint} at step {step}")
+        elif self.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            _write_atomic(self.output_dir / "recipe.yaml", recipe.to_yaml())
+        writer = self._tensorboard()
+        batches = iter(stream)
+        bar = tqdm(total=recipe.train.max_steps, initial=step, desc="fine-tuning", disable=not self.is_main)
+        window_tokens, window_start = 0, time.perf_counter()
+        last_good = latest_checkpoint(self.output_dir)
+        while step < recipe.train.max_steps:
+            losses, tokens = [], 0
+            for _ in range(recipe.train.grad_accum):
+                batch = self._next_batch(batches)
+                with accelerator.accumulate(model):
+                    loss, self.cache = self._forward(model, batch, self.cache)
+                    if not torch.isfinite(loss):
+                        self._stop_on_non_finite(step, loss, last_good)
+                    accelerator.backward(loss)
+                    grad_norm = None
+                    if accelerator.sync_gradients and recipe.optim.grad_clip:
+                        grad_norm = accelerator.clip_grad_norm_(
+                            [p for p in model.parameters() if p.requires_grad], recipe.optim.grad_clip)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                losses.append(loss.detach().float().item())
+                tokens += batch.tokens
+            step += 1
+            window_tokens += tokens * accelerator.num_processes
+            bar.update(1)
+            if step % recipe.train.log_every == 0 or step == recipe.train.max_steps:
+                elapsed = max(time.perf_counter() - window_start, 1e-9)
+                row = {"step": step, "loss": sum(losses) / len(losses), "lr": scheduler.get_last_lr()[0],
+                       "tokens_per_s": window_tokens / elapsed, "tokens": tokens,
+                       "grad_norm": None if grad_norm is None else float(grad_norm), **self._beta_stats(model)}
+                window_tokens, window_start = 0, time.perf_counter()
+                self._log_metrics(row, writer)
+                bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:,.0f}")
+            if recipe.eval.every and step % recipe.eval.every == 0 and step < recipe.train.max_steps:
+                self._log_metrics(self.evaluate(eval_batches, step), writer)
+            if recipe.checkpoint.every and step % recipe.checkpoint.every == 0 and step < recipe.train.max_steps:
+                last_good = self.save_checkpoint(step, stream)
+        bar.close()
+        final_eval = self.evaluate(eval_batches, step)
+        self._log_metrics(final_eval, writer)
+        last_good = self.save_checkpoint(step, stream)
+        final = self.export_final(last_good)
+        if writer is not None:
+            writer.close()
+        return {"step": step, "final": str(final), "eval": final_eval}
+
+    def _next_batch(self, batches):
+        """Each process takes every ``num_processes``-th batch of the one seeded stream."""
+        for _ in range(self.accelerator.process_index):
+            next(batches)
+        batch = next(batches)
+        for _ in range(self.accelerator.num_processes - 1 - self.accelerator.process_index):
+            next(batches)
+        return batch
+
+    def _forward(self, model, batch, cache):
+        from .modeling import PalimpsaCache
+
+        device = self.accelerator.device
+        inputs = {"input_ids": batch.input_ids.to(device), "labels": batch.labels.to(device)}
+        if batch.cu_seqlens is not None:
+            inputs["cu_seqlens"] = batch.cu_seqlens.to(device)
+        else:  # truncated backpropagation through time: carry the (detached) state between batches
+            config = self.accelerator.unwrap_model(model).config
+            if cache is None:
+                cache = PalimpsaCache(config.n_layer)
+            else:
+                cache.reset_rows(batch.continues.to(device), config.importance_prior)
+            inputs["cache_params"] = cache
+        with self.accelerator.autocast():
+            output = model(**inputs)
+        return output.loss, cache
+
+    def _stop_on_non_finite(self, step: int, loss: torch.Tensor, last_good: Path | None) -> None:
+        where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was written yet"
+        raise NonFiniteLoss(f"loss became {loss.item()} at step {step + 1}; stopped, {where}. Lower optim.lr or "
+                            "optim.beta_lr, or set optim.grad_clip")
+
+    def _beta_stats(self, model) -> dict:
+        gains = [p.detach().float().abs() for n, p in self.accelerator.unwrap_model(model).named_parameters()
+                 if n.endswith("beta_gain")]
+        if not gains:
+            return {}
+        flat = torch.cat([g.flatten() for g in gains])
+        return {"beta_gain_mean": flat.mean().item(), "beta_gain_max": flat.max().item()}
+
+    def _tensorboard(self):
+        if not (self.is_main and self.recipe.logging.tensorboard):
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise PalimpsaError("logging.tensorboard needs the tensorboard package: pip install tensorboard, or "
+                                "set logging.tensorboard=false") from None
+        return SummaryWriter(str(self.output_dir / "tensorboard"))
+
+    def _log_metrics(self, row: dict, writer) -> None:
+        if not self.is_main:
+            return
+        with open(self.output_dir / "metrics.jsonl", "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        if writer is not None:
+            prefix = "eval" if "eval_nll" in row else "train"
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    writer.add_scalar(f"{prefix}/{key}", value, row["step"])
+            writer.flush()
+        if self.recipe.logging.wandb:
+            import wandb
+
+            if wandb.run is None:
+                wandb.init(project=self.recipe.logging.wandb_project, config=self.recipe.model_dump(mode="json"))
+            wandb.log(row, step=row["step"])
+
+    @torch.no_grad()
+    def evaluate(self, eval_batches, step: int) -> dict:
+        """Held-out NLL (nats per token) and a small passkey probe."""
+        model = self.model
+        model.eval()
+        device = self.accelerator.device
+        total, count = 0.0, 0
+        for batch in eval_batches[: self.recipe.eval.batches]:
+            output = model(input_ids=batch.input_ids.to(device), labels=batch.labels.to(device),
+                           cu_seqlens=None if batch.cu_seqlens is None else batch.cu_seqlens.to(device))
+            total += output.loss.float().item() * batch.tokens
+            count += batch.tokens
+        row = {"step": step, "eval_nll": total / max(count, 1)}
+        if self.recipe.eval.passkey_samples:
+            from .evaluation import greedy_answers, passkey_correct
+            from .tasks import passkey_samples
+
+            length = self.recipe.eval.passkey_length or self.recipe.data.seq_len
+            samples = passkey_samples(self.tokenizer, [length], [0.0, 0.5, 1.0], self.recipe.eval.passkey_samples,
+                                      seed=1234)
+            answers = greedy_answers(self.accelerator.unwrap_model(model), self.tokenizer, samples, batch_size=4)
+            row["passkey_accuracy"] = sum(passkey_correct(a, s.answer) for a, s in zip(answers, samples)) / len(
+                samples)
+        model.train()
+        return row
+
+    def save_checkpoint(self, step: int, stream) -> Path:
+        """Full state (model, optimizer, scheduler, RNG, data position) and a loadable model, atomically."""
+        accelerator = self.accelerator
+        folder = self.output_dir / "checkpoints"
+        final = folder / f"{CHECKPOINT_PREFIX}{step:07d}"
+        partial = folder / f"{final.name}.partial"
+        if self.is_main:
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(partial / "state"))
+        if self.cache is not None:  # state passing: the carried state is part of where the run stands
+            carried = {"conv": self.cache.conv, "ssm": self.cache.ssm, "seen_tokens": self.cache.seen_tokens}
+            torch.save(carried, partial / f"carried_state_rank{accelerator.process_index}.pt")
+        state = self._full_state_dict()
+        if self.is_main:
+            self._save_model_directory(state, partial / "model")
+            trainer_state = {"step": step, "data": stream.state_dict()}
+            (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+            if final.exists():
+                shutil.rmtree(final)
+            partial.rename(final)
+            for old in sorted(folder.glob(f"{CHECKPOINT_PREFIX}*"))[: -self.recipe.checkpoint.keep]:
+                if not old.name.endswith(".partial"):
+                    shutil.rmtree(old)
+        accelerator.wait_for_everyone()
+        return final
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop metrics a killed run logged after its last checkpoint; the resumed run logs those steps again."""
+        path = self.output_dir / "metrics.jsonl"
+        if not (self.is_main and path.is_file()):
+            return
+        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        _write_atomic(path, "".join(line + "\n" for line in kept))
+
+    def _load_carried_state(self, checkpoint: Path):
+        from .modeling import PalimpsaCache
+
+        path = checkpoint / f"carried_state_rank{self.accelerator.process_index}.pt"
+        if not path.is_file():
+            return None
+        carried = torch.load(path, map_location=self.accelerator.device, weights_only=True)
+        cache = PalimpsaCache(len(carried["conv"]))
+        cache.conv, cache.ssm, cache.seen_tokens = carried["conv"], carried["ssm"], carried["seen_tokens"]
+        return cache
+
+    def _full_state_dict(self) -> dict[str, torch.Tensor]:
+        model = self.accelerator.unwrap_model(self.model)
+        if self.recipe.trainable.mode == "beta+lora":
+            return merged_state_dict(model)
+        return self.accelerator.get_state_dict(self.model)
+
+    def _save_model_directory(self, state: dict[str, torch.Tensor], directory: Path) -> None:
+        from .integrity import file_manifest
+        from .saving import save_state_dict_sharded
+
+        model = self.accelerator.unwrap_model(self.model)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        directory.mkdir(parents=True)
+        config = base.config
+        config.architectures = ["PalimpsaForCausalLM"]
+        if config.tie_word_embeddings:
+            state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+        names = save_state_dict_sharded(state, directory, 5 * 10**9, progress=False)
+        config.save_pretrained(directory)
+        names.append("config.json")
+        self.tokenizer.save_pretrained(str(directory))
+        report = {"files": file_manifest(directory, names), "recipe": self.recipe.model_dump(mode="json")}
+        (directory / "export_report.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    def export_final(self, checkpoint: Path) -> Path:
+        """``output_dir/final``: the last checkpoint's model directory, copied atomically."""
+        final = self.output_dir / "final"
+        if self.is_main:
+            staging = self.output_dir / "final.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(checkpoint / "model", staging)
+            if final.exists():
+                shutil.rmtree(final)
+            staging.rename(final)
+        self.accelerator.wait_for_everyone()
+        return final
