@@ -9,6 +9,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub is reachable here; tests 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """The tests run tiny models: intra-op threads only add overhead, and spin badly on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -94,15 +94,6 @@ def assert_tokenizer_copied(output: Path) -> None:
         assert (output / name).read_bytes() == (TINY / name).read_bytes()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: intra-op threads only add overhead (and spin badly on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # sources and exports, built once
 

@@ -96,15 +96,6 @@ def iterated_argmax(model, ids: torch.Tensor, steps: int) -> torch.Tensor:
     return ids
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: intra-op threads only add overhead (and spin badly on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module", params=[(kind, g) for kind in KINDS for g in GROUPS],
                 ids=[f"{kind}-g{g}" for kind in KINDS for g in GROUPS])
 def model(request) -> PalimpsaForCausalLM:

@@ -59,16 +59,6 @@ def requests(kind: str, arguments: list) -> list[Instance]:
 # fixtures
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """This tiny model's many small ops run several times slower with two intra-op threads on a busy two-core
-    machine than with one; restored after this module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("lm_eval") / "tiny-palimpsa"
