@@ -220,8 +220,10 @@ class Trainer:
 
         self.recipe, self.resume = recipe, resume
         self.output_dir = Path(recipe.output_dir).expanduser()
+        # The schedule counts optimizer steps: stepped by hand once per step, not per process or micro-batch.
         self.accelerator = Accelerator(gradient_accumulation_steps=recipe.train.grad_accum,
-                                       mixed_precision=recipe.train.mixed_precision)
+                                       mixed_precision=recipe.train.mixed_precision,
+                                       step_scheduler_with_optimizer=False)
         self.is_main = self.accelerator.is_main_process
         self.log = log if self.is_main else (lambda _line: None)
         set_seed(recipe.train.seed)
@@ -302,7 +304,8 @@ class Trainer:
                         grad_norm = accelerator.clip_grad_norm_(
                             [p for p in model.parameters() if p.requires_grad], recipe.optim.grad_clip)
                     optimizer.step()
-                    scheduler.step()
+                    if accelerator.sync_gradients:
+                        scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
                 losses.append(loss.detach().float().item())
                 tokens += batch.tokens
