@@ -1,0 +1,132 @@
+"""Fine-tuning throughput and memory: an upgraded model against the same model with no layer upgraded.
+
+Side by side in one run, on one GPU: mamba2-2.7b dimensions (random weights), the same layers trained in both
+models (every parameter of their mixers: Mamba2 weights, plus beta in the upgraded model), activation
+checkpointing per block, bf16, AdamW. Reports tokens/s and peak memory per sequence length, and the ratios
+(target: upgraded >= 0.8x the plain model's tokens/s and <= 1.2x its peak memory). Both models use the same
+Mamba2 path for their plain layers; the Palimpsa layers use palimpsa_scan's "auto" backend (Triton on CUDA).
+
+    python scripts/bench_train.py --json bench_train.json
+    python scripts/bench_train.py --d-model 768 --n-layer 24 --upgraded 4 --seq-lens 2048   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+
+import torch
+from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM
+from palimpsa.upgrade.surgery import spread_layers
+
+
+def build(config: PalimpsaConfig, device: str, dtype: torch.dtype) -> PalimpsaForCausalLM:
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = PalimpsaForCausalLM(config)
+    model = model.to_empty(device=device)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("A_log",)):
+                param.copy_(torch.empty_like(param).uniform_(1, 16).log())
+            elif name.endswith("dt_bias"):
+                dt = torch.empty_like(param).uniform_(-6.9, -2.3).exp()
+                param.copy_(dt + torch.log(-torch.expm1(-dt)))
+            elif name.endswith(("norm.weight", "D")):
+                param.fill_(1.0)
+            elif name.endswith("beta_gain"):
+                param.fill_(config.beta_init)
+            elif name.endswith(("beta_up.weight", "beta_up.bias", "conv1d.bias")):
+                param.zero_()
+            else:
+                param.normal_(std=param.shape[-1] ** -0.5 if param.dim() > 1 else 0.02)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.backbone.embedding.weight
+    return model.to(dtype).train()
+
+
+def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int) -> dict:
+    for param in model.parameters():
+        param.requires_grad_(False)
+    trained = [p for i in layers for p in model.backbone.layers[i].mixer.parameters()]
+    for param in trained:
+        param.requires_grad_(True)
+    model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(trained, lr=1e-5)
+    ids = torch.randint(0, model.config.vocab_size, (1, seq_len), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    times = []
+    for index in range(warmup + steps):
+        start = time.perf_counter()
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if index >= warmup:
+            times.append(time.perf_counter() - start)
+    times.sort()
+    median = times[len(times) // 2]
+    return {"seq_len": seq_len, "step_s": median, "tokens_per_s": seq_len / median,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "peak_extra_gib": (torch.cuda.max_memory_allocated()
+                                                                                 - base) / 2**30,
+            "loss": loss.item()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--d-model", type=int, default=2560)
+    parser.add_argument("--n-layer", type=int, default=64)
+    parser.add_argument("--vocab", type=int, default=50288)
+    parser.add_argument("--upgraded", type=int, default=8)
+    parser.add_argument("--seq-lens", default="8192,16384")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_train.py needs a CUDA GPU")
+    layers = spread_layers(args.upgraded, args.n_layer)
+    rows = []
+    for seq_len in [int(s) for s in args.seq_lens.split(",")]:
+        result = {"seq_len": seq_len}
+        for label, upgraded in (("plain", []), ("upgraded", layers)):
+            config = PalimpsaConfig(d_model=args.d_model, n_layer=args.n_layer, vocab_size=args.vocab,
+                                    upgraded_layers=upgraded, beta_init=1e-3)
+            model = build(config, "cuda", torch.bfloat16)
+            try:
+                result[label] = measure(model, layers, seq_len, args.steps, args.warmup)
+            except torch.cuda.OutOfMemoryError as error:
+                result[label] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
+            del model
+            gc.collect()
+            torch.cuda.empty_cache()
+        if "error" not in result["plain"] and "error" not in result["upgraded"]:
+            result["throughput_ratio"] = result["upgraded"]["tokens_per_s"] / result["plain"]["tokens_per_s"]
+            result["memory_ratio"] = result["upgraded"]["peak_gib"] / result["plain"]["peak_gib"]
+        rows.append(result)
+    device = torch.cuda.get_device_name()
+    print(f"\nfine-tuning, {args.n_layer} layers x d_model {args.d_model}, layers {layers} trained "
+          f"(upgraded in the second model), bf16, activation checkpointing, {device}")
+    print(f"{'L':>6} {'plain tok/s':>12} {'upgr tok/s':>11} {'ratio':>6} {'plain GiB':>10} {'upgr GiB':>9} "
+          f"{'ratio':>6}")
+    for row in rows:
+        plain, upgraded = row["plain"], row["upgraded"]
+        if "error" in plain or "error" in upgraded:
+            print(f"{row['seq_len']:>6} {plain.get('error', '')} {upgraded.get('error', '')}")
+            continue
+        print(f"{row['seq_len']:>6} {plain['tokens_per_s']:>12,.0f} {upgraded['tokens_per_s']:>11,.0f} "
+              f"{row['throughput_ratio']:>6.2f} {plain['peak_gib']:>10.1f} {upgraded['peak_gib']:>9.1f} "
+              f"{row['memory_ratio']:>6.2f}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"device": device, "date": time.strftime("%Y-%m-%d"), "layers": layers, "rows": rows}, handle,
+                      indent=2)
+
+
+if __name__ == "__main__":
+    main()
