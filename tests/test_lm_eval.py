@@ -62,7 +62,7 @@ def requests(kind: str, arguments: list) -> list[Instance]:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("lm_eval") / "tiny-palimpsa"
-    upgrade_model(str(TINY), 2, output=output)
+    upgrade_model(str(TINY), 2, output=output, beta_init=1e-3)
     return output
 
 

@@ -545,8 +545,3 @@ def test_cu_seqlens_initial_state_needs_one_state_per_sequence():
         call(args, cu_seqlens=torch.tensor([0, 2, 6]))
     args["initial_state"] = (inputs["M0"], inputs["I0"])
     assert call(args, cu_seqlens=torch.tensor([0, 2, 6])).shape == (1, 6, 4, 3)
-
-
-def test_triton_backend_not_implemented():
-    with pytest.raises(NotImplementedError, match="triton"):
-        call(valid_args(), backend="triton")

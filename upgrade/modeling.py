@@ -8,7 +8,9 @@ so a mamba_ssm checkpoint loads as it is; a Palimpsa mixer adds ``beta_down``, `
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -130,6 +132,22 @@ class PalimpsaCache:
                 self.ssm[i] = tuple(None if s is None else s.index_select(0, beam_idx.to(s.device)) for s in state)
 
 
+@functools.cache
+def mamba_ssm_chunk_scan():
+    """mamba_ssm's fused SSD scan (``mamba_chunk_scan_combined``) for plain Mamba2 layers on CUDA, or None.
+
+    None when mamba_ssm is not installed, cannot be imported (its package needs a CUDA extension), or
+    ``PALIMPSA_MAMBA_SSM=0`` turns it off; the layer then runs ``palimpsa_scan``, which computes the same.
+    """
+    if os.environ.get("PALIMPSA_MAMBA_SSM", "1") == "0":
+        return None
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    except Exception:  # ImportError, or the extension's own load errors
+        return None
+    return mamba_chunk_scan_combined
+
+
 class Mamba2Mixer(nn.Module):
     """mamba_ssm's ``Mamba2`` mixer (no CUDA extension needed): in_proj, conv, the scan, gated norm, out_proj."""
 
@@ -155,6 +173,20 @@ class Mamba2Mixer(nn.Module):
     def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor) -> torch.Tensor | None:
         """Importance gains ``[B, L, H, P]``; a plain Mamba2 layer has none."""
         return None
+
+    def _fused_mamba2_scan(self, fused, x_heads, dt, A, keys, queries, state, cache, cu_seqlens) -> torch.Tensor:
+        """The same Mamba2 scan through mamba_ssm's fused kernel (``dt`` already through softplus and the clamp)."""
+        seq_idx = None
+        if cu_seqlens is not None:
+            position = torch.arange(x_heads.shape[1], device=x_heads.device)
+            seq_idx = (torch.searchsorted(cu_seqlens, position, right=True) - 1).to(torch.int32)[None]
+        out = fused(x_heads, dt, A, keys, queries, chunk_size=self.config.chunk_size,
+                    initial_states=None if state is None else state[0], seq_idx=seq_idx,
+                    return_final_states=cache is not None)
+        if cache is not None:
+            out, final = out
+            cache.ssm[self.layer_idx] = (final.float().detach(), None)
+        return upcast(out)
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, cache: PalimpsaCache | None = None) -> torch.Tensor:
@@ -190,22 +222,24 @@ class Mamba2Mixer(nn.Module):
             dt = dt.clamp(min=config.dt_limit[0], max=config.dt_limit[1])
         x_heads = x.view(batch, length, self.nheads, self.headdim)
         beta = self.beta(hidden_states, dt)
-        y = palimpsa_scan(
-            upcast(x_heads) * dt[..., None],
-            keys.view(batch, length, self.ngroups, self.d_state),
-            queries.view(batch, length, self.ngroups, self.d_state),
-            dt * -torch.exp(upcast(self.A_log)),
-            beta,
-            # A Mamba2 layer (no beta) is the scan with I == 1; the prior only exists in a Palimpsa layer.
-            importance_prior=config.importance_prior if beta is not None else 1.0,
-            initial_state=None if cache is None else cache.ssm[self.layer_idx],
-            output_final_state=cache is not None,
-            cu_seqlens=cu_seqlens,
-        )
-        if cache is not None:
-            y, (memory, importance) = y
-            keep_importance = isinstance(self, PalimpsaMixer)
-            cache.ssm[self.layer_idx] = (memory.detach(), importance.detach() if keep_importance else None)
+        keys = keys.view(batch, length, self.ngroups, self.d_state)
+        queries = queries.view(batch, length, self.ngroups, self.d_state)
+        A = -torch.exp(upcast(self.A_log))
+        state = None if cache is None else cache.ssm[self.layer_idx]
+        fused = mamba_ssm_chunk_scan() if beta is None and x.is_cuda else None
+        if fused is not None and (state is None or state[1] is None):
+            y = self._fused_mamba2_scan(fused, x_heads, dt, A, keys, queries, state, cache, cu_seqlens)
+        else:
+            y = palimpsa_scan(
+                upcast(x_heads) * dt[..., None], keys, queries, dt * A, beta,
+                # A Mamba2 layer (no beta) is the scan with I == 1; the prior only exists in a Palimpsa layer.
+                importance_prior=config.importance_prior if beta is not None else 1.0,
+                initial_state=state, output_final_state=cache is not None, cu_seqlens=cu_seqlens,
+            )
+            if cache is not None:
+                y, (memory, importance) = y
+                keep_importance = isinstance(self, PalimpsaMixer)
+                cache.ssm[self.layer_idx] = (memory.detach(), importance.detach() if keep_importance else None)
         skip = upcast(self.D).view(-1, self.headdim) if config.D_has_hdim else upcast(self.D)[:, None]
         y = (y + upcast(x_heads) * skip).view(batch, length, self.d_ssm)
         if config.rmsnorm:

@@ -1,0 +1,337 @@
+"""Benchmark the Triton Palimpsa scan against Mamba2's SSD (mamba_ssm) at mamba2-2.7b layer shapes.
+
+Times (``triton.testing.do_bench`` medians) the forward, forward + backward and peak extra memory of
+``palimpsa_scan(backend="triton")`` and of mamba_ssm's ``mamba_chunk_scan_combined`` side by side, bf16 inputs,
+80 heads, P = 64, N = 128, one group, B in {1, 4}, L in {2048, 8192, 16384}; then one decoding step
+(``palimpsa_step``) against a Mamba2 step (mamba_ssm's ``selective_state_update``). If mamba_ssm cannot be
+imported, says so and times our op with ``beta=None`` (and a plain PyTorch step) in its place.
+
+mamba_ssm is a benchmark-only dependency: on a box without its CUDA extension, put its pure-Python wheel's
+contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels.md says how).
+
+    python scripts/bench_scan.py [--json out.json] [--sweep] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import sys
+import types
+
+import torch
+import triton
+from palimpsa.kernels import palimpsa_scan, palimpsa_step, triton_scan
+from triton.testing import do_bench, do_bench_cudagraph
+
+HEADS, HEAD_DIM, STATE = 80, 64, 128
+GIB = 2**30
+
+
+def load_mamba_ssm():
+    """``(mamba_chunk_scan_combined, selective_state_update, note)``, or Nones and the reason."""
+    try:
+        from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+        return mamba_chunk_scan_combined, selective_state_update, "mamba_ssm imported"
+    except Exception as error:  # noqa: BLE001 - any import failure means "not available"
+        reason = f"{type(error).__name__}: {error}"
+    # mamba_ssm/__init__.py imports every model class; the Triton ops need none of them
+    for name in [m for m in sys.modules if m.startswith("mamba_ssm")]:
+        del sys.modules[name]
+    try:
+        spec = importlib.util.find_spec("mamba_ssm")
+        package = types.ModuleType("mamba_ssm")
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["mamba_ssm"] = package
+        ssd = importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
+        step = importlib.import_module("mamba_ssm.ops.triton.selective_state_update")
+        return ssd.mamba_chunk_scan_combined, step.selective_state_update, f"mamba_ssm ops imported ({reason})"
+    except Exception as error:  # noqa: BLE001
+        return None, None, f"mamba_ssm not importable: {reason}; then {type(error).__name__}: {error}"
+
+
+def scan_inputs(batch, length, with_beta=True, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    bf16 = torch.bfloat16
+    dt = 0.001 + 0.099 * torch.rand(batch, length, HEADS, generator=gen, device="cuda")
+    a = -torch.empty(HEADS, device="cuda").uniform_(1, 16, generator=gen)
+    x = torch.randn(batch, length, HEADS, HEAD_DIM, generator=gen, device="cuda")
+    return {
+        "v": (dt[..., None] * x).to(bf16),
+        "k": torch.randn(batch, length, 1, STATE, generator=gen, device="cuda").to(bf16),
+        "q": torch.randn(batch, length, 1, STATE, generator=gen, device="cuda").to(bf16),
+        "log_decay": dt * a,
+        "beta": (torch.rand(batch, length, HEADS, HEAD_DIM, generator=gen, device="cuda") * dt[..., None]).to(bf16)
+        if with_beta else None,
+        "x": x.to(bf16), "dt": dt.to(bf16), "A": a,
+    }
+
+
+def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=triton_scan.CHUNK_SIZE,
+         block_size=triton_scan.BLOCK_SIZE, with_beta=True):
+    names = ["v", "k", "q", "log_decay"] + (["beta"] if with_beta else [])
+    leaves = {n: inputs[n].detach().requires_grad_(True) for n in names}
+    # one fixed output gradient, so that every configuration's gradients can be compared with the default's
+    dy = torch.randn(inputs["v"].shape, generator=torch.Generator(device="cuda").manual_seed(99), device="cuda",
+                     dtype=inputs["v"].dtype)
+    beta = leaves.get("beta")
+
+    def forward():
+        if fwd_config is None and bwd_config is None:
+            return palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta,
+                                 backend="triton")
+        y, _, _ = triton_scan.triton_palimpsa_scan(
+            leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta, 1.0, None, False, False,
+            fwd_config=fwd_config, bwd_config=bwd_config, chunk_size=chunk_size, block_size=block_size)
+        return y
+
+    def forward_only():
+        with torch.no_grad():
+            return forward()
+
+    def forward_backward():
+        return torch.autograd.grad(forward(), list(leaves.values()), dy)
+
+    return forward_only, forward_backward
+
+
+def ssd(inputs, chunk_scan):
+    leaves = {n: inputs[n].detach().requires_grad_(True) for n in ("x", "dt", "A", "k", "q")}
+    dt_bias = torch.zeros(HEADS, device="cuda", requires_grad=True)
+    dy = torch.randn_like(inputs["x"])
+
+    def forward():
+        return chunk_scan(leaves["x"], leaves["dt"], leaves["A"], leaves["k"], leaves["q"], chunk_size=256,
+                          dt_bias=dt_bias, dt_softplus=True)
+
+    def forward_only():
+        with torch.no_grad():
+            return forward()
+
+    def forward_backward():
+        return torch.autograd.grad(forward(), [*leaves.values(), dt_bias], dy)
+
+    return forward_only, forward_backward
+
+
+def peak_extra_gib(fn) -> float:
+    """Peak memory allocated while ``fn`` runs (its results kept), above what was allocated before."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    result = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del result
+    return peak / GIB
+
+
+def median_ms(fn) -> float:
+    return do_bench(fn, warmup=50, rep=300, return_mode="median")
+
+
+def graph_ms(fn) -> float:
+    """Median time of ``fn`` replayed from a CUDA graph: the kernel without the Python launch overhead."""
+    return do_bench_cudagraph(fn, rep=100, return_mode="median")
+
+
+def bench_scans(shapes, chunk_scan):
+    rows = []
+    for batch, length in shapes:
+        inputs = scan_inputs(batch, length)
+        row = {"B": batch, "L": length}
+        fwd, fwd_bwd = ours(inputs)
+        row["ours_fwd_ms"], row["ours_fwdbwd_ms"] = median_ms(fwd), median_ms(fwd_bwd)
+        row["ours_peak_gib"] = peak_extra_gib(fwd_bwd)
+        if chunk_scan is not None:
+            base_fwd, base_fwd_bwd = ssd(inputs, chunk_scan)
+            row["baseline"] = "mamba_ssm SSD"
+        else:
+            base_fwd, base_fwd_bwd = ours(inputs, with_beta=False)
+            row["baseline"] = "ours beta=None"
+        row["base_fwd_ms"], row["base_fwdbwd_ms"] = median_ms(base_fwd), median_ms(base_fwd_bwd)
+        row["base_peak_gib"] = peak_extra_gib(base_fwd_bwd)
+        rows.append(row)
+        print(f"  B={batch} L={length}: ours {row['ours_fwd_ms']:.2f} / {row['ours_fwdbwd_ms']:.2f} ms, "
+              f"{row['baseline']} {row['base_fwd_ms']:.2f} / {row['base_fwdbwd_ms']:.2f} ms", flush=True)
+        del inputs
+    return rows
+
+
+def bench_step(batch, state_update, gen):
+    """One decoding step of ours and of Mamba2 (float32 and bf16 state) at one batch size."""
+    bf16 = torch.bfloat16
+    v = torch.randn(batch, HEADS, HEAD_DIM, generator=gen, device="cuda").to(bf16)
+    k, q = (torch.randn(batch, 1, STATE, generator=gen, device="cuda").to(bf16) for _ in range(2))
+    dt = 0.001 + 0.099 * torch.rand(batch, HEADS, generator=gen, device="cuda")
+    a = -torch.empty(HEADS, device="cuda").uniform_(1, 16, generator=gen)
+    beta = torch.rand(batch, HEADS, HEAD_DIM, generator=gen, device="cuda").to(bf16)
+    memory = torch.randn(batch, HEADS, HEAD_DIM, STATE, generator=gen, device="cuda")
+    importance = 1 + torch.rand(batch, HEADS, HEAD_DIM, STATE, generator=gen, device="cuda")
+    log_decay = dt * a
+
+    def ours_step():
+        return palimpsa_step(v, k, q, log_decay, beta, (memory, importance))
+
+    row = {"B": batch, "ours_step_us": 1e3 * median_ms(ours_step), "ours_step_graph_us": 1e3 * graph_ms(ours_step)}
+    a_full = a[:, None, None].expand(HEADS, HEAD_DIM, STATE)
+    dt_full = dt.to(bf16)[:, :, None].expand(batch, HEADS, HEAD_DIM)
+    bias = torch.zeros(HEADS, device="cuda")[:, None].expand(HEADS, HEAD_DIM)
+    skip = torch.ones(HEADS, device="cuda")[:, None].expand(HEADS, HEAD_DIM)  # Mamba2's D (mamba_ssm needs one)
+    for state_dtype, key in ((torch.float32, "mamba2_step_f32state"), (torch.bfloat16, "mamba2_step_bf16state")):
+        h = torch.randn(batch, HEADS, HEAD_DIM, STATE, generator=gen, device="cuda").to(state_dtype)
+        if state_update is not None:
+            def step(h=h):
+                return state_update(h, v, dt_full, a_full, k, q, D=skip, dt_bias=bias, dt_softplus=True)
+        else:
+            def step(h=h):
+                decay = (dt * a).exp()[:, :, None, None]
+                h.mul_(decay.to(h.dtype)).add_((dt[..., None] * v)[..., None].to(h.dtype) * k[:, :, None])
+                return (h * q[:, :, None]).sum(-1)
+        row[key + "_us"] = 1e3 * median_ms(step)
+        row[key + "_graph_us"] = 1e3 * graph_ms(step)
+    print(f"  step B={batch}: ours {row['ours_step_us']:.1f} us (graph {row['ours_step_graph_us']:.1f}), "
+          f"mamba2 f32 state {row['mamba2_step_f32state_us']:.1f} (graph {row['mamba2_step_f32state_graph_us']:.1f})"
+          f", bf16 state {row['mamba2_step_bf16state_us']:.1f} (graph {row['mamba2_step_bf16state_graph_us']:.1f})",
+          flush=True)
+    return row
+
+
+def bench_steps(batches, state_update):
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    return [bench_step(batch, state_update, gen) for batch in batches]
+
+
+def _relative(got, want) -> float:
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+def sweep(batch=1, length=8192):
+    """Tilings and chunk sizes of our kernels at one shape: forward alone, then backward (fwd+bwd minus fwd).
+
+    Every variant's outputs (and gradients) are compared with the default configuration's: the variants run the
+    same algorithm, so they must agree to rounding (atomics add in a different order).
+    """
+    inputs = scan_inputs(batch, length)
+    rows = []
+    reference_fwd, reference_fwd_bwd = ours(inputs)
+    y_ref, grads_ref = reference_fwd(), reference_fwd_bwd()
+    fwd_configs = [(16, True, 4, 1), (16, True, 4, 2), (8, True, 2, 2), (4, True, 1, 1), (4, True, 1, 2),
+                   (8, True, 1, 2)]
+    best_fwd = None
+    for bv, trans, warps, unroll in fwd_configs:
+        cfg = {"BV": bv, "TRANS": trans, "UNROLL": unroll, "num_warps": warps}
+        fwd, _ = ours(inputs, fwd_config=cfg, bwd_config=triton_scan.BWD_CONFIG)
+        ms, diff = median_ms(fwd), _relative(fwd(), y_ref)
+        rows.append({"kernel": "fwd", **cfg, "ms": ms, "rel_diff_vs_default": diff})
+        print(f"  fwd {cfg}: {ms:.3f} ms (y vs default: {diff:.1e})", flush=True)
+        best_fwd = min(best_fwd or (ms, cfg), (ms, cfg), key=lambda r: r[0])
+    fwd_ms, fwd_cfg = best_fwd
+    # maxnreg 200: ten one-warp programs per SM instead of eight (218 registers as launched), so B=1's 1280
+    # programs fit one wave; ptxas reports no spill at 200 (docs/bench/scan-notes.md)
+    bwd_configs = [(4, False, 1, 128, 8, None), (4, False, 1, 128, 8, 200), (4, False, 1, 128, 4, None),
+                   (4, False, 1, 64, 8, None), (2, False, 1, 128, 8, None)]
+    for bv, trans, warps, chunk, block, maxnreg in bwd_configs:
+        cfg = {"BV": bv, "TRANS": trans, "num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+        _, fwd_bwd = ours(inputs, fwd_config=fwd_cfg, bwd_config=cfg, chunk_size=chunk, block_size=block)
+        ms = median_ms(fwd_bwd)
+        diff = max(_relative(g, r) for g, r in zip(fwd_bwd(), grads_ref, strict=True))
+        rows.append({"kernel": "bwd", **cfg, "CT": chunk, "BS": block, "fwdbwd_ms": ms, "bwd_ms": ms - fwd_ms,
+                     "rel_diff_vs_default": diff})
+        print(f"  bwd {cfg} CT={chunk} BS={block}: fwd+bwd {ms:.3f} ms, bwd ~{ms - fwd_ms:.3f} ms "
+              f"(grads vs default: {diff:.1e})", flush=True)
+    default_step = dict(triton_scan.STEP_CONFIG)
+    for bv, warps in ((16, 4), (32, 4), (64, 8)):
+        triton_scan.STEP_CONFIG = {"BV": bv, "TRANS": False, "num_warps": warps}
+        v = torch.randn(64, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(64, 1, STATE, device="cuda", dtype=torch.bfloat16)
+        log_decay = -torch.rand(64, HEADS, device="cuda")
+        state = (torch.randn(64, HEADS, HEAD_DIM, STATE, device="cuda"),
+                 1 + torch.rand(64, HEADS, HEAD_DIM, STATE, device="cuda"))
+        gain = v.abs()
+        us = 1e3 * graph_ms(lambda v=v, k=k, log_decay=log_decay, state=state, gain=gain:
+                            palimpsa_step(v, k, k, log_decay, gain, state))
+        rows.append({"kernel": "step", "BV": bv, "num_warps": warps, "B": 64, "us": us})
+        print(f"  step BV={bv} warps={warps} B=64: {us:.1f} us (graph)", flush=True)
+    triton_scan.STEP_CONFIG = default_step
+    return rows
+
+
+def copy_bandwidth_tbs() -> float:
+    """Device-to-device copy of 2 GiB, bytes read plus written per second (TB/s)."""
+    src = torch.empty(2 * GIB // 4, device="cuda")
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e12
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write every measurement here")
+    parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
+    parser.add_argument("--quick", action="store_true", help="B=1 only")
+    parser.add_argument("--profile", action="store_true", help="one fwd+bwd at B=1, L=2048 (to run under ncu)")
+    args = parser.parse_args()
+    if args.profile:
+        forward_backward = ours(scan_inputs(1, 2048))[1]
+        forward_backward()
+        torch.cuda.synchronize()
+        return 0
+    chunk_scan, state_update, note = load_mamba_ssm()
+    info = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+            "torch": torch.__version__, "triton": triton.__version__, "baseline": note,
+            "copy_tbs": copy_bandwidth_tbs(), "fwd_config": triton_scan.FWD_CONFIG,
+            "bwd_config": triton_scan.BWD_CONFIG, "chunk_size": triton_scan.CHUNK_SIZE,
+            "block_size": triton_scan.BLOCK_SIZE}
+    print(f"{info['device']} ({info['date']}), torch {info['torch']}, triton {info['triton']}; {note}")
+    print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s")
+    result = {"info": info}
+    batches = (1,) if args.quick else (1, 4)
+    shapes = [(b, length) for b in batches for length in (2048, 8192, 16384)]
+    result["scan"] = bench_scans(shapes, chunk_scan)
+    result["step"] = bench_steps((1, 16, 64), state_update)
+    print_tables(result, chunk_scan is not None, state_update is not None)
+    write_json(args.json, result)
+    if args.sweep:
+        print("\nsweep of our kernels' tilings at B=1, L=8192 (defaults above)")
+        result["sweep"] = sweep()
+        write_json(args.json, result)
+    return 0
+
+
+def write_json(path: str | None, result: dict) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+def print_tables(result: dict, with_ssd: bool, with_step: bool) -> None:
+    """The side-by-side scan table and the decoding-step table."""
+    base = "SSD" if with_ssd else "beta=None"
+    print(f"\nbf16, H={HEADS} P={HEAD_DIM} N={STATE} G=1; ms are do_bench medians; memory is peak extra GiB "
+          f"(fwd+bwd); ratio = ours / {base}")
+    print(f"{'B':>2} {'L':>6} | {'ours fwd':>9} {base + ' fwd':>9} {'ratio':>6} | {'ours f+b':>9} "
+          f"{base + ' f+b':>9} {'ratio':>6} | {'ours GiB':>8} {base + ' GiB':>8} {'ratio':>6}")
+    for r in result["scan"]:
+        print(f"{r['B']:>2} {r['L']:>6} | {r['ours_fwd_ms']:9.2f} {r['base_fwd_ms']:9.2f} "
+              f"{r['ours_fwd_ms'] / r['base_fwd_ms']:6.2f} | {r['ours_fwdbwd_ms']:9.2f} {r['base_fwdbwd_ms']:9.2f} "
+              f"{r['ours_fwdbwd_ms'] / r['base_fwdbwd_ms']:6.2f} | {r['ours_peak_gib']:8.3f} "
+              f"{r['base_peak_gib']:8.3f} {r['ours_peak_gib'] / max(r['base_peak_gib'], 1e-9):6.2f}")
+    step_base = "selective_state_update" if with_step else "torch step"
+    print(f"\ndecoding step (us), Mamba2 = {step_base}; eager (with Python launch) and CUDA-graph replay; "
+          "ratio = ours / Mamba2 with the same state dtype role (ours keeps M and I in float32)")
+    print(f"{'B':>3} {'mode':>6} | {'ours':>7} | {'mamba2 f32':>10} {'ratio':>6} | {'mamba2 bf16':>11} {'ratio':>6}")
+    for r in result["step"]:
+        for mode, suffix in (("eager", "_us"), ("graph", "_graph_us")):
+            ours_us = r["ours_step" + suffix]
+            f32, bf16 = r["mamba2_step_f32state" + suffix], r["mamba2_step_bf16state" + suffix]
+            print(f"{r['B']:>3} {mode:>6} | {ours_us:7.1f} | {f32:10.1f} {ours_us / f32:6.2f} | {bf16:11.1f} "
+                  f"{ours_us / bf16:6.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

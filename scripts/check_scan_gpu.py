@@ -1,0 +1,195 @@
+"""Correctness of the Triton Palimpsa scan at real shapes on a GPU, against float64 references.
+
+Forward output, final states, uncertainty and every gradient (v, k, q, log_decay, beta, M0, I0) of a random
+weighted loss over all four outputs are compared by relative RMS error with:
+
+- the chunked PyTorch path in float64 (its backward through autograd, segment by segment under
+  ``torch.utils.checkpoint`` so that 16k tokens fit), for every case;
+- the sequential reference (naive) in float64 for the short case.
+
+Inputs mix decays near 1 (``log_decay`` about -1e-4) and near 0 (about -9), with beta up to 10. Tolerances: 1e-5
+for float32 inputs (the kernels use no TF32: they run no matrix products), 1e-2 for bfloat16. Prints a table and
+exits non-zero if any check fails.
+
+    python scripts/check_scan_gpu.py [--quick] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+from palimpsa.kernels import palimpsa_scan, triton_scan
+from torch.utils.checkpoint import checkpoint
+
+HEADS, HEAD_DIM, STATE = 80, 64, 128
+OUTPUTS = ("y", "M_T", "I_T", "u")
+GRADS = ("v", "k", "q", "log_decay", "beta", "M0", "I0")
+
+
+def make_inputs(batch, length, groups, dtype, *, with_beta=True, with_state=True, with_importance=True, n_states=None,
+                seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=gen, device="cuda", dtype=torch.float64)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda", dtype=torch.float64)
+
+    log_decay = -9 * rand(batch, length, HEADS)
+    pick = rand(batch, length, HEADS)
+    log_decay = torch.where(pick < 0.3, -1e-4 * (1 + 9 * rand(batch, length, HEADS)), log_decay)
+    log_decay = torch.where(pick > 0.85, -8.0 - rand(batch, length, HEADS), log_decay)
+    n_states = batch if n_states is None else n_states
+    inputs = {
+        "v": randn(batch, length, HEADS, HEAD_DIM) * 0.5,
+        "k": randn(batch, length, groups, STATE),
+        "q": randn(batch, length, groups, STATE),
+        "log_decay": log_decay,
+        "beta": 10 * rand(batch, length, HEADS, HEAD_DIM) if with_beta else None,
+        "M0": randn(n_states, HEADS, HEAD_DIM, STATE) if with_state else None,
+        "I0": 0.5 + rand(n_states, HEADS, HEAD_DIM, STATE) if with_state and with_importance else None,
+    }
+    return {n: None if t is None else t.to(torch.float32 if n in ("M0", "I0") else dtype)
+            for n, t in inputs.items()}
+
+
+def run_op(inputs, backend, prior, cu_seqlens=None):
+    state = None if inputs["M0"] is None else (inputs["M0"], inputs["I0"])
+    y, final, u = palimpsa_scan(inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"],
+                                importance_prior=prior, initial_state=state, output_final_state=True,
+                                output_uncertainty=True, cu_seqlens=cu_seqlens, backend=backend)
+    return [y, final[0], final[1], u]
+
+
+def _segment(v, k, q, log_decay, beta, m, i, prior):
+    y, (m, i), u = palimpsa_scan(v, k, q, log_decay, beta, importance_prior=prior, initial_state=(m, i),
+                                 output_final_state=True, output_uncertainty=True, backend="torch")
+    return y, m, i, u
+
+
+def run_checkpointed_torch(inputs, prior, cu_seqlens=None, segment=64):
+    """The chunked PyTorch path, one sequence and one segment at a time, each segment recomputed in backward."""
+    batch, length = inputs["v"].shape[:2]
+    bounds = [0, length] if cu_seqlens is None else cu_seqlens.tolist()
+    ys, us, ms, is_ = [], [], [], []
+    for index, (start, end) in enumerate(zip(bounds, bounds[1:])):
+        rows = slice(None) if cu_seqlens is None else slice(index, index + 1)
+        if inputs["M0"] is None:
+            n = batch if cu_seqlens is None else 1
+            m = inputs["v"].new_zeros(n, HEADS, HEAD_DIM, STATE)
+            i = torch.full_like(m, prior)
+        else:
+            m = inputs["M0"][rows]
+            i = torch.full_like(m, prior) if inputs["I0"] is None else inputs["I0"][rows]
+        y_parts, u_parts = [], []
+        for s in range(start, end, segment):
+            part = slice(s, min(s + segment, end))
+            beta = None if inputs["beta"] is None else inputs["beta"][:, part]
+            y, m, i, u = checkpoint(_segment, inputs["v"][:, part], inputs["k"][:, part], inputs["q"][:, part],
+                                    inputs["log_decay"][:, part], beta, m, i, prior, use_reentrant=False)
+            y_parts.append(y)
+            u_parts.append(u)
+        ys.append(torch.cat(y_parts, 1))
+        us.append(torch.cat(u_parts, 1))
+        ms.append(m)
+        is_.append(i)
+    return [torch.cat(ys, 1), torch.cat(ms), torch.cat(is_), torch.cat(us, 1)]
+
+
+def outputs_and_grads(inputs, runner, weights):
+    leaves = {n: t.detach().clone().requires_grad_(True) for n, t in inputs.items() if t is not None}
+    full = {n: leaves.get(n) for n in inputs}
+    outputs = runner(full)
+    loss = sum((o.double() * w).sum() for o, w in zip(outputs, weights, strict=True))
+    grads = torch.autograd.grad(loss, list(leaves.values()))
+    return [o.detach() for o in outputs], dict(zip(leaves, grads, strict=True))
+
+
+def relative_error(got, want):
+    got, want = got.double(), want.double()
+    if not torch.isfinite(got).all():
+        return float("inf")
+    scale = max(want.norm().item(), 1e-3 * want.numel() ** 0.5)
+    return (got - want).norm().item() / scale
+
+
+def check_case(name, inputs, tol, prior, cu_seqlens=None, with_naive=False):
+    """Rows ``(case, quantity, reference, error, tol, ok)`` for one set of inputs."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    weights = [torch.randn(s, generator=gen, device="cuda", dtype=torch.float64) for s in shapes_of(inputs, cu_seqlens)]
+    t0 = time.time()
+    got, got_grads = outputs_and_grads(inputs, lambda x: run_op(x, "triton", prior, cu_seqlens), weights)
+    t_triton = time.time() - t0
+    exact = {n: None if t is None else t.double() for n, t in inputs.items()}
+    references = {"torch-f64": lambda x: run_checkpointed_torch(x, prior, cu_seqlens)}
+    if with_naive:
+        references["naive-f64"] = lambda x: run_op(x, "naive", prior, cu_seqlens)
+    rows = []
+    for ref_name, runner in references.items():
+        t0 = time.time()
+        want, want_grads = outputs_and_grads(exact, runner, weights)
+        t_ref = time.time() - t0
+        for label, g, w in zip(OUTPUTS, got, want, strict=True):
+            err = relative_error(g, w)
+            rows.append((name, label, ref_name, err, tol, err <= tol))
+        for label in GRADS:
+            if label in want_grads:
+                err = relative_error(got_grads[label], want_grads[label])
+                rows.append((name, "d" + label, ref_name, err, tol, err <= tol))
+        print(f"  {name}: triton fwd+bwd {t_triton:.1f} s (incl. compile), {ref_name} {t_ref:.1f} s", flush=True)
+        del want, want_grads
+        torch.cuda.empty_cache()
+    return rows
+
+
+def shapes_of(inputs, cu_seqlens):
+    n_states = inputs["v"].shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
+    state = (n_states, HEADS, HEAD_DIM, STATE)
+    return [inputs["v"].shape, state, state, inputs["v"].shape]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter sequences (4096 instead of 16384)")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    long = 4096 if args.quick else 16384
+    triton_scan.POISON_OUTPUTS = True  # every output starts NaN: an unwritten element fails the check
+    f32, bf16 = torch.float32, torch.bfloat16
+    cases = [
+        ("B2 L128 G2 f32 beta state (+naive)", make_inputs(2, 128, 2, f32, seed=1), 1e-5, 0.7, None, True),
+        (f"B1 L{long} G1 f32 beta state", make_inputs(1, long, 1, f32, seed=2), 1e-5, 1.0, None, False),
+        (f"B1 L{long} G1 bf16 beta", make_inputs(1, long, 1, bf16, with_state=False, seed=3), 1e-2, 1.0, None,
+         False),
+        ("B2 L4096 G2 bf16 beta state", make_inputs(2, 4096, 2, bf16, seed=4), 1e-2, 0.7, None, False),
+        ("B2 L2048 G1 f32 no-beta, state (M0, None)",
+         make_inputs(2, 2048, 1, f32, with_beta=False, with_importance=False, seed=5), 1e-5, 1.0, None, False),
+    ]
+    bounds = [0, 1000, 1001, 3003, 4096]
+    cases.append(("varlen 1000/1/2002/1093 G2 f32 beta state",
+                  make_inputs(1, 4096, 2, f32, n_states=len(bounds) - 1, seed=6), 1e-5, 0.7,
+                  torch.tensor(bounds, dtype=torch.int32, device="cuda"), False))
+    rows = []
+    for name, inputs, tol, prior, cu_seqlens, with_naive in cases:
+        rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive)
+        torch.cuda.empty_cache()
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, no TF32 (no matrix products in the kernels)")
+    print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
+    for case, label, ref, err, tol, ok in rows:
+        print(f"{case:44s} {label:11s} {ref:10s} {err:10.2e} {tol:7.0e}  {'yes' if ok else 'NO'}")
+    failed = [r for r in rows if not r[5]]
+    print(f"\n{len(rows) - len(failed)}/{len(rows)} checks passed")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([dict(zip(("case", "quantity", "reference", "error", "tol", "ok"), r)) for r in rows], f,
+                      indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
