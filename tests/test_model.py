@@ -285,17 +285,17 @@ def test_matches_transformers_mamba2(checkpoint_dirs, fmt, groups, tied, limit):
     base_diff = max_diff(got, want)
     assert base_diff <= 1e-4 and base_diff / scale <= 1e-5, f"Mamba2 vs transformers: {base_diff:.3e}"
 
-    # (b) converted, beta scaled to 0
-    convert_layers(model, [0, 2], beta_init=1e-3, beta_rank=4)
+    # (b) converted with the default beta init, beta scaled to 0
+    convert_layers(model, [0, 2], beta_rank=4)
     with model.beta_scaled(0.0):
         zero_diff = max_diff(logits_of(model, ids), want)
     assert zero_diff <= 1e-4 and zero_diff / scale <= 1e-5, f"beta_scale=0 vs transformers: {zero_diff:.3e}"
 
-    # (c) converted, at its initial beta: O(beta_init) away. beta = beta_init * dt * sigmoid(0) is about 1e-5
-    # here, so the move is of the order of float32 rounding; it must be there, and small.
+    # (c) converted, at its initial beta (the default 1e-4): O(beta_init) away, within the 1e-4 of an
+    # independent Mamba2; beta = beta_init * dt * sigmoid(0) is tiny, but the move must be there.
     with_beta = logits_of(model, ids)
     init_diff = max_diff(with_beta, want)
-    assert 0 < init_diff < 1e-2
+    assert 0 < init_diff <= 1e-4, f"at init vs transformers: {init_diff:.3e}"
     with model.beta_scaled(0.0):
         assert max_diff(with_beta, logits_of(model, ids)) > 0
 

@@ -43,8 +43,8 @@ def upgrade_parser() -> argparse.ArgumentParser:
                              "(default: even)")
     parser.add_argument("--dtype", default=None, metavar="DTYPE",
                         help="dtype of the result: float32, bfloat16 or float16 (default: the checkpoint's)")
-    parser.add_argument("--beta-init", type=float, default=1e-3, metavar="GAIN",
-                        help="initial per-head beta gain; small keeps the model close to the base (default: 1e-3)")
+    parser.add_argument("--beta-init", type=float, default=1e-4, metavar="GAIN",
+                        help="initial per-head beta gain; small keeps the model close to the base (default: 1e-4)")
     parser.add_argument("--beta-rank", type=int, default=16, metavar="R",
                         help="rank of the token-dependent beta gate (default: 16)")
     parser.add_argument("--max-kl", type=float, default=1e-3, metavar="NATS",

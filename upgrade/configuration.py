@@ -59,7 +59,7 @@ class PalimpsaConfig(PreTrainedConfig):
 
     upgraded_layers: list[int] = ()
     beta_rank: int = 16
-    beta_init: float = 1e-3
+    beta_init: float = 1e-4
     beta_scale: float = 1.0
     importance_prior: float = 1.0
     base_model: str | None = None

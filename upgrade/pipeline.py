@@ -55,7 +55,7 @@ def upgrade_model(
     output: str | Path | None = None,
     strategy: str = "even",
     dtype: str | torch.dtype | None = None,
-    beta_init: float = 1e-3,
+    beta_init: float = 1e-4,
     beta_rank: int = 16,
     verify: bool = True,
     max_kl: float = 1e-3,

@@ -23,7 +23,7 @@ class Section(BaseModel):
 class ModelSection(Section):
     path: str = Field(description="Palimpsa model directory, or a Mamba2 checkpoint to upgrade first")
     upgrade_layers: str | None = Field(None, description="when path is a plain Mamba2: layers to upgrade (8, 3-5)")
-    beta_init: float = Field(1e-3, ge=0)
+    beta_init: float = Field(1e-4, ge=0)
     beta_rank: int = Field(16, ge=1)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False

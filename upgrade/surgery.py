@@ -57,7 +57,7 @@ def spread_layers(count: int, n_layer: int, strategy: str = "even") -> list[int]
     return [int((index + 0.5) * n_layer / count) for index in range(count)]
 
 
-def convert_layers(model: PalimpsaForCausalLM, layers: list[int], *, beta_init: float = 1e-3,
+def convert_layers(model: PalimpsaForCausalLM, layers: list[int], *, beta_init: float = 1e-4,
                    beta_rank: int = 16, seed: int = 0) -> PalimpsaForCausalLM:
     """Replace the Mamba2 mixers of ``layers`` by Palimpsa mixers, in place, and record them in the config.
 
