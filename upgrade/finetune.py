@@ -50,7 +50,8 @@ def run(argv: list[str] | None = None) -> int:
     from .training import Trainer
 
     trainer = Trainer(recipe, resume=args.resume)
-    print(f"Plan\n  model       {recipe.model.path}"
+    say = print if trainer.is_main else (lambda *_args: None)  # one plan, not one per process
+    say(f"Plan\n  model       {recipe.model.path}"
           + (f" (upgrading layers {recipe.model.upgrade_layers})" if recipe.model.upgrade_layers else "")
           + f"\n  trainable   {recipe.trainable.mode}\n  data        "
           f"{', '.join(s.type + ':' + (s.path or s.name or s.task or '') for s in recipe.data.resolved_sources())}, "
@@ -61,7 +62,7 @@ def run(argv: list[str] | None = None) -> int:
           f"lr {recipe.optim.lr:g}, beta lr {recipe.optim.beta_lr or recipe.optim.lr:g})\n"
           f"  output      {recipe.output_dir}" + (" (resuming)" if args.resume else ""))
     summary = trainer.run()
-    print(f"done: step {summary['step']}, eval {summary['eval']}, final model {summary['final']}")
+    say(f"done: step {summary['step']}, eval {summary['eval']}, final model {summary['final']}")
     return 0
 
 
