@@ -246,3 +246,29 @@ def test_resume_refuses_a_changed_recipe_and_a_fresh_run_refuses_an_old_one(tmp_
         Trainer(changed, resume=True)
     with pytest.raises(PalimpsaError, match="has no recipe.yaml"):
         Trainer(load_recipe(TINY, FAST + [f"output_dir={tmp_path / 'new'}", "train.max_steps=2"]), resume=True)
+
+
+def test_yaml_no_reads_as_mixed_precision_no():
+    assert load_recipe(TINY, ["train.mixed_precision=no"]).train.mixed_precision == "no"
+
+
+def test_two_processes_equal_one_with_gradient_accumulation(tmp_path):
+    """Data-parallel training (two CPU processes, gloo) at the same global batch as one process accumulating two
+    micro-batches gives the same weights: each process takes its own share of the one seeded stream."""
+    from palimpsa.upgrade.modeling import PalimpsaForCausalLM
+
+    overrides = FAST + ["trainable.mode=upgraded", "train.max_steps=2", "optim.grad_clip=null"]
+    single = subprocess.run([sys.executable, "-m", "palimpsa.upgrade.finetune", str(TINY), *overrides,
+                             "train.grad_accum=2", f"output_dir={tmp_path / 'one'}"], capture_output=True, text=True,
+                            env=ENV)
+    assert single.returncode == 0, single.stderr[-2000:]
+    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             "-m", "palimpsa.upgrade.finetune", str(TINY), *overrides,
+                             f"output_dir={tmp_path / 'two'}"], capture_output=True, text=True,
+                            env={**ENV, "ACCELERATE_USE_CPU": "true"})
+    assert double.returncode == 0, double.stderr[-2000:]
+    assert "x 2 process(es)" in double.stdout and double.stdout.count("Plan\n  model ") == 1
+    one = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "one" / "final")).state_dict()
+    two = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "two" / "final")).state_dict()
+    assert one.keys() == two.keys()
+    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-6

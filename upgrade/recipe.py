@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import PalimpsaError
 
@@ -116,6 +116,12 @@ class TrainSection(Section):
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     seed: int = 0
     log_every: int = Field(1, ge=1)
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _yaml_no(cls, value):
+        """YAML reads a bare ``no`` as false: take it as the ``no`` the user wrote."""
+        return "no" if value is False else value
 
 
 class EvalSection(Section):
