@@ -17,6 +17,8 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
 from palimpsa.kernels import palimpsa_scan, palimpsa_step, triton_scan  # noqa: E402
+from scan_inputs import assert_close  # noqa: E402
+from scan_inputs import make_inputs as random_scan_inputs  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 F64_TOL = 1e-10
@@ -28,49 +30,10 @@ def _poison_outputs(monkeypatch):
     monkeypatch.setattr(triton_scan, "POISON_OUTPUTS", True)
 
 
-def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    got, want = got.detach().double().cpu(), want.detach().double().cpu()
-    scale = max(want.norm().item(), 1e-3 * want.numel() ** 0.5)
-    return (got - want).norm().item() / scale
-
-
-def assert_close(got: torch.Tensor, want: torch.Tensor, tol: float, name: str) -> None:
-    assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"
-    assert torch.isfinite(got).all(), f"{name}: non-finite values (an unwritten output?)"
-    error = relative_error(got, want)
-    assert error <= tol, f"{name}: relative error {error:.3e} > {tol:.1e}"
-
-
-def make_inputs(batch, length, groups, *, heads=4, head_dim=8, state_size=16, with_beta=True, with_state=True,
-                n_states=None, dtype=torch.float64, seed=0) -> dict:
-    """Random inputs with decays near 1 (log about -1e-4), near 0 (about -9) and between; beta up to 10."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def rand(*shape):
-        return torch.rand(*shape, generator=gen, dtype=torch.float64)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=gen, dtype=torch.float64)
-
-    log_decay = -rand(batch, length, heads) * 3
-    pick = rand(batch, length, heads)
-    log_decay = torch.where(pick < 0.25, -1e-4 * (0.5 + rand(batch, length, heads)), log_decay)
-    log_decay = torch.where(pick > 0.8, -8.0 - rand(batch, length, heads), log_decay)
-    n_states = batch if n_states is None else n_states
-    inputs = {
-        "v": randn(batch, length, heads, head_dim),
-        "k": randn(batch, length, groups, state_size),
-        "q": randn(batch, length, groups, state_size),
-        "log_decay": log_decay,
-        "beta": rand(batch, length, heads, head_dim) * 10 if with_beta else None,
-        "M0": randn(n_states, heads, head_dim, state_size) if with_state else None,
-        "I0": 0.5 + rand(n_states, heads, head_dim, state_size) if with_state else None,
-    }
-    state_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-    for name, tensor in inputs.items():
-        if tensor is not None:
-            inputs[name] = tensor.to(DEVICE, state_dtype if name in ("M0", "I0") else dtype).requires_grad_(True)
-    return inputs
+def make_inputs(batch, length, groups, *, heads=4, head_dim=8, state_size=16, **options) -> dict:
+    """The shared random scan inputs at this file's default sizes, on the test device, requiring gradients."""
+    return random_scan_inputs(batch, length, heads, groups, head_dim, state_size, requires_grad=True, device=DEVICE,
+                              **options)
 
 
 def run(inputs: dict, backend: str, *, importance_prior=1.0, cu_seqlens=None, final_state=True, uncertainty=True,
