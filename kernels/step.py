@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+
 import torch
+
+
+def _triton_step():
+    """The Triton step, or None where it cannot be imported (no triton, or a standalone copy of this module)."""
+    try:
+        return importlib.import_module(".triton_scan", __package__).triton_palimpsa_step
+    except ImportError:
+        return None
 
 
 def _torch_step(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty):
@@ -65,10 +75,9 @@ def palimpsa_step(
         raise ValueError("log_decay must be [B, H] and beta (if given) [B, H, P]")
     if not importance_prior > 0:
         raise ValueError(f"importance_prior must be > 0, got {importance_prior}")
-    if v.is_cuda:
-        from .triton_scan import triton_palimpsa_step
-
-        y, u = triton_palimpsa_step(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty)
+    fused = _triton_step() if v.is_cuda else None
+    if fused is not None:
+        y, u = fused(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty)
     else:
         y, u = _torch_step(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty)
     return (y, u) if output_uncertainty else y

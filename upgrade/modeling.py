@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from palimpsa.kernels import palimpsa_scan
+from palimpsa.kernels import palimpsa_scan, palimpsa_step
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -229,6 +229,13 @@ class Mamba2Mixer(nn.Module):
         fused = mamba_ssm_chunk_scan() if beta is None and x.is_cuda else None
         if fused is not None and (state is None or state[1] is None):
             y = self._fused_mamba2_scan(fused, x_heads, dt, A, keys, queries, state, cache, cu_seqlens)
+        elif length == 1 and state is not None and state[1] is not None and not torch.is_grad_enabled():
+            # Decoding a Palimpsa layer: one in-place step of (M, I), no scan.
+            memory, importance = (s.contiguous() for s in state)
+            y = palimpsa_step(upcast(x_heads[:, 0]) * dt[:, 0, :, None], keys[:, 0], queries[:, 0], dt[:, 0] * A,
+                              None if beta is None else beta[:, 0], (memory, importance),
+                              importance_prior=config.importance_prior if beta is not None else 1.0)[:, None]
+            cache.ssm[self.layer_idx] = (memory, importance)
         else:
             y = palimpsa_scan(
                 upcast(x_heads) * dt[..., None], keys, queries, dt * A, beta,
