@@ -272,3 +272,31 @@ def test_two_processes_equal_one_with_gradient_accumulation(tmp_path):
     two = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "two" / "final")).state_dict()
     assert one.keys() == two.keys()
     assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-6
+
+
+def test_pretraining_from_scratch_exports_a_mamba_ssm_checkpoint(tmp_path):
+    """recipes/pretrain-tiny.yaml's path at toy size: a new Mamba2 trains, its loss falls, and export-model
+    --to-mamba2 writes a checkpoint that the loader reads back with the same logits."""
+    from palimpsa.upgrade.checkpoint import load_checkpoint
+    from palimpsa.upgrade.export import export_model
+    from palimpsa.upgrade.modeling import PalimpsaForCausalLM, model_from_state_dict
+    from palimpsa.upgrade.training import Trainer
+
+    recipe = load_recipe(ROOT / "recipes" / "pretrain-tiny.yaml", [
+        f"output_dir={tmp_path / 'run'}", f"data.tokenizer={ROOT / 'upgrade/assets/tiny-mamba2'}",
+        "model.scratch.d_model=32", "model.scratch.n_layer=2", "model.scratch.d_state=8", "model.scratch.headdim=8",
+        "data.seq_len=64", "data.batch_size=2", "train.max_steps=25", "train.mixed_precision=no",
+        "schedule.warmup_steps=2", "eval.every=0", "eval.passkey_samples=0", "eval.batches=1",
+        "checkpoint.every=0", "logging.tensorboard=false", "train.log_every=1"])
+    Trainer(recipe, log=lambda _line: None).run()
+    losses = [r["loss"] for r in _metrics(tmp_path / "run") if "loss" in r]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3, losses
+    model = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "run" / "final"))
+    assert model.config.upgraded_layers == [] and model.config.base_vocab_size == 257
+    export_model(tmp_path / "run", tmp_path / "mamba2", to_mamba2=True)
+    checkpoint = load_checkpoint(tmp_path / "mamba2")
+    assert checkpoint.format == "mamba_ssm" and [p.name for p in checkpoint.tokenizer_files]
+    exported = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False))
+    ids = torch.randint(0, 257, (1, 40))
+    with torch.no_grad():
+        assert (exported(ids).logits - model(ids).logits).abs().max().item() < 1e-5

@@ -20,13 +20,37 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class ScratchSection(Section):
+    """Dimensions of a Mamba2 trained from scratch (mamba_ssm's names); the vocabulary comes from the tokenizer."""
+
+    d_model: int = Field(ge=8)
+    n_layer: int = Field(ge=1)
+    d_state: int = Field(64, ge=1)
+    headdim: int = Field(32, ge=1)
+    expand: int = Field(2, ge=1)
+    ngroups: int = Field(1, ge=1)
+    d_conv: int = Field(4, ge=2)
+    chunk_size: int = Field(64, ge=1)
+    pad_vocab_size_multiple: int = Field(16, ge=1)
+    tie_word_embeddings: bool = True
+
+
 class ModelSection(Section):
-    path: str = Field(description="Palimpsa model directory, or a Mamba2 checkpoint to upgrade first")
+    path: str | None = Field(None, description="Palimpsa model directory, or a Mamba2 checkpoint to upgrade first")
+    scratch: ScratchSection | None = Field(None, description="train a new Mamba2 of these dimensions instead")
     upgrade_layers: str | None = Field(None, description="when path is a plain Mamba2: layers to upgrade (8, 3-5)")
     beta_init: float = Field(1e-4, ge=0)
     beta_rank: int = Field(16, ge=1)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.path is None) == (self.scratch is None):
+            raise ValueError("give model.path (a checkpoint) or model.scratch (dimensions of a new model), one of them")
+        if self.scratch is not None and self.upgrade_layers:
+            raise ValueError("model.upgrade_layers applies to a checkpoint, not to model.scratch")
+        return self
 
 
 class SourceSection(Section):
@@ -157,6 +181,8 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _consistent(self):
+        if self.model.scratch is not None and not self.data.tokenizer:
+            raise ValueError("model.scratch needs data.tokenizer (a new model has no tokenizer of its own)")
         if self.model.gradient_checkpointing and self.data.state_passing:
             raise ValueError("model.gradient_checkpointing cannot be combined with data.state_passing (the "
                              "recomputed forward would read the carried state after it was updated)")

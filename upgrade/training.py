@@ -26,7 +26,9 @@ from pathlib import Path
 import torch
 import yaml
 
+from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
+from .modeling import PalimpsaForCausalLM
 from .recipe import Recipe
 
 CHECKPOINT_PREFIX = "step-"
@@ -53,14 +55,15 @@ class TrainableSelection:
 
 def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
     """The Palimpsa model of ``recipe.model.path``; a plain Mamba2 is upgraded first (``model.upgrade_layers``)."""
-    from .modeling import PalimpsaForCausalLM
     from .pipeline import upgrade_model
 
     section = recipe.model
+    dtype = getattr(torch, section.dtype)
+    if section.scratch is not None:
+        return new_mamba2(recipe).to(dtype).train(), None
     path = Path(section.path).expanduser()
     config_path = path / "config.json"
     is_palimpsa = config_path.is_file() and json.loads(config_path.read_text()).get("model_type") == "palimpsa"
-    dtype = getattr(torch, section.dtype)
     if is_palimpsa:
         if section.upgrade_layers:
             raise PalimpsaError(f"{section.path} is a Palimpsa model already; remove model.upgrade_layers")
@@ -79,6 +82,24 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
     if section.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.train(), tokenizer_dir
+
+
+def new_mamba2(recipe: Recipe) -> PalimpsaForCausalLM:
+    """A Mamba2 of ``model.scratch``'s dimensions with mamba_ssm's initialisation, sized to the tokenizer."""
+    from transformers import AutoTokenizer
+
+    scratch = recipe.model.scratch
+    tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer)
+    vocab = len(tokenizer)
+    multiple = scratch.pad_vocab_size_multiple
+    torch.manual_seed(recipe.train.seed)
+    config = PalimpsaConfig(
+        d_model=scratch.d_model, n_layer=scratch.n_layer, d_state=scratch.d_state, headdim=scratch.headdim,
+        expand=scratch.expand, ngroups=scratch.ngroups, d_conv=scratch.d_conv, chunk_size=scratch.chunk_size,
+        tie_word_embeddings=scratch.tie_word_embeddings, vocab_size=-(-vocab // multiple) * multiple,
+        base_vocab_size=vocab, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+        base_model=None)
+    return PalimpsaForCausalLM(config)
 
 
 def select_trainable(model: torch.nn.Module, recipe: Recipe) -> TrainableSelection:
@@ -110,6 +131,7 @@ def select_trainable(model: torch.nn.Module, recipe: Recipe) -> TrainableSelecti
     if mode == "all":
         groups["beta"] = [(n, p) for n, p in named if ".beta_" in n]
         groups["other"] = [(n, p) for n, p in named if ".beta_" not in n]
+        groups = {k: v for k, v in groups.items() if v}  # a plain Mamba2 (pretraining) has no beta
     if mode == "patterns":
         for pattern in recipe.trainable.patterns:
             matched = [(n, p) for n, p in named if fnmatch.fnmatch(n, pattern)]
