@@ -205,6 +205,7 @@ def run_verify(argv: list[str] | None = None) -> int:
     from .equivalence import default_probe, probe_from_text, run_sweep
     from .generation import load_model_and_tokenizer, load_plain_mamba2, sweep_dtype
     from .plots import plot_sweep
+    from .saving import write_json_atomic
 
     args = verify_parser().parse_args(argv)
     if args.probe_batch < 1 or args.probe_length < 2 or args.decades < 3:
@@ -246,19 +247,11 @@ def run_verify(argv: list[str] | None = None) -> int:
               "probe": {"source": args.probe or "random", "shape": list(probe.shape), "seed": args.seed},
               **result.as_dict()}
     if args.json:
-        _write_report(Path(args.json), report)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(Path(args.json), report)
     if args.plot:
         plot_sweep(result, Path(args.plot), Path(args.model).name)
     return 0 if result.limit_ok else 1
-
-
-def _write_report(path, payload) -> None:
-    import json
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2) + "\n")
-    temporary.replace(path)
 
 
 EVAL_EPILOG = """\

@@ -8,7 +8,6 @@ single- and multi-key needle retrieval), ``mqar`` (accuracy against the number o
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,7 @@ from tqdm.auto import tqdm
 
 from .errors import PalimpsaError
 from .modeling import PalimpsaCache
+from .saving import write_json_atomic, write_text_atomic
 from .tasks import Sample, default_long_text, mqar_samples, niah_samples, passkey_samples
 
 TASKS = ("nll-position", "passkey", "niah", "mqar")
@@ -172,8 +172,8 @@ def write_outputs(results: list[dict], settings: EvalSettings, output: Path) -> 
     """summary.json, summary.md, nll_position.csv and the plots; returns the summary."""
     output.mkdir(parents=True, exist_ok=True)
     summary = {"settings": asdict(settings), "models": results}
-    _write_text(output / "summary.json", json.dumps(summary, indent=2) + "\n")
-    _write_text(output / "summary.md", summary_markdown(results, settings))
+    write_json_atomic(output / "summary.json", summary)
+    write_text_atomic(output / "summary.md", summary_markdown(results, settings))
     if "nll-position" in settings.tasks:
         rows = zip(*([results[0]["nll_position"]["bucket_start"], results[0]["nll_position"]["bucket_end"]]
                      + [r["nll_position"]["mean_nll"] for r in results]))
@@ -225,9 +225,3 @@ def summary_markdown(results: list[dict], settings: EvalSettings) -> str:
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
-
-
-def _write_text(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from .saving import (
     model_state_for_saving,
     parse_size,
     save_state_dict_sharded,
+    write_json_atomic,
 )
 from .surgery import convert_layers, count_new_parameters, parse_layer_spec, spread_layers
 from .verify import EXACT_TOLERANCE, compare_logits, probe_input_ids, probe_logits
@@ -154,7 +154,7 @@ def upgrade_model(
         result.output = output
     report["seconds"] = round(time.perf_counter() - started, 2)
     if output is not None:  # the elapsed time is known only now; rewrite the one small file atomically
-        _write_json(output / "upgrade_report.json", report)
+        write_json_atomic(output / "upgrade_report.json", report)
     say(f"done in {report['seconds']:.1f} s" + (f": {output}" if output is not None else ""))
     return result
 
@@ -260,14 +260,8 @@ def write_upgraded_model(model: PalimpsaForCausalLM, checkpoint: Checkpoint, rep
     files += copy_files(checkpoint.tokenizer_files, directory)
     report["files"] = file_manifest(directory, files)
     (directory / "README.md").write_text(model_card(report))
-    _write_json(directory / "upgrade_report.json", report)
+    write_json_atomic(directory / "upgrade_report.json", report)
     return files + ["README.md", "upgrade_report.json"]
-
-
-def _write_json(path: Path, payload: dict) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2) + "\n")
-    temporary.replace(path)
 
 
 def model_card(report: dict) -> str:

@@ -33,6 +33,17 @@ def parse_size(text: str) -> int:
     return size
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary sibling and a rename: readers see the old or the new file."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def write_json_atomic(path: Path, payload) -> None:
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
+
+
 def check_output_directory(output: Path, force: bool) -> None:
     """Refuse a non-empty output directory (unless ``force``) or an output that is a file, before any work."""
     if output.exists() and not output.is_dir():

@@ -30,6 +30,7 @@ from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
 from .modeling import PalimpsaForCausalLM
 from .recipe import Recipe
+from .saving import write_text_atomic
 
 CHECKPOINT_PREFIX = "step-"
 
@@ -227,12 +228,6 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
-
-
 class Trainer:
     """One fine-tuning run; ``run()`` trains to ``train.max_steps``, resuming from the last checkpoint if asked."""
 
@@ -306,7 +301,7 @@ class Trainer:
             self.log(f"resumed from {checkpoint} at step {step}")
         elif self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            _write_atomic(self.output_dir / "recipe.yaml", recipe.to_yaml())
+            write_text_atomic(self.output_dir / "recipe.yaml", recipe.to_yaml())
         writer = self._tensorboard()
         batches = iter(stream)
         bar = tqdm(total=recipe.train.max_steps, initial=step, desc="fine-tuning", disable=not self.is_main)
@@ -483,7 +478,7 @@ class Trainer:
         if not (self.is_main and path.is_file()):
             return
         kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        _write_atomic(path, "".join(line + "\n" for line in kept))
+        write_text_atomic(path, "".join(line + "\n" for line in kept))
 
     def _load_carried_state(self, checkpoint: Path):
         from .modeling import PalimpsaCache
