@@ -109,6 +109,18 @@ class Checkpoint:
         return _normalise_state_dict(state, self.config)
 
 
+def is_palimpsa_directory(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a local model directory whose ``config.json`` says ``model_type: palimpsa``."""
+    config_path = Path(path).expanduser() / "config.json"
+    if not config_path.is_file():
+        return False
+    try:
+        raw = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(raw, dict) and raw.get("model_type") == "palimpsa"
+
+
 def load_checkpoint(
     source: str | os.PathLike,
     *,

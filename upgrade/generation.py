@@ -12,11 +12,17 @@ from .errors import PalimpsaError
 
 def load_plain_mamba2(source: str | Path):
     """A Mamba2 checkpoint in either format, through the loader (no layer upgraded)."""
+    return _load_plain_mamba2(source)[0]
+
+
+def _load_plain_mamba2(source: str | Path):
+    """The model and the local directory it came from (the hub snapshot for a hub id)."""
     from .checkpoint import load_checkpoint
     from .modeling import model_from_state_dict
 
     checkpoint = load_checkpoint(source)
-    return model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False), str(source)).eval()
+    model = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False), str(source))
+    return model.eval(), checkpoint.directory
 
 
 def load_model_and_tokenizer(source: str | Path, need_tokenizer: bool = True):
@@ -24,19 +30,18 @@ def load_model_and_tokenizer(source: str | Path, need_tokenizer: bool = True):
     its tokenizer (None when not needed and absent)."""
     from transformers import AutoTokenizer
 
+    from .checkpoint import is_palimpsa_directory
     from .modeling import PalimpsaForCausalLM
 
     path = Path(source).expanduser()
-    config_path = path / "config.json"
-    if config_path.is_file() and '"palimpsa"' in config_path.read_text():
+    if is_palimpsa_directory(path):
         try:
             model = PalimpsaForCausalLM.from_pretrained(str(path)).eval()
         except (OSError, ValueError) as error:
             raise PalimpsaError(f"cannot load {source}: {str(error).splitlines()[0]}") from None
         directory = path
-    else:
-        model = load_plain_mamba2(source)
-        directory = path
+    else:  # the tokenizer lies where the loader found the checkpoint (a hub id resolves to its snapshot)
+        model, directory = _load_plain_mamba2(source)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
     except (OSError, ValueError, TypeError):

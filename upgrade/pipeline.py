@@ -36,6 +36,7 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 class UpgradeResult:
     model: PalimpsaForCausalLM
     report: dict
+    source_directory: Path  # where the source checkpoint (and its tokenizer) lies, after any hub download
     output: Path | None = None
     files: list[str] = field(default_factory=list)
 
@@ -146,7 +147,7 @@ def upgrade_model(
                                 "(nothing was written)")
     report = build_report(checkpoint, model, chosen, strategy, layers, stored, target_dtype, new_parameters,
                           verification)
-    result = UpgradeResult(model, report)
+    result = UpgradeResult(model, report, checkpoint.directory)
     if output is not None:
         say(f"writing {output} ...")
         with atomic_directory(output, force) as staging:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from .checkpoint import is_palimpsa_directory
 from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
 from .modeling import PalimpsaForCausalLM
@@ -63,9 +64,7 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
     if section.scratch is not None:
         return new_mamba2(recipe).to(dtype).train(), None
     path = Path(section.path).expanduser()
-    config_path = path / "config.json"
-    is_palimpsa = config_path.is_file() and json.loads(config_path.read_text()).get("model_type") == "palimpsa"
-    if is_palimpsa:
+    if is_palimpsa_directory(path):
         if section.upgrade_layers:
             raise PalimpsaError(f"{section.path} is a Palimpsa model already; remove model.upgrade_layers")
         model = PalimpsaForCausalLM.from_pretrained(str(path), dtype=dtype)
@@ -76,10 +75,7 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
                                 "upgrade it first, or upgrade it with upgrade-model")
         result = upgrade_model(section.path, section.upgrade_layers, dtype=section.dtype,
                                beta_init=section.beta_init, beta_rank=section.beta_rank, log=log)
-        model = result.model
-        from .checkpoint import load_checkpoint
-
-        tokenizer_dir = load_checkpoint(section.path).directory
+        model, tokenizer_dir = result.model, result.source_directory
     if section.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.train(), tokenizer_dir
