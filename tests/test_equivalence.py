@@ -26,13 +26,13 @@ from palimpsa.upgrade.cli import verify_main
 from palimpsa.upgrade.equivalence import (
     SLOPE_RANGE,
     ZERO_TOLERANCE,
-    default_probe,
     fit_slope,
     run_sweep,
     sweep_scales,
 )
 from palimpsa.upgrade.integrity import file_manifest
 from palimpsa.upgrade.tasks import default_long_text
+from palimpsa.upgrade.verify import probe_input_ids
 
 TINY = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
 PREFIX = "verify-equivalence: error: "
@@ -113,7 +113,7 @@ def load_float64(directory: Path) -> PalimpsaForCausalLM:
 
 
 def probe_for(model: PalimpsaForCausalLM) -> torch.Tensor:
-    return default_probe(model.config.base_vocab_size or model.config.vocab_size, 2, 64, 0)
+    return probe_input_ids(model.config.base_vocab_size or model.config.vocab_size, 2, 64, 0)
 
 
 # ----------------------------------------------------------------------------------------------- fixtures

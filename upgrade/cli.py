@@ -202,10 +202,11 @@ def verify_parser() -> argparse.ArgumentParser:
 def run_verify(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
-    from .equivalence import default_probe, probe_from_text, run_sweep
-    from .generation import load_model_and_tokenizer, load_plain_mamba2, sweep_dtype
+    from .equivalence import probe_from_text, run_sweep, sweep_dtype
+    from .generation import load_model_and_tokenizer, load_plain_mamba2
     from .plots import plot_sweep
     from .saving import write_json_atomic
+    from .verify import probe_input_ids
 
     args = verify_parser().parse_args(argv)
     if args.probe_batch < 1 or args.probe_length < 2 or args.decades < 3:
@@ -226,7 +227,7 @@ def run_verify(argv: list[str] | None = None) -> int:
             print(f"note: base model not loaded ({error}); reporting the limit only")
     vocab = model.config.base_vocab_size or model.config.vocab_size
     probe = (probe_from_text(Path(args.probe), tokenizer, args.probe_batch, args.probe_length) if args.probe
-             else default_probe(vocab, args.probe_batch, args.probe_length, args.seed))
+             else probe_input_ids(vocab, args.probe_batch, args.probe_length, args.seed))
     print(f"model {args.model}: Palimpsa layers {model.config.upgraded_layers}, own beta scale "
           f"{model.config.beta_scale:g}, {str(dtype).removeprefix('torch.')}; probe {tuple(probe.shape)} "
           f"{'from ' + args.probe if args.probe else 'random tokens'}; base {base_source if base else 'not loaded'}")

@@ -8,13 +8,14 @@ the base by the fine-tuning, which the sweep reports separately (KL and top-1 ag
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .errors import PalimpsaError
-from .verify import compare_logits, probe_input_ids, probe_logits
+from .verify import compare_logits, probe_logits
 
 SLOPE_RANGE = (0.9, 1.1)
 # The difference at scale 0 must sit at the float rounding floor of the dtype the sweep runs in.
@@ -104,5 +105,13 @@ def probe_from_text(path: Path, tokenizer, batch: int, length: int) -> torch.Ten
     return ids[: batch * length].view(batch, length)
 
 
-def default_probe(vocab_size: int, batch: int, length: int, seed: int) -> torch.Tensor:
-    return probe_input_ids(vocab_size, batch, length, seed)
+def sweep_dtype(model, choice: str) -> torch.dtype:
+    """float64 when asked, or when ``auto`` and a float64 copy takes under a third of this machine's memory."""
+    if choice != "auto":
+        return getattr(torch, choice)
+    needed = sum(p.numel() for p in model.parameters()) * 8
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 0
+    return torch.float64 if total and needed < total / 3 else torch.float32

@@ -66,7 +66,6 @@ def greedy_answers(model, tokenizer, samples: list[Sample], batch_size: int, pro
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    completions = []
     order = sorted(range(len(samples)), key=lambda i: samples[i].length)
     results: dict[int, str] = {}
     for first in tqdm(range(0, len(order), batch_size), desc="generating", disable=not progress, leave=False):
@@ -77,8 +76,7 @@ def greedy_answers(model, tokenizer, samples: list[Sample], batch_size: int, pro
                                 pad_token_id=tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
         results.update(zip(chunk, texts))
-    completions = [results[i] for i in range(len(samples))]
-    return completions
+    return [results[i] for i in range(len(samples))]
 
 
 def passkey_correct(completion: str, answer: str) -> bool:

@@ -142,8 +142,6 @@ def export_model(
         f"  output      {output} ({'mamba_ssm Mamba2, beta dropped' if to_mamba2 else 'Palimpsa safetensors'}"
         f"{', standalone code' if standalone else ''})")
     model = load_export_source(directory, kind, merge_lora, target_dtype).eval()
-    if target_dtype is not None:
-        model = model.to(target_dtype)
     config = model.config
     recipe, evaluation = _known_summaries(directory)
     report = {

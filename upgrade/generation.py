@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -49,18 +48,6 @@ def load_model_and_tokenizer(source: str | Path, need_tokenizer: bool = True):
             raise PalimpsaError(f"{source} has no tokenizer files; copy the base model's tokenizer into it") from None
         tokenizer = None
     return model, tokenizer
-
-
-def sweep_dtype(model, choice: str) -> torch.dtype:
-    """float64 when asked, or when ``auto`` and a float64 copy takes under a third of this machine's memory."""
-    if choice != "auto":
-        return getattr(torch, choice)
-    needed = sum(p.numel() for p in model.parameters()) * 8
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        total = 0
-    return torch.float64 if total and needed < total / 3 else torch.float32
 
 
 @torch.no_grad()
