@@ -71,6 +71,12 @@ class GatedRMSNorm(nn.Module):
         return x32.to(x.dtype)
 
 
+def sequence_index(cu_seqlens: torch.Tensor, length: int) -> torch.Tensor:
+    """For a packed row of ``length`` positions, the index of the sequence each position belongs to."""
+    position = torch.arange(length, device=cu_seqlens.device)
+    return torch.searchsorted(cu_seqlens, position, right=True) - 1
+
+
 def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                           cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """Causal depthwise convolution of ``x`` ``[B, L, C]`` with ``weight`` ``[C, 1, K]`` (``nn.Conv1d`` layout).
@@ -82,7 +88,7 @@ def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     out = torch.zeros_like(x) if bias is None else bias.to(x.dtype).expand_as(x).clone()
     if cu_seqlens is not None:
         position = torch.arange(length, device=x.device)
-        starts = cu_seqlens[torch.searchsorted(cu_seqlens, position, right=True) - 1]
+        starts = cu_seqlens[sequence_index(cu_seqlens, length)]
     for tap in range(taps):
         lag = taps - 1 - tap
         term = padded[:, tap : tap + length] * weight[:, 0, tap].to(x.dtype)
@@ -176,10 +182,7 @@ class Mamba2Mixer(nn.Module):
 
     def _fused_mamba2_scan(self, fused, x_heads, dt, A, keys, queries, state, cache, cu_seqlens) -> torch.Tensor:
         """The same Mamba2 scan through mamba_ssm's fused kernel (``dt`` already through softplus and the clamp)."""
-        seq_idx = None
-        if cu_seqlens is not None:
-            position = torch.arange(x_heads.shape[1], device=x_heads.device)
-            seq_idx = (torch.searchsorted(cu_seqlens, position, right=True) - 1).to(torch.int32)[None]
+        seq_idx = None if cu_seqlens is None else sequence_index(cu_seqlens, x_heads.shape[1]).to(torch.int32)[None]
         out = fused(x_heads, dt, A, keys, queries, chunk_size=self.config.chunk_size,
                     initial_states=None if state is None else state[0], seq_idx=seq_idx,
                     return_final_states=cache is not None)

@@ -303,6 +303,7 @@ class Trainer:
         bar = tqdm(total=recipe.train.max_steps, initial=step, desc="fine-tuning", disable=not self.is_main)
         window_tokens, window_start = 0, time.perf_counter()
         last_good = latest_checkpoint(self.output_dir)
+        trainable = [p for p in model.parameters() if p.requires_grad]
         while step < recipe.train.max_steps:
             losses, tokens = [], 0
             for _ in range(recipe.train.grad_accum):
@@ -314,8 +315,7 @@ class Trainer:
                     accelerator.backward(loss)
                     grad_norm = None
                     if accelerator.sync_gradients and recipe.optim.grad_clip:
-                        grad_norm = accelerator.clip_grad_norm_(
-                            [p for p in model.parameters() if p.requires_grad], recipe.optim.grad_clip)
+                        grad_norm = accelerator.clip_grad_norm_(trainable, recipe.optim.grad_clip)
                     optimizer.step()
                     if accelerator.sync_gradients:
                         scheduler.step()
