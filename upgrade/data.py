@@ -13,10 +13,16 @@ Sources (``data.sources``, or ``data.path`` for one local source):
 - ``parquet``: a file or a directory of ``.parquet`` files, column ``text_field`` (needs pyarrow).
 - ``hf``: a Hugging Face dataset by name (``name``, ``config``, ``split``), streamed with ``datasets``.
 - ``pydoc``: Python's own documentation text (``pydoc_data.topics``, one document per topic), always installed.
-- ``synthetic``: ``documents`` seeded documents from :mod:`palimpsa.upgrade.tasks`, generated on demand: passkey
+- ``stdlib``: the source of Python's standard library, one document per ``.py`` file (test suites, ``idlelib``,
+  ``lib2to3``, ``site-packages`` and caches left out), in sorted path order; about 12 MB on Python 3.11. Always
+  installed, so a from-scratch pretraining corpus needs no download; it depends on the Python version.
+- ``synthetic``: ``documents`` seeded documents per epoch from :mod:`palimpsa.upgrade.tasks`, generated on demand
+  and new in every epoch (the seed includes the epoch), so repeated epochs never repeat a document: passkey
   and niah (0 to 3 distractor needles) as ``prompt + " " + answer`` text of ``seq_len // 4`` to ``seq_len - 16``
   tokens (at least 64); mqar as token ids (``k v`` pairs then the queried keys each followed by its value) of at
-  most ``seq_len`` tokens, drawn from the tokenizer's range below the model's vocabulary, special tokens left out.
+  most ``seq_len`` tokens, drawn from the tokenizer's range below the model's vocabulary, special tokens left out;
+  mqar-gap as token ids (up to 32 pairs, a gap of haystack text, then every key queried) of ``4 * pairs`` to
+  ``seq_len - 1`` tokens, keys and values drawn from the ids the haystack never uses.
 
 Every document is tokenised with no special tokens, then the tokenizer's EOS (when it has one) is appended.
 :class:`DocumentSource` draws the source of each next document by weight with a counter-based seeded generator; a
@@ -62,7 +68,8 @@ from .errors import PalimpsaError
 if TYPE_CHECKING:
     from .recipe import DataSection, SourceSection
 
-__all__ = ["Batch", "DocumentSource", "TokenStream", "build_data", "pack_documents", "TEXT_DOCUMENT_MAX_BYTES"]
+__all__ = ["Batch", "DocumentSource", "Prefetcher", "TokenStream", "build_data", "pack_documents",
+           "TEXT_DOCUMENT_MAX_BYTES"]
 
 TEXT_DOCUMENT_MAX_BYTES = 8 << 20  # a text file larger than this is cut into several documents
 TEXT_SUFFIXES = (".txt", ".text", ".md")
@@ -121,7 +128,8 @@ class _Reader:
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def read(self, index: int) -> str | list[int] | None:
+    def read(self, index: int, epoch: int = 0) -> str | list[int] | None:
+        """Document ``index``; only generated sources (synthetic) depend on ``epoch``."""
         raise NotImplementedError
 
     def blocks(self) -> list[tuple[int, int]] | None:
@@ -184,7 +192,7 @@ class _TextReader(_Reader):
     def __len__(self) -> int:
         return len(self.docs)
 
-    def read(self, index: int) -> str | None:
+    def read(self, index: int, epoch: int = 0) -> str | None:
         number, start, end = self.docs[index]
         with open(self.files[number], "rb") as handle:
             handle.seek(start)
@@ -230,7 +238,7 @@ class _JsonlReader(_Reader):
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def read(self, index: int) -> str | None:
+    def read(self, index: int, epoch: int = 0) -> str | None:
         with open(self.files[self.file_numbers[index]], "rb") as handle:
             handle.seek(self.offsets[index])
             line = handle.readline()
@@ -274,7 +282,7 @@ class _ParquetReader(_Reader):
     def blocks(self) -> list[tuple[int, int]]:
         return list(zip(self.starts, self.starts[1:] + [self.total]))
 
-    def read(self, index: int) -> str | None:
+    def read(self, index: int, epoch: int = 0) -> str | None:
         block = bisect.bisect_right(self.starts, index) - 1
         if self._cached is None or self._cached[0] != block:
             number, group = self.groups[block]
@@ -299,8 +307,32 @@ class _PydocReader(_Reader):
     def __len__(self) -> int:
         return len(self.texts)
 
-    def read(self, index: int) -> str:
+    def read(self, index: int, epoch: int = 0) -> str:
         return self.texts[index]
+
+
+STDLIB_SKIP = frozenset({"test", "tests", "idle_test", "idlelib", "lib2to3", "site-packages", "dist-packages",
+                         "__pycache__", "__phello__"})
+
+
+class _StdlibReader(_Reader):
+    """The standard library's ``.py`` files (see ``STDLIB_SKIP``), one document per file, sorted by path."""
+
+    def __init__(self, label: str):
+        import sysconfig
+
+        self.label = label
+        root = Path(sysconfig.get_paths()["stdlib"])
+        self.files = [p for p in sorted(root.rglob("*.py"))
+                      if not set(p.relative_to(root).parts[:-1]) & STDLIB_SKIP]
+        if not self.files:
+            raise PalimpsaError(f"{label}: no Python sources found under {root}; use another source")
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def read(self, index: int, epoch: int = 0) -> str:
+        return self.files[index].read_bytes().decode("utf-8", errors="replace")
 
 
 def _mqar_range(tokenizer, vocab_size: int | None) -> tuple[int, int]:
@@ -321,7 +353,17 @@ class _SyntheticReader(_Reader):
                  label: str):
         self.label, self.task, self.count = label, section.task, section.documents
         self.tokenizer, self.seq_len, self.seed = tokenizer, seq_len, seed
-        if self.task == "mqar":
+        if self.task == "mqar-gap":
+            if tokenizer is None:
+                raise PalimpsaError(f"{label}: mqar-gap documents need a tokenizer (their gap is haystack text)")
+            from .tasks import mqar_gap_filler, mqar_gap_pools
+
+            self.filler = mqar_gap_filler(tokenizer)
+            self.keys, self.values = mqar_gap_pools(self.filler, *_mqar_range(tokenizer, vocab_size))
+            self.max_pairs = min(len(self.keys), len(self.values), 32, max(1, (seq_len - 1) // 4))
+            if self.max_pairs < 1:
+                raise PalimpsaError(f"{label}: no token ids outside the haystack are left for mqar-gap keys")
+        elif self.task == "mqar":
             if tokenizer is None and vocab_size is None:
                 raise PalimpsaError(f"{label}: mqar needs the model's vocab_size or a tokenizer")
             self.low, self.high = _mqar_range(tokenizer, vocab_size)
@@ -334,11 +376,16 @@ class _SyntheticReader(_Reader):
     def __len__(self) -> int:
         return self.count
 
-    def read(self, index: int) -> str | list[int]:
-        from .tasks import mqar_samples, niah_samples, passkey_samples
+    def read(self, index: int, epoch: int = 0) -> str | list[int]:
+        from .tasks import mqar_gap_samples, mqar_samples, niah_samples, passkey_samples
 
-        rng = random.Random(_mix(self.seed, index))
+        rng = random.Random(_mix(self.seed, index) if epoch == 0 else _mix(self.seed, index, epoch))
         sample_seed = rng.randrange(1 << 31)
+        if self.task == "mqar-gap":
+            pairs = rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
+            length = rng.randint(4 * pairs, max(4 * pairs, self.seq_len - 1))
+            return mqar_gap_samples(self.filler, self.keys, self.values, [length], pairs, pairs, 1,
+                                    sample_seed)[0].input_ids
         if self.task == "mqar":
             pairs = rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
             return mqar_samples(self.high, [pairs], pairs, 1, sample_seed, reserved=self.low)[0].input_ids
@@ -417,6 +464,8 @@ def _open_reader(section: SourceSection, label: str, tokenizer, seq_len: int, se
         return _HFReader(section, label)
     if section.type == "pydoc":
         return _PydocReader(label)
+    if section.type == "stdlib":
+        return _StdlibReader(label)
     return _SyntheticReader(section, tokenizer, seq_len, seed, vocab_size, label)
 
 
@@ -516,7 +565,7 @@ class DocumentSource:
                 cursor[0], cursor[1] = cursor[0] + 1, 0
                 order = self._order(index, cursor[0])
             cursor[1] += 1
-            return reader.read(int(order[cursor[1] - 1]))
+            return reader.read(int(order[cursor[1] - 1]), cursor[0])
         for attempt in range(2):
             live = self._live.get(index)
             if live is None or live[:2] != (cursor[0], cursor[1]):
@@ -696,6 +745,57 @@ class TokenStream:
             self._rows = rows
         else:
             self._current = current
+
+
+class Prefetcher:
+    """Makes the batches of a :class:`TokenStream` on a background thread, ``depth`` ahead, so tokenising and
+    generating documents overlaps the accelerator's work. ``state_dict()`` is the stream's position after the last
+    batch handed out (not after the ones made ahead), so a checkpoint resumes exactly where training stands. An
+    error on the thread is raised by the ``next()`` that would have returned its batch."""
+
+    def __init__(self, stream: TokenStream, depth: int = 4):
+        import queue
+        import threading
+
+        self.stream, self._state = stream, stream.state_dict()
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="palimpsa-data", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                item = (next(self.stream), self.stream.state_dict(), None)
+            except BaseException as error:  # handed to the consumer, which raises it
+                item = (None, None, error)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if item[2] is not None:
+                return
+
+    def __iter__(self) -> Prefetcher:
+        return self
+
+    def __next__(self) -> Batch:
+        batch, state, error = self._queue.get()
+        if error is not None:
+            raise error
+        self._state = state
+        return batch
+
+    def state_dict(self) -> dict:
+        return self._state
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def pack_documents(documents: Sequence[list[int]], seq_len: int, batch_size: int, pad_id: int = 0,

@@ -55,16 +55,17 @@ class ModelSection(Section):
 
 class SourceSection(Section):
     """One data source. ``pydoc`` is Python's own documentation text (``pydoc_data.topics``, one document per
-    topic): always installed, so recipes and tests run offline."""
+    topic) and ``stdlib`` the standard library's source files: always installed, so recipes and tests run
+    offline."""
 
-    type: Literal["text", "jsonl", "parquet", "hf", "synthetic", "pydoc"] = "text"
+    type: Literal["text", "jsonl", "parquet", "hf", "synthetic", "pydoc", "stdlib"] = "text"
     path: str | None = Field(None, description="file or directory (text/jsonl/parquet)")
     name: str | None = Field(None, description="Hugging Face dataset name (type hf), streamed")
     config: str | None = None
     split: str = "train"
     text_field: str = "text"
-    task: Literal["passkey", "niah", "mqar"] | None = Field(None, description="synthetic task")
-    documents: int = Field(256, ge=1, description="synthetic documents to generate")
+    task: Literal["passkey", "niah", "mqar", "mqar-gap"] | None = Field(None, description="synthetic task")
+    documents: int = Field(256, ge=1, description="synthetic documents per epoch (new ones every epoch)")
     weight: float = Field(1.0, gt=0, description="share of this source in the mixture")
 
     @model_validator(mode="after")
@@ -74,7 +75,7 @@ class SourceSection(Section):
         if self.type == "hf" and not self.name:
             raise ValueError("an hf source needs a dataset name")
         if self.type == "synthetic" and not self.task:
-            raise ValueError("a synthetic source needs a task (passkey, niah or mqar)")
+            raise ValueError("a synthetic source needs a task (passkey, niah, mqar or mqar-gap)")
         return self
 
 

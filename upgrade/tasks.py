@@ -9,6 +9,8 @@ inputs. Formats follow the published protocols (see docs/evaluation.md):
   repeated-sentence haystack, 7-digit values; the multi-key form adds needles for distractor keys.
 - mqar (Zoology): key and value token ids from the lower and upper half of the vocabulary, ``k1 v1 k2 v2 ...``
   then queried keys, each followed by its value; scored on the values after queried keys.
+- mqar-gap: the same pairs and queries with a long gap of haystack text between them, so the recall distance
+  grows with the length; keys and values are drawn from token ids that the haystack never uses.
 """
 
 from __future__ import annotations
@@ -123,6 +125,46 @@ def mqar_samples(vocab_size: int, pairs_list: list[int], queries: int, per_setti
                 positions.append(len(ids) - 1)
                 targets.append(values[index])
                 ids.append(values[index])
+            samples.append(MQARSample(ids, positions, targets, pairs))
+    return samples
+
+
+def mqar_gap_filler(tokenizer) -> list[int]:
+    """The haystack of mqar-gap as token ids: the passkey filler, tokenised once."""
+    return list(tokenizer(FILLER * 4, add_special_tokens=False)["input_ids"])
+
+
+def mqar_gap_pools(filler_ids: list[int], low: int, high: int) -> tuple[list[int], list[int]]:
+    """Key and value pools for mqar-gap: the ids in ``[low, high)`` that the haystack never uses, split in halves."""
+    used = set(filler_ids)
+    free = [i for i in range(low, high) if i not in used]
+    return free[: len(free) // 2], free[len(free) // 2 :]
+
+
+def mqar_gap_samples(filler_ids: list[int], keys: list[int], values: list[int], lengths: list[int], pairs: int,
+                     queries: int, per_length: int, seed: int) -> list[MQARSample]:
+    """``k1 v1 ... kn vn``, then haystack token ids (``filler_ids`` from a random offset, repeated), then ``queries``
+    queried keys each followed by its value; about ``length`` tokens in all (never fewer than the pairs and queries
+    need). ``keys`` and ``values`` must not occur in ``filler_ids`` (see :func:`mqar_gap_pools`)."""
+    if pairs > min(len(keys), len(values)):
+        raise ValueError(f"mqar-gap with {pairs} pairs needs {pairs} free key and value ids; "
+                         f"{min(len(keys), len(values))} are free of the haystack")
+    rng = random.Random(seed)
+    samples = []
+    for length in lengths:
+        for _ in range(per_length):
+            chosen_keys, chosen_values = rng.sample(keys, pairs), rng.sample(values, pairs)
+            ids = [token for pair in zip(chosen_keys, chosen_values) for token in pair]
+            asked = rng.sample(range(pairs), min(queries, pairs))
+            gap = max(0, length - len(ids) - 2 * len(asked))
+            offset = rng.randrange(len(filler_ids))
+            ids.extend(filler_ids[(offset + i) % len(filler_ids)] for i in range(gap))
+            positions, targets = [], []
+            for index in asked:
+                ids.append(chosen_keys[index])
+                positions.append(len(ids) - 1)
+                targets.append(chosen_values[index])
+                ids.append(chosen_values[index])
             samples.append(MQARSample(ids, positions, targets, pairs))
     return samples
 

@@ -263,7 +263,7 @@ class Trainer:
     def run(self) -> dict:
         from tqdm.auto import tqdm
 
-        from .data import build_data
+        from .data import Prefetcher, build_data
 
         recipe, accelerator = self.recipe, self.accelerator
         model, tokenizer_dir = load_model_for_training(recipe, self.log)
@@ -299,7 +299,7 @@ class Trainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.output_dir / "recipe.yaml", recipe.to_yaml())
         writer = self._tensorboard()
-        batches = iter(stream)
+        batches = Prefetcher(stream)  # the next batches are made while the accelerator works on this one
         bar = tqdm(total=recipe.train.max_steps, initial=step, desc="fine-tuning", disable=not self.is_main)
         window_tokens, window_start = 0, time.perf_counter()
         last_good = latest_checkpoint(self.output_dir)
@@ -336,11 +336,12 @@ class Trainer:
             if recipe.eval.every and step % recipe.eval.every == 0 and step < recipe.train.max_steps:
                 self._log_metrics(self.evaluate(eval_batches, step), writer)
             if recipe.checkpoint.every and step % recipe.checkpoint.every == 0 and step < recipe.train.max_steps:
-                last_good = self.save_checkpoint(step, stream)
+                last_good = self.save_checkpoint(step, batches)
         bar.close()
+        batches.close()
         final_eval = self.evaluate(eval_batches, step)
         self._log_metrics(final_eval, writer)
-        last_good = self.save_checkpoint(step, stream)
+        last_good = self.save_checkpoint(step, batches)
         final = self.export_final(last_good)
         if writer is not None:
             writer.close()
