@@ -1,8 +1,13 @@
-"""Write the embedded default model: a tiny random Mamba2 in mamba_ssm format with a byte-level tokenizer.
+"""Write the random tiny test model: a tiny random Mamba2 in mamba_ssm format with a byte-level tokenizer.
+
+d_model 64, 4 layers, d_state 16, headdim 16, vocabulary 257 (padded to 272), tied embeddings, random weights.
+The tests write it once per session (``tests/checkpoints.py``: ``tiny_random_mamba2``) for the generic machinery
+that only needs a small, fast model. It is not the embedded default model: ``upgrade/assets/tiny-mamba2`` is a
+pretrained model, which this script never writes.
 
 Deterministic (fixed seed): running it again rewrites the same tensors. Usage:
 
-    python scripts/make_tiny_checkpoint.py [--output upgrade/assets/tiny-mamba2]
+    python scripts/make_tiny_checkpoint.py [--output tiny-random-mamba2]
 
 The same writer serves the tests, which build checkpoints of other shapes with ``write_mamba_ssm_checkpoint``.
 """
@@ -20,7 +25,8 @@ from transformers import PreTrainedTokenizerFast
 
 TINY = {"d_model": 64, "n_layer": 4, "vocab_size": 257, "pad_vocab_size_multiple": 16,
         "ssm_cfg": {"layer": "Mamba2", "d_state": 16, "headdim": 16, "expand": 2, "ngroups": 1}}
-DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "upgrade" / "assets" / "tiny-mamba2"
+DEFAULT_OUTPUT = Path("tiny-random-mamba2")  # in the current directory
+ASSETS = Path(__file__).resolve().parents[1] / "upgrade" / "assets"  # the embedded models: never written here
 
 
 def mamba_ssm_config(d_model: int, n_layer: int, vocab_size: int, ssm_cfg: dict, *, pad_vocab_size_multiple: int = 8,
@@ -88,14 +94,25 @@ def write_byte_tokenizer(directory: Path) -> None:
     fast.save_pretrained(str(directory))
 
 
+def write_tiny_random_mamba2(directory: Path) -> Path:
+    """The random tiny test model (``TINY``, seed 0) and the byte-level tokenizer, written into ``directory``."""
+    with torch.random.fork_rng(devices=[]):  # leave the caller's random state as it was
+        raw = mamba_ssm_config(TINY["d_model"], TINY["n_layer"], TINY["vocab_size"], TINY["ssm_cfg"],
+                               pad_vocab_size_multiple=TINY["pad_vocab_size_multiple"])
+        write_mamba_ssm_checkpoint(directory, raw, seed=0)
+    write_byte_tokenizer(directory)
+    return directory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
+                        help=f"directory to write (default: ./{DEFAULT_OUTPUT})")
     args = parser.parse_args()
-    raw = mamba_ssm_config(TINY["d_model"], TINY["n_layer"], TINY["vocab_size"], TINY["ssm_cfg"],
-                           pad_vocab_size_multiple=TINY["pad_vocab_size_multiple"])
-    write_mamba_ssm_checkpoint(args.output, raw, seed=0)
-    write_byte_tokenizer(args.output)
+    output = args.output.resolve()
+    if output == ASSETS or ASSETS in output.parents:
+        parser.error(f"{args.output} lies in {ASSETS}, which holds the embedded models; choose another --output")
+    write_tiny_random_mamba2(args.output)
     print(f"wrote {args.output}")
 
 

@@ -3,6 +3,10 @@
 - ``write_mamba_ssm``: ``config.json`` as mamba_ssm's ``MambaConfig`` + ``pytorch_model.bin`` or ``model.safetensors``.
 - ``write_transformers``: transformers' own ``Mamba2ForCausalLM.save_pretrained`` (sharded when asked).
 - ``hub_cache_layout``: a directory copied into a huggingface_hub cache (``models--owner--name/snapshots/<sha>``).
+- ``tiny_random_mamba2``: the random tiny test model (d_model 64, 4 layers, vocabulary 257 padded to 272, byte-level
+  tokenizer; ``scripts/make_tiny_checkpoint.py``), for tests of generic machinery that need a small, fast model.
+  conftest's session fixture ``tiny_random`` writes it once per session. The embedded default model
+  (``upgrade/assets/tiny-mamba2``, pretrained and 40x larger) is for the tests whose point is that model.
 """
 
 from __future__ import annotations
@@ -18,10 +22,22 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from make_tiny_checkpoint import mamba_ssm_config, random_mamba2_state_dict, write_byte_tokenizer  # noqa: E402
+from make_tiny_checkpoint import (  # noqa: E402
+    mamba_ssm_config,
+    random_mamba2_state_dict,
+    write_byte_tokenizer,
+    write_tiny_random_mamba2,
+)
+
+TINY_RANDOM_NAME = "tiny-random-mamba2"
 
 SMALL = {"d_model": 32, "n_layer": 3, "vocab_size": 101}
 SMALL_SSM = {"layer": "Mamba2", "d_state": 8, "headdim": 8, "expand": 2, "ngroups": 1}
+
+
+def tiny_random_mamba2(directory: Path) -> Path:
+    """Write the random tiny test model into ``directory`` (deterministic: seed 0) and return it."""
+    return write_tiny_random_mamba2(directory)
 
 
 def write_mamba_ssm(directory: Path, *, d_model=32, n_layer=3, vocab_size=101, pad_vocab_size_multiple=8,

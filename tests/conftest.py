@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,3 +22,11 @@ def _one_thread():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_random(tmp_path_factory) -> Path:
+    """The random tiny test model (mamba_ssm format, byte-level tokenizer), written once per session."""
+    from checkpoints import TINY_RANDOM_NAME, tiny_random_mamba2
+
+    return tiny_random_mamba2(tmp_path_factory.mktemp("tiny-random") / TINY_RANDOM_NAME)

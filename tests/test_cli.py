@@ -4,6 +4,9 @@ Every run starts a fresh Python that imports torch and transformers (seconds eac
 first and launched together by one module fixture; each test then checks the result of its own run: what it
 printed, what it wrote (or, for a bad input, that it wrote nothing at all), and that the written model loads with
 ``AutoModelForCausalLM`` and computes what the base model computed.
+
+The embedded default model (pretrained, 5 layers) is upgraded once, as the README does; every other run that needs
+a real checkpoint uses the random tiny test model (4 layers, ``tiny_random``), which is smaller and faster.
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ def upgrade_model_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess
     return subprocess.run(["upgrade-model", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
 
 
-def build_sources(root: Path) -> dict[str, Path]:
-    sources = {"tiny": TINY}
+def build_sources(root: Path, tiny_random: Path) -> dict[str, Path]:
+    sources = {"tiny": TINY, "random": tiny_random}
     tf = write_transformers(root / "tf", vocab_size=264, max_shard_size="20KB")
     write_byte_tokenizer(tf)
     sources["tf"] = tf
@@ -104,11 +107,11 @@ def fill_existing(output: Path) -> None:
 
 # name -> (source key, extra arguments, how to prepare the output path before the run)
 HAPPY = {
-    "tiny": ("tiny", ["--layers", "2"], None),
+    "tiny": ("tiny", ["--layers", "2"], None),  # the embedded default model, as the README upgrades it
     "sharded": ("tf", ["--layers", "1-2", "--shard-size", "50KB"], None),
     "skip_verify": ("plain", ["--layers", "1", "--skip-verify"], None),
     # one run for two checks (each run costs seconds of imports): bf16 weights, and --force replacing an output
-    "bf16_force": ("tiny", ["--layers", "2", "--strategy", "last", "--dtype", "bf16", "--force"], fill_existing),
+    "bf16_force": ("random", ["--layers", "2", "--strategy", "last", "--dtype", "bf16", "--force"], fill_existing),
 }
 FAILING = {  # name -> (source key, extra arguments, prepare, what the one error line must say)
     "missing_path": (None, ["--layers", "2"], None, r"missing-checkpoint does not exist"),
@@ -116,26 +119,26 @@ FAILING = {  # name -> (source key, extra arguments, prepare, what the one error
     "corrupt_weights": ("corrupt", ["--layers", "1"], None, r"cannot read .*pytorch_model\.bin.*corrupt"),
     "empty_weights": ("empty", ["--layers", "1"], None, r"cannot read .*pytorch_model\.bin"),
     "wrong_shapes": ("shapes", ["--layers", "1"], None, r"in_proj\.weight has shape \[152, 32\] but config\.json"),
-    "layers_out_of_range": ("tiny", ["--layers", "3-9"], None, r"\[4, 5, 6, 7, 8, 9\] outside .* 0-3"),
-    "layers_duplicate": ("tiny", ["--layers", "1,0-2"], None, r"\[1\] listed more than once"),
-    "layers_too_many": ("tiny", ["--layers", "9"], None, r"asked for 9 layers but the model has 4"),
-    "layers_garbage": ("tiny", ["--layers", "two"], None, r"cannot read 'two'"),
-    "bad_dtype": ("tiny", ["--layers", "1", "--dtype", "int8"], None, r"--dtype 'int8' is not one of"),
-    "bad_shard_size": ("tiny", ["--layers", "1", "--shard-size", "lots"], None, r"cannot read size 'lots'"),
-    "output_not_empty": ("tiny", ["--layers", "1"], fill_existing, r"out is not empty.*--force"),
-    "output_is_file": ("tiny", ["--layers", "1"], lambda out: out.write_text("a file\n"), r"out is a file"),
-    "verification_fails": ("tiny", ["--layers", "2", "--beta-init", "1000", "--max-kl", "1e-12"], None,
-                           r"verification failed: .*mean KL .* > --max-kl 1e-12"),
-    "verification_fails_with_force": ("tiny", ["--layers", "2", "--beta-init", "1000", "--max-kl", "1e-12",
-                                               "--force"], fill_existing, r"verification failed"),
+    "layers_out_of_range": ("random", ["--layers", "3-9"], None, r"\[4, 5, 6, 7, 8, 9\] outside .* 0-3"),
+    "layers_duplicate": ("random", ["--layers", "1,0-2"], None, r"\[1\] listed more than once"),
+    "layers_too_many": ("random", ["--layers", "9"], None, r"asked for 9 layers but the model has 4"),
+    "layers_garbage": ("random", ["--layers", "two"], None, r"cannot read 'two'"),
+    "bad_dtype": ("random", ["--layers", "1", "--dtype", "int8"], None, r"--dtype 'int8' is not one of"),
+    "bad_shard_size": ("random", ["--layers", "1", "--shard-size", "lots"], None, r"cannot read size 'lots'"),
+    "output_not_empty": ("random", ["--layers", "1"], fill_existing, r"out is not empty.*--force"),
+    "output_is_file": ("random", ["--layers", "1"], lambda out: out.write_text("a file\n"), r"out is a file"),
+    "verification_fails": ("random", ["--layers", "2", "--beta-init", "1000", "--max-kl", "1e-12"], None,
+                             r"verification failed: .*mean KL .* > --max-kl 1e-12"),
+    "verification_fails_with_force": ("random", ["--layers", "2", "--beta-init", "1000", "--max-kl", "1e-12",
+                                                 "--force"], fill_existing, r"verification failed"),
 }
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Run]:
+def runs(tmp_path_factory, tiny_random) -> dict[str, Run]:
     """Describe every run, then launch them all at once (a few at a time) and wait."""
     base = tmp_path_factory.mktemp("cli")
-    sources = build_sources(base / "sources")
+    sources = build_sources(base / "sources", tiny_random)
     planned: dict[str, Run] = {}
     for name, (source, extra, prepare, *_) in {**HAPPY, **FAILING}.items():
         root = base / "runs" / name
@@ -267,6 +270,8 @@ def count_beta_parameters(model: PalimpsaForCausalLM) -> int:
 
 
 def test_tiny_default(runs):
+    """``upgrade-model upgrade/assets/tiny-mamba2 --layers 2``: the embedded pretrained model (5 layers, d_model 256,
+    byte vocabulary 257 padded to 272); the even strategy picks layers 1 and 3 of 0-4."""
     run = runs["tiny"]
     assert_succeeded(run)
     output = run.output
@@ -279,7 +284,9 @@ def test_tiny_default(runs):
     config = read_json(output / "config.json")
     assert config["model_type"] == "palimpsa"
     assert config["upgraded_layers"] == [1, 3]
-    assert (config["n_layer"], config["d_model"], config["vocab_size"], config["base_vocab_size"]) == (4, 64, 272, 257)
+    assert (config["n_layer"], config["d_model"], config["vocab_size"], config["base_vocab_size"]) == (5, 256, 272, 257)
+    assert (config["d_state"], config["headdim"], config["expand"], config["tie_word_embeddings"]) == (64, 32, 2, True)
+    assert config["eos_token_id"] == 256
     assert config["architectures"] == ["PalimpsaForCausalLM"]
 
     report = read_json(output / "upgrade_report.json")
@@ -296,7 +303,7 @@ def test_tiny_default(runs):
     assert verification["at_init"]["max_abs_diff"] > verification["at_zero"]["max_abs_diff"]
     assert report["seconds"] > 0
 
-    assert_plan(run, TINY, "mamba_ssm", "1, 3 (2 of 4, strategy even)", "float32 (from the checkpoint)", report)
+    assert_plan(run, TINY, "mamba_ssm", "1, 3 (2 of 5, strategy even)", "float32 (from the checkpoint)", report)
     assert "tokenizer   tokenizer.json, tokenizer_config.json" in run.stdout
     assert_figures_printed(run, report)
     assert_card(output, report, "1, 3")
@@ -365,7 +372,7 @@ def test_bf16(runs):
     assert_succeeded(run)
     saved = output_tensors(run.output)
     assert saved and all(t.dtype == torch.bfloat16 for t in saved.values())
-    base = base_model(TINY)
+    base = base_model(runs["_sources"][0]["random"])
     for name, tensor in base.state_dict().items():
         if name != "lm_head.weight":
             assert torch.equal(saved[name], tensor.to(torch.bfloat16)), name

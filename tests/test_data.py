@@ -1,8 +1,9 @@
 """Tests of the fine-tuning data pipeline (``palimpsa.upgrade.data``).
 
-Oracles: the documents written here (tokenised independently with the tiny byte tokenizer), a fresh
-``DocumentSource`` replaying the same seeded document sequence, and, for "no leakage" and state passing, the tiny
-model run on each document (piece) alone.
+Oracles: the documents written here (tokenised independently with the byte-level tokenizer of the random tiny
+test model, ``tiny_random``: ids 0-255 are the bytes, 256 ends a text), a fresh ``DocumentSource`` replaying the
+same seeded document sequence, and, for "no leakage" and state passing, a tiny model run on each document (piece)
+alone.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-import palimpsa.upgrade
 import pytest
 import torch
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaError, PalimpsaForCausalLM
@@ -21,13 +21,12 @@ from palimpsa.upgrade.modeling import PalimpsaCache
 from palimpsa.upgrade.recipe import DataSection, SourceSection
 from transformers import AutoTokenizer
 
-TINY = Path(palimpsa.upgrade.__file__).parent / "assets" / "tiny-mamba2"
-VOCAB = 272
+VOCAB = 272  # the byte vocabulary (257) padded to a multiple of 16, as the tiny models have it
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return AutoTokenizer.from_pretrained(str(TINY))
+def tok(tiny_random):
+    return AutoTokenizer.from_pretrained(str(tiny_random))
 
 
 def encode(tok, text: str) -> list[int]:
@@ -406,7 +405,7 @@ def build(tok, **data):
     return build_data(DataSection(**data), tok, vocab_size=VOCAB)
 
 
-def test_errors_name_the_problem(tmp_path, tok):
+def test_errors_name_the_problem(tmp_path, tok, tiny_random):
     with pytest.raises(PalimpsaError, match="does not exist"):
         build(tok, path=str(tmp_path / "missing"))
     (tmp_path / "empty").mkdir()
@@ -431,7 +430,7 @@ def test_errors_name_the_problem(tmp_path, tok):
     build(tok, path=str(few), eval_documents=2)
     with pytest.raises(PalimpsaError, match="eval_documents"):
         build(tok, sources=[{"type": "synthetic", "task": "mqar", "documents": 4}], eval_documents=4)
-    big = AutoTokenizer.from_pretrained(str(TINY))
+    big = AutoTokenizer.from_pretrained(str(tiny_random))
     with pytest.raises(PalimpsaError, match="vocabulary"):
         build_data(DataSection(path=str(few), eval_documents=0), big, vocab_size=100)
 

@@ -5,6 +5,8 @@ The console script runs once as a user runs it (a subprocess, started when the m
 the in-process tests, and checked at the end). The other cases call the script's entry point in-process
 (``verify_main`` with ``sys.argv`` set), which saves the seconds of importing torch per case while exercising the
 same code, exit status and error printing.
+
+The sweep's machinery is exercised on the random tiny test model (``tiny_random``), which is small and fast.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import palimpsa.upgrade
 import pytest
 import torch
 from palimpsa.upgrade import PalimpsaForCausalLM, PalimpsaMixer, upgrade_model
@@ -34,7 +35,6 @@ from palimpsa.upgrade.integrity import file_manifest
 from palimpsa.upgrade.tasks import default_long_text
 from palimpsa.upgrade.verify import probe_input_ids
 
-TINY = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
 PREFIX = "verify-equivalence: error: "
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROGRESS = re.compile(r"^[^:]*: +\d+%\|")  # a tqdm update: "beta sweep:  40%|####  | 4/10 ..."
@@ -125,10 +125,10 @@ def root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fresh(root) -> Path:
-    """The tiny checkpoint with two layers upgraded, as upgrade-model writes it."""
+def fresh(root, tiny_random) -> Path:
+    """The random tiny checkpoint with two layers upgraded, as upgrade-model writes it."""
     output = root / "tiny-palimpsa"
-    upgrade_model(TINY, 2, output=output)
+    upgrade_model(tiny_random, 2, output=output)
     return output
 
 
@@ -335,9 +335,9 @@ def test_probe_file_missing(fresh, root, monkeypatch, capsys):
     assert_one_line_error(code, stdout, stderr, r"cannot read probe file")
 
 
-def test_model_without_palimpsa_layer(root, monkeypatch, capsys):
+def test_model_without_palimpsa_layer(root, tiny_random, monkeypatch, capsys):
     out = root / "plain.json"
-    code, stdout, stderr = run_verify_inprocess([TINY, "--json", out], monkeypatch, capsys)
+    code, stdout, stderr = run_verify_inprocess([tiny_random, "--json", out], monkeypatch, capsys)
     assert_one_line_error(code, stdout, stderr, r"has no Palimpsa layer; upgrade it first")
     assert not out.exists()
 
@@ -369,7 +369,7 @@ def test_cli_fresh_model_passes(verify_cli):
     assert "at scale 0" in stdout and "limit OK" in stdout
 
 
-def test_cli_fresh_model_report(verify_cli, root, fresh):
+def test_cli_fresh_model_report(verify_cli, root, fresh, tiny_random):
     verify_cli.result()
     data = json.loads((root / "report.json").read_text())
     assert data["limit_ok"] is True
@@ -385,7 +385,7 @@ def test_cli_fresh_model_report(verify_cli, root, fresh):
     diffs = [r["max_abs_diff"] for r in table[:-1]]
     assert all(0.08 < b / a < 0.12 for a, b in zip(diffs, diffs[1:])), diffs
     # base figures: config.json's base_model is the tiny checkpoint, which a fresh upgrade equals at scale 0
-    assert data["base"] == str(TINY)
+    assert data["base"] == str(tiny_random)
     for row in table:
         assert {"base_mean_kl", "base_top1_agreement", "mean_kl", "top1_agreement", "relative_diff"} <= set(row)
     assert table[-1]["base_mean_kl"] < 1e-20 and table[-1]["base_top1_agreement"] == 1.0

@@ -4,6 +4,7 @@ console script end to end (summary, CSV and plots for two models side by side, i
 The two end-to-end runs are subprocesses started when the module starts (they run while the in-process tests
 run) and checked at the end. Refusals call the console script's entry point in-process (``eval_main`` with
 ``sys.argv`` set): they fail before any model is loaded, and the same code prints the error and sets the status.
+The models are the random tiny test model (``tiny_random``) and its upgrade: small and fast.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import palimpsa.upgrade
 import pytest
 import torch
 import torch.nn.functional as F
+from checkpoints import TINY_RANDOM_NAME
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM, upgrade_model
 from palimpsa.upgrade.cli import eval_main
 from palimpsa.upgrade.evaluation import mqar_accuracy, niah_correct, nll_by_position, passkey_correct
@@ -28,11 +29,11 @@ from palimpsa.upgrade.modeling import PalimpsaCache
 from palimpsa.upgrade.tasks import default_long_text, mqar_samples, niah_samples, passkey_samples
 from transformers import AutoTokenizer
 
-TINY = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PREFIX = "eval-model: error: "
 PROGRESS = re.compile(r"^[^:]*: +\d+%\|")
 UPGRADED = "tiny-palimpsa"  # the directory name is the model's name in the outputs
+BASE = TINY_RANDOM_NAME  # the base model's directory name
 EVAL_ARGS = ["--lengths", "64,128", "--depths", "0,1", "--samples", "1", "--mqar-pairs", "4,8", "--train-length", "64"]
 PASSKEY_QUESTION = "\nWhat is the pass key? The pass key is"
 NEEDLE = re.compile(r"One of the special magic numbers for ([a-z]+-[a-z]+) is: (\d+)\. ")
@@ -47,8 +48,8 @@ def root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(str(TINY))
+def tokenizer(tiny_random):
+    return AutoTokenizer.from_pretrained(str(tiny_random))
 
 
 def token_count(tokenizer, text: str) -> int:
@@ -56,15 +57,15 @@ def token_count(tokenizer, text: str) -> int:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def eval_runs(root):
+def eval_runs(root, tiny_random):
     """Two identical ``eval-model`` runs (upgraded tiny model vs the tiny mamba_ssm checkpoint), in the
     background."""
     model = root / UPGRADED
-    upgrade_model(TINY, 2, output=model)
+    upgrade_model(tiny_random, 2, output=model)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "OMP_NUM_THREADS": "1"}
     processes = {}
     for run in ("first", "second"):
-        args = ["eval-model", str(model), "--compare", str(TINY), *EVAL_ARGS, "--output", str(root / run)]
+        args = ["eval-model", str(model), "--compare", str(tiny_random), *EVAL_ARGS, "--output", str(root / run)]
         processes[run] = subprocess.Popen(args, cwd=root, env=env, text=True, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE)
     results: dict[str, subprocess.CompletedProcess] = {}
@@ -327,9 +328,9 @@ def test_mqar_accuracy_counts_each_query():
     (["--depths", "half"], r"cannot read --depths"),
     (["--samples", "0"], r"at least 1"),
 ])
-def test_eval_refusals(root, monkeypatch, capsys, args, match):
+def test_eval_refusals(root, tiny_random, monkeypatch, capsys, args, match):
     output = root / "refused"
-    monkeypatch.setattr(sys, "argv", ["eval-model", str(TINY), *args, "--output", str(output)])
+    monkeypatch.setattr(sys, "argv", ["eval-model", str(tiny_random), *args, "--output", str(output)])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
         eval_main()
@@ -363,7 +364,7 @@ def test_cli_summary_markdown(eval_runs, root):
     eval_runs("first")
     text = (root / "first" / "summary.md").read_text()
     lines = text.splitlines()
-    assert f"| metric | {UPGRADED} | tiny-mamba2 |" in lines
+    assert f"| metric | {UPGRADED} | {BASE} |" in lines
     rows = {line.split("|")[1].strip(): line for line in lines if line.startswith("| ") and "metric" not in line}
     expected = ["NLL, all positions", "NLL within 64", "NLL beyond 64", "MQAR 4 pairs", "MQAR 8 pairs"]
     for length in (64, 128):
@@ -381,7 +382,7 @@ def test_cli_summary_json(eval_runs, root):
     assert settings["lengths"] == [64, 128] and settings["depths"] == [0.0, 1.0]
     assert settings["mqar_pairs"] == [4, 8] and settings["train_length"] == 64 and settings["seed"] == 0
     models = summary["models"]
-    assert [m["name"] for m in models] == [UPGRADED, "tiny-mamba2"]
+    assert [m["name"] for m in models] == [UPGRADED, BASE]
     for model in models:
         nll = model["nll_position"]
         assert len(nll["bucket_start"]) == len(nll["bucket_end"]) == len(nll["mean_nll"])
@@ -404,7 +405,7 @@ def test_cli_nll_csv(eval_runs, root):
     models = json.loads((root / "first" / "summary.json").read_text())["models"]
     with open(root / "first" / "nll_position.csv", newline="") as handle:
         rows = list(csv.reader(handle))
-    assert rows[0] == ["position_start", "position_end", UPGRADED, "tiny-mamba2"]
+    assert rows[0] == ["position_start", "position_end", UPGRADED, BASE]
     body = rows[1:]
     assert len(body) == len(models[0]["nll_position"]["mean_nll"])
     assert all(len(row) == 4 for row in body)
@@ -416,11 +417,11 @@ def test_cli_nll_csv(eval_runs, root):
 def test_cli_plots(eval_runs, root):
     eval_runs("first")
     output = root / "first"
-    for name in ("nll_position.png", f"passkey_{UPGRADED}.png", "passkey_tiny-mamba2.png", "niah.png", "mqar.png"):
+    for name in ("nll_position.png", f"passkey_{UPGRADED}.png", f"passkey_{BASE}.png", "niah.png", "mqar.png"):
         assert_png(output / name)
     assert sorted(p.name for p in output.iterdir()) == sorted([
         "summary.json", "summary.md", "nll_position.csv", "nll_position.png", f"passkey_{UPGRADED}.png",
-        "passkey_tiny-mamba2.png", "niah.png", "mqar.png"])
+        f"passkey_{BASE}.png", "niah.png", "mqar.png"])
 
 
 def test_cli_is_deterministic(eval_runs, root):

@@ -330,7 +330,8 @@ def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def tiny_upgraded(tmp_path_factory) -> Path:
-    """``upgrade-model upgrade/assets/tiny-mamba2 --layers 2 --output DIR``, through the same function."""
+    """``upgrade-model upgrade/assets/tiny-mamba2 --layers 2 --output DIR``, through the same function: the embedded
+    default model, as the README upgrades it and then generates with it."""
     output = tmp_path_factory.mktemp("generate") / "tiny-upgraded"
     upgrade_model(TINY, 2, output=output, beta_init=0.5, verify=False)
     return output
@@ -347,6 +348,18 @@ def cli_runs(tiny_upgraded, tmp_path_factory) -> dict[str, subprocess.CompletedP
     with ThreadPoolExecutor(len(planned)) as pool:
         futures = {name: pool.submit(run_cli, args, cwd) for name, args in planned.items()}
         return {name: future.result() for name, future in futures.items()}
+
+
+def test_tiny_upgraded_is_the_embedded_default_model(tiny_upgraded):
+    """The README's model: the embedded pretrained Mamba2 (5 layers, d_model 256, byte vocabulary 257 padded to
+    272, end of text 256) with layers 1 and 3 upgraded (2 layers, even strategy)."""
+    model = PalimpsaForCausalLM.from_pretrained(str(tiny_upgraded))
+    config = model.config
+    assert config.base_model == str(TINY)
+    assert (config.n_layer, config.d_model, config.vocab_size, config.base_vocab_size) == (5, 256, 272, 257)
+    assert config.eos_token_id == 256
+    assert config.upgraded_layers == [1, 3]
+    assert [i for i, layer in enumerate(model.backbone.layers) if isinstance(layer.mixer, PalimpsaMixer)] == [1, 3]
 
 
 def test_generate_text_cli_greedy(cli_runs, tiny_upgraded):

@@ -2,7 +2,8 @@
 
 Oracle: direct computation with the model (one full forward, log-softmax of the scored tokens; ``model.generate``
 on each prompt alone). The adapter must reproduce it whatever the batching, padding and segmenting; and lm_eval's
-``simple_evaluate`` must run the local tasks of tests/data/lm_eval_task (no download) end to end.
+``simple_evaluate`` must run the local tasks of tests/data/lm_eval_task (no download) end to end. The model is the
+random tiny test model (``tiny_random``) with two layers upgraded: the adapter's machinery needs no trained model.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from palimpsa.upgrade.evaluation import nll_by_position  # noqa: E402
 from palimpsa.upgrade.generation import load_model_and_tokenizer  # noqa: E402
 from palimpsa.upgrade.lm_eval_adapter import PalimpsaLM  # noqa: E402
 
-TINY = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
 ADAPTER = Path(palimpsa.upgrade.__file__).resolve().parent / "lm_eval_adapter.py"
 TASKS = Path(__file__).resolve().parent / "data" / "lm_eval_task"
 BETA_SCALE = 1000.0  # the upgraded tiny model's beta_init is 1e-3: scale it up so the Palimpsa layers matter
@@ -60,9 +60,9 @@ def requests(kind: str, arguments: list) -> list[Instance]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
+def model_dir(tmp_path_factory, tiny_random) -> Path:
     output = tmp_path_factory.mktemp("lm_eval") / "tiny-palimpsa"
-    upgrade_model(str(TINY), 2, output=output, beta_init=1e-3)
+    upgrade_model(str(tiny_random), 2, output=output, beta_init=1e-3)
     return output
 
 

@@ -263,8 +263,9 @@ examples:
 Tasks: nll-position (per-token NLL against position on long text, a --text file or Python's pydoc_data.topics,
 run in segments with the recurrent state carried; CSV + PNG with a marker at --train-length), passkey (accuracy
 over length x depth, a heatmap per model), niah (RULER single and multi-key needles), mqar (accuracy against the
-number of key-value pairs). Every model sees identical seeded inputs. Writes summary.md, summary.json, CSV and
-PNG files to --output.
+number of key-value pairs), mqar-gap (not run by default: accuracy against length, --mqar-gap-pairs pairs, a
+haystack gap, then every key queried). Every model sees identical seeded inputs. Writes summary.md, summary.json,
+CSV and PNG files to --output.
 """
 
 
@@ -293,6 +294,7 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths for passkey and niah")
     parser.add_argument("--samples", type=int, default=2, help="samples per length x depth cell")
     parser.add_argument("--mqar-pairs", default="4,8,16,32", help="numbers of key-value pairs for mqar")
+    parser.add_argument("--mqar-gap-pairs", type=int, default=8, help="key-value pairs for mqar-gap")
     parser.add_argument("--segment-length", type=int, default=512, help="tokens per forward for nll-position")
     parser.add_argument("--nll-length", default=None, help="tokens of text for nll-position (default: max length)")
     parser.add_argument("--train-length", type=int, default=None, help="training length, marked on the NLL plot")
@@ -323,13 +325,14 @@ def run_eval(argv: list[str] | None = None) -> int:
         raise PalimpsaError(f"cannot read --depths {args.depths!r}; write fractions like 0,0.5,1") from None
     if any(not 0 <= d <= 1 for d in depths):
         raise PalimpsaError("--depths must lie in [0, 1]")
-    if args.samples < 1 or args.batch_size < 1 or args.segment_length < 1:
-        raise PalimpsaError("--samples, --batch-size and --segment-length must be at least 1")
+    if min(args.samples, args.batch_size, args.segment_length, args.mqar_gap_pairs) < 1:
+        raise PalimpsaError("--samples, --batch-size, --segment-length and --mqar-gap-pairs must be at least 1")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     settings = EvalSettings(tasks=tasks, lengths=_int_list(args.lengths), depths=depths, per_cell=args.samples,
                             seed=args.seed, segment_length=args.segment_length,
                             nll_length=_int_list(args.nll_length)[0] if args.nll_length else None,
-                            mqar_pairs=_int_list(args.mqar_pairs), train_length=args.train_length, text=args.text,
+                            mqar_pairs=_int_list(args.mqar_pairs),
+                            mqar_gap_pairs=args.mqar_gap_pairs, train_length=args.train_length, text=args.text,
                             batch_size=args.batch_size, device=device)
     sources = [args.model, *args.compare]
     names = [Path(s).name or s for s in sources]

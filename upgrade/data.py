@@ -492,7 +492,8 @@ class DocumentSource:
             raise PalimpsaError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary only "
                                 f"{vocab_size}; use the model's tokenizer (unset data.tokenizer)")
         if tokenizer is None and any(s.type != "synthetic" or s.task != "mqar" for s in sources):
-            raise PalimpsaError("text sources need a tokenizer")
+            raise PalimpsaError("text sources and synthetic passkey, niah and mqar-gap documents need a tokenizer; "
+                                "set data.tokenizer")
         self.readers = [_open_reader(s, f"{name} ({s.type})", tokenizer, seq_len, _mix(seed, _SYNTHETIC, i),
                                      vocab_size) for i, (s, name) in enumerate(zip(sources, names))]
         weights = np.array([s.weight for s in sources], dtype=np.float64)

@@ -2,7 +2,8 @@
 
 Tasks: ``nll-position`` (per-token NLL against position on long text, run in segments with the recurrent state
 carried, so any length fits in bounded memory), ``passkey`` (accuracy over length x depth), ``niah`` (RULER
-single- and multi-key needle retrieval), ``mqar`` (accuracy against the number of key-value pairs).
+single- and multi-key needle retrieval), ``mqar`` (accuracy against the number of key-value pairs), ``mqar-gap``
+(accuracy against length: ``mqar_gap_pairs`` pairs, a haystack gap, then every key queried).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from .modeling import PalimpsaCache
 from .saving import write_json_atomic, write_text_atomic
 from .tasks import Sample, default_long_text, mqar_samples, niah_samples, passkey_samples
 
-TASKS = ("nll-position", "passkey", "niah", "mqar")
+TASKS = ("nll-position", "passkey", "niah", "mqar", "mqar-gap")
+DEFAULT_TASKS = ("nll-position", "passkey", "niah", "mqar")
 
 
 @dataclass
 class EvalSettings:
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
     lengths: list[int] = field(default_factory=lambda: [256, 512, 1024])
     depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
     per_cell: int = 2
@@ -37,6 +39,7 @@ class EvalSettings:
     nll_buckets: int = 16
     mqar_pairs: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
     mqar_queries: int = 4
+    mqar_gap_pairs: int = 8
     train_length: int | None = None
     text: str | None = None  # a text file for nll-position (default: pydoc_data.topics)
     batch_size: int = 4
@@ -99,6 +102,17 @@ def mqar_accuracy(model, samples) -> dict[int, float]:
     return {pairs: sum(h) / len(h) for pairs, h in sorted(hits.items())}
 
 
+def mqar_gap_by_length(model, tokenizer, lengths: list[int], pairs: int, per_length: int, seed: int) -> list[float]:
+    """MQAR accuracy at each length: ``pairs`` key-value pairs, a haystack gap, then every key queried."""
+    from .data import _mqar_range
+    from .tasks import mqar_gap_filler, mqar_gap_pools, mqar_gap_samples
+
+    filler = mqar_gap_filler(tokenizer)
+    keys, values = mqar_gap_pools(filler, *_mqar_range(tokenizer, model.config.vocab_size))
+    return [mqar_accuracy(model, mqar_gap_samples(filler, keys, values, [length], pairs, pairs, per_length,
+                                                  seed + length))[pairs] for length in lengths]
+
+
 def evaluate_model(name: str, model, tokenizer, settings: EvalSettings, text_ids: torch.Tensor | None,
                    progress: bool = True) -> dict:
     """Every task of ``settings`` on one model; returns a JSON-ready dict."""
@@ -134,6 +148,13 @@ def evaluate_model(name: str, model, tokenizer, settings: EvalSettings, text_ids
         samples = mqar_samples(vocab, settings.mqar_pairs, settings.mqar_queries, settings.per_cell * 4,
                                settings.seed, reserved=min(reserved, vocab // 4))
         result["mqar"] = {str(k): v for k, v in mqar_accuracy(model, samples).items()}
+    if "mqar-gap" in settings.tasks:
+        if tokenizer is None:
+            raise PalimpsaError("mqar-gap needs the model's tokenizer (its gap is haystack text)")
+        result["mqar_gap"] = {"lengths": settings.lengths, "pairs": settings.mqar_gap_pairs,
+                              "by_length": mqar_gap_by_length(model, tokenizer, settings.lengths,
+                                                              settings.mqar_gap_pairs, 4 * settings.per_cell,
+                                                              settings.seed)}
     return result
 
 
@@ -193,6 +214,10 @@ def write_outputs(results: list[dict], settings: EvalSettings, output: Path) -> 
     if "mqar" in settings.tasks:
         plot_lines({r["name"]: ([int(k) for k in r["mqar"]], list(r["mqar"].values())) for r in results},
                    "MQAR accuracy", "key-value pairs", output / "mqar.png", log_x=True)
+    if "mqar-gap" in settings.tasks:
+        plot_lines({r["name"]: (settings.lengths, r["mqar_gap"]["by_length"]) for r in results},
+                   f"MQAR with a gap ({settings.mqar_gap_pairs} pairs)", "context length (tokens)",
+                   output / "mqar_gap.png", log_x=True)
     return summary
 
 
@@ -215,6 +240,8 @@ def summary_markdown(results: list[dict], settings: EvalSettings) -> str:
         if "niah" in settings.tasks:
             row(f"NIAH single @ {length}", [r["niah"]["single"]["by_length"][index] for r in results])
             row(f"NIAH multi-key @ {length}", [r["niah"]["multikey"]["by_length"][index] for r in results])
+        if "mqar-gap" in settings.tasks:
+            row(f"MQAR-gap @ {length}", [r["mqar_gap"]["by_length"][index] for r in results])
     if "mqar" in settings.tasks:
         for pairs in results[0]["mqar"]:
             row(f"MQAR {pairs} pairs", [r["mqar"][pairs] for r in results])

@@ -38,7 +38,8 @@ class ScratchSection(Section):
 class ModelSection(Section):
     path: str | None = Field(None, description="Palimpsa model directory, or a Mamba2 checkpoint to upgrade first")
     scratch: ScratchSection | None = Field(None, description="train a new Mamba2 of these dimensions instead")
-    upgrade_layers: str | None = Field(None, description="when path is a plain Mamba2: layers to upgrade (8, 3-5)")
+    upgrade_layers: str | None = Field(None, description="when path is a plain Mamba2: layers to upgrade (8, 3-5), "
+                                       "or none to fine-tune it as a plain Mamba2")
     beta_init: float = Field(1e-4, ge=0)
     beta_rank: int = Field(16, ge=1)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

@@ -64,15 +64,27 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
     if section.scratch is not None:
         return new_mamba2(recipe).to(dtype).train(), None
     path = Path(section.path).expanduser()
+    plain = (section.upgrade_layers or "").strip().lower() == "none"
     if is_palimpsa_directory(path):
-        if section.upgrade_layers:
+        if section.upgrade_layers and not plain:
             raise PalimpsaError(f"{section.path} is a Palimpsa model already; remove model.upgrade_layers")
         model = PalimpsaForCausalLM.from_pretrained(str(path), dtype=dtype)
         tokenizer_dir = path
     else:
         if not section.upgrade_layers:
             raise PalimpsaError(f"{section.path} is not a Palimpsa model; set model.upgrade_layers (e.g. 8) to "
-                                "upgrade it first, or upgrade it with upgrade-model")
+                                "upgrade it first (or none to fine-tune it as a plain Mamba2), or upgrade it with "
+                                "upgrade-model")
+        if plain:  # a plain Mamba2 fine-tune (the baseline arm)
+            from .checkpoint import load_checkpoint
+            from .modeling import model_from_state_dict
+
+            checkpoint = load_checkpoint(section.path)
+            model = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False),
+                                          str(section.path)).to(dtype)
+            if section.gradient_checkpointing:
+                model.gradient_checkpointing_enable()
+            return model.train(), checkpoint.directory
         result = upgrade_model(section.path, section.upgrade_layers, dtype=section.dtype,
                                beta_init=section.beta_init, beta_rank=section.beta_rank, log=log)
         model, tokenizer_dir = result.model, result.source_directory
