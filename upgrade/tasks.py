@@ -119,14 +119,19 @@ def mqar_samples(vocab_size: int, pairs_list: list[int], queries: int, per_setti
         for _ in range(per_setting):
             keys, values = rng.sample(key_pool, pairs), rng.sample(value_pool, pairs)
             ids = [token for pair in zip(keys, values) for token in pair]
-            positions, targets = [], []
-            for index in rng.sample(range(pairs), min(queries, pairs)):
-                ids.append(keys[index])
-                positions.append(len(ids) - 1)
-                targets.append(values[index])
-                ids.append(values[index])
-            samples.append(MQARSample(ids, positions, targets, pairs))
+            samples.append(_queried(ids, keys, values, rng.sample(range(pairs), min(queries, pairs))))
     return samples
+
+
+def _queried(ids: list[int], keys: list[int], values: list[int], asked: list[int]) -> MQARSample:
+    """``ids`` followed by each asked key and its value; the sample scores the values."""
+    positions, targets = [], []
+    for index in asked:
+        ids.append(keys[index])
+        positions.append(len(ids) - 1)
+        targets.append(values[index])
+        ids.append(values[index])
+    return MQARSample(ids, positions, targets, len(keys))
 
 
 def mqar_gap_filler(tokenizer) -> list[int]:
@@ -159,13 +164,7 @@ def mqar_gap_samples(filler_ids: list[int], keys: list[int], values: list[int], 
             gap = max(0, length - len(ids) - 2 * len(asked))
             offset = rng.randrange(len(filler_ids))
             ids.extend(filler_ids[(offset + i) % len(filler_ids)] for i in range(gap))
-            positions, targets = [], []
-            for index in asked:
-                ids.append(chosen_keys[index])
-                positions.append(len(ids) - 1)
-                targets.append(chosen_values[index])
-                ids.append(chosen_values[index])
-            samples.append(MQARSample(ids, positions, targets, pairs))
+            samples.append(_queried(ids, chosen_keys, chosen_values, asked))
     return samples
 
 
