@@ -65,7 +65,7 @@ def recipe_for(arm: str, lr: float, args, output_dir: Path) -> dict:
         "eval": {"every": 0, "batches": 4, "passkey_samples": 0},
         "checkpoint": {"every": 0, "keep": 1},
         "logging": {"tensorboard": False},
-        **{key: value for key, value in overrides.items()},
+        **overrides,
     }
     if arm == "palimpsa-beta-lora":
         recipe["optim"]["beta_lr"] = min(1.0, 10 * lr)
@@ -130,6 +130,7 @@ def evaluate(name: str, source: str, args, text_ids: torch.Tensor) -> dict:
     result["recall_samples"] = {"passkey": args.per_cell * depths, "niah_single": args.per_cell * depths,
                                 "niah_multikey": args.per_cell * depths,
                                 "mqar_gap": 4 * args.per_cell * args.mqar_pairs}  # per length (mqar: queries)
+    result["parameters"] = sum(p.numel() for p in model.parameters())
     result["seconds"] = round(time.perf_counter() - started, 1)
     del model
     if torch.cuda.is_available():
@@ -157,8 +158,7 @@ def verdict(results: dict[str, dict], lengths: list[int], pretrain_length: int) 
                "far_recall": {name: far_recall(r) for name, r in results.items()},
                "nll_regression_vs_base": {name: r["nll_at_pretrain_length"] / base_nll - 1
                                           for name, r in results.items()}}
-    if all("recall_samples" in r for r in results.values()):
-        summary["far_recall_se"] = {name: far_recall_se(r) for name, r in results.items()}
+    summary["far_recall_se"] = {name: far_recall_se(r) for name, r in results.items()}
     baseline = summary["far_recall"].get("mamba2-full")
     summary["bar"] = {}
     for arm in (a for a in results if a.startswith("palimpsa")):
@@ -166,7 +166,7 @@ def verdict(results: dict[str, dict], lengths: list[int], pretrain_length: int) 
         nll_ok = summary["nll_regression_vs_base"][arm] <= 0.01
         summary["bar"][arm] = {"beats_mamba2_recall_at_4x_plus": beats, "nll_within_1pct": nll_ok,
                                "met": beats and nll_ok}
-        if baseline is not None and "far_recall_se" in summary:
+        if baseline is not None:
             spread = math.hypot(summary["far_recall_se"][arm], summary["far_recall_se"]["mamba2-full"])
             z = (summary["far_recall"][arm] - baseline) / spread if spread else 0.0
             summary["bar"][arm]["z_vs_mamba2"] = z  # difference in standard errors; |z| < 2: within noise
@@ -190,11 +190,11 @@ def markdown(report: dict) -> str:
              "| model | recall at >= 4x | NLL @ " + str(report["pretrain_length"]) + " (nats/byte) | vs base | bar |"
              " difference from mamba2-full in standard errors |",
              "|---|---|---|---|---|---|"]
-    se = report["verdict"].get("far_recall_se", {})
+    se = report["verdict"]["far_recall_se"]
     for name in names:
         bar = report["verdict"]["bar"].get(name)
         z = None if bar is None else bar.get("z_vs_mamba2")
-        recall = f"{report['verdict']['far_recall'][name]:.3f}" + (f" ± {se[name]:.3f}" if name in se else "")
+        recall = f"{report['verdict']['far_recall'][name]:.3f} ± {se[name]:.3f}"
         lines.append(f"| {name} | {recall} | "
                      f"{results[name]['nll_at_pretrain_length']:.4f} | "
                      f"{100 * report['verdict']['nll_regression_vs_base'][name]:+.2f}% | "
@@ -338,13 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         results[arm] = evaluate(arm, run["model"], args, text_ids)
         print(f"evaluated {arm} (lr {run['lr']:g}) in {results[arm]['seconds']:.0f} s", flush=True)
 
-    from palimpsa.upgrade.generation import load_plain_mamba2
-
     lengths = [args.pretrain_length * m for m in args.multiples]
     report = {
         "date": time.strftime("%Y-%m-%d"), "device_name": torch.cuda.get_device_name() if args.device == "cuda"
         else platform.processor() or "CPU", "python": platform.python_version(), "torch": torch.__version__,
-        "base": args.base, "base_parameters": sum(p.numel() for p in load_plain_mamba2(args.base).parameters()),
+        "base": args.base, "base_parameters": results["base"]["parameters"],
         "upgraded_layers": args.layers, "pretrain_length": args.pretrain_length, "train_length": args.train_length,
         "steps": args.steps, "batch_size": args.batch_size, "lengths": lengths, "per_cell": args.per_cell,
         "runs": runs, "selected": selected, "results": results,

@@ -82,12 +82,11 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
             checkpoint = load_checkpoint(section.path)
             model = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False),
                                           str(section.path)).to(dtype)
-            if section.gradient_checkpointing:
-                model.gradient_checkpointing_enable()
-            return model.train(), checkpoint.directory
-        result = upgrade_model(section.path, section.upgrade_layers, dtype=section.dtype,
-                               beta_init=section.beta_init, beta_rank=section.beta_rank, log=log)
-        model, tokenizer_dir = result.model, result.source_directory
+            tokenizer_dir = checkpoint.directory
+        else:
+            result = upgrade_model(section.path, section.upgrade_layers, dtype=section.dtype,
+                                   beta_init=section.beta_init, beta_rank=section.beta_rank, log=log)
+            model, tokenizer_dir = result.model, result.source_directory
     if section.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.train(), tokenizer_dir
