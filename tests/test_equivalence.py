@@ -388,7 +388,9 @@ def test_cli_fresh_model_report(verify_cli, root, fresh, tiny_random):
     assert data["base"] == str(tiny_random)
     for row in table:
         assert {"base_mean_kl", "base_top1_agreement", "mean_kl", "top1_agreement", "relative_diff"} <= set(row)
-    assert table[-1]["base_mean_kl"] < 1e-20 and table[-1]["base_top1_agreement"] == 1.0
+    # at scale 0 the logits agree to float64 rounding (bit for bit on some CPUs, ~1e-15 apart on others, by the
+    # order of the sums); a KL computed from logits that close is itself rounding noise, about 1e-17
+    assert table[-1]["base_mean_kl"] < 1e-15 and table[-1]["base_top1_agreement"] == 1.0
     assert math.isclose(table[0]["base_mean_kl"], table[0]["mean_kl"], rel_tol=1e-6)
 
 

@@ -233,7 +233,9 @@ def test_left_padded_batch_equals_prompts_alone(ngroups):
     for row, prompt in enumerate(prompts):
         alone = full_logits(model, prompt[None])
         real = padded_logits[row : row + 1, width - len(prompt):]
-        assert max_diff(real, alone) <= 1e-5, (row, max_diff(real, alone))
+        # float32 rounding of sums taken in another order (the padded rows sum over more, zeroed, positions): ~1e-5 on
+        # logits of size ~3; a leak from the padding would show as 1e-2 and more
+        assert max_diff(real, alone) <= 5e-5, (row, max_diff(real, alone))
 
     batch = generate(model, ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
     for row, prompt in enumerate(prompts):
