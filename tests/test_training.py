@@ -97,6 +97,12 @@ def test_recipe_lists_every_problem_and_overrides_are_typed(tmp_path):
         load_recipe(tmp_path / "bad.yaml")
 
 
+def test_a_layer_count_override_reads_as_the_text_it_stands_for():
+    """``model.upgrade_layers=8`` on the command line parses as a number; the field takes it as "8"."""
+    assert load_recipe(TINY, ["model.upgrade_layers=8"]).model.upgrade_layers == "8"
+    assert load_recipe(TINY, ["model.upgrade_layers=3-5"]).model.upgrade_layers == "3-5"
+
+
 def test_cli_check_prints_resolved_recipe_and_rejects_bad_keys():
     ok, bad = run_together((["finetune-model", str(TINY), "train.max_steps=30", "--check"], ENV),
                            (["finetune-model", str(TINY), "optim.lrr=1", "--check"], ENV))

@@ -45,6 +45,12 @@ class ModelSection(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
 
+    @field_validator("upgrade_layers", mode="before")
+    @classmethod
+    def _layers_as_text(cls, value):
+        # `model.upgrade_layers=8` on the command line (or unquoted in YAML) reads as a number
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _one_source(self):
         if (self.path is None) == (self.scratch is None):
