@@ -68,6 +68,15 @@ def _triton_scan():
         return None
 
 
+def ops_saved_under_checkpointing() -> tuple:
+    """The dispatcher operators whose outputs selective activation checkpointing should keep rather than
+    recompute: the Triton scan's forward (its output and its checkpoints), or nothing without Triton."""
+    try:
+        return importlib.import_module(".triton_scan", __package__).SAVE_UNDER_CHECKPOINTING
+    except ImportError:
+        return ()
+
+
 def _pick_backend(backend: str, v: torch.Tensor) -> str:
     if backend == "auto":
         return "triton" if v.is_cuda and _triton_scan() is not None else "torch"

@@ -17,13 +17,17 @@ the reverse recurrences of palimpsa-math section 6 run on it. Earlier states are
 forward, never rebuilt by dividing by the decay.
 
 Gradients shared between programs (``dk``, ``dq`` over the channels and the heads of a group, ``dlog_decay``
-over the channel blocks) are added atomically (``dk``, ``dq``, float32) or written per channel block and
-summed in PyTorch (``dlog_decay``).
+over the channel blocks) are added atomically in float32.
+
+The forward is one dispatcher operator (``torch.ops.palimpsa.triton_scan_forward``, with its backward
+registered), so that selective activation checkpointing can keep its outputs (``y`` and the checkpoints)
+from the forward instead of running the scan a second time in the backward's recompute.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 
 import torch
@@ -33,11 +37,12 @@ import triton.language as tl
 # Tests set this to allocate every output NaN-filled, so that an element a kernel fails to write shows up.
 POISON_OUTPUTS = False
 
-# Default tiling, chosen by scripts/bench_scan.py on an H100 (see docs/bench/scan-notes.md).
+# Default tiling, chosen by scripts/bench_scan.py on an H200 (see docs/bench/scan-notes.md, section 5).
 FWD_CONFIG = {"BV": 16, "TRANS": True, "UNROLL": 2, "num_warps": 4}
 BWD_CONFIG = {"BV": 4, "TRANS": False, "num_warps": 1}
+SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under two waves (see _backward_config)
 STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
-CHUNK_SIZE = 128  # tokens per checkpoint (CT)
+CHUNK_SIZE = 256  # tokens per checkpoint (CT)
 BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
 
 
@@ -270,6 +275,20 @@ def _reverse_step(
 
 
 @triton.jit
+def _load_readout_grads(q, dy, du, tok, valid, i_h, i_g, o_v, o_k, H: tl.constexpr, G: tl.constexpr,
+                        P: tl.constexpr, N: tl.constexpr, USE_DU: tl.constexpr, ACC: tl.constexpr):
+    """Query and output gradients of token ``tok`` (zeros for an invalid token)."""
+    b_q = tl.load(q + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
+    m_v = o_v < tl.where(valid, P, 0)
+    b_dy = tl.load(dy + (tok * H + i_h) * P + o_v, mask=m_v, other=0).to(ACC)
+    if USE_DU:
+        b_du = tl.load(du + (tok * H + i_h) * P + o_v, mask=m_v, other=0).to(ACC)
+    else:
+        b_du = b_dy
+    return b_q, b_dy, b_du
+
+
+@triton.jit
 def palimpsa_bwd_kernel(
     v, k, q, g, beta, m0, i0, ip, ck_m, ck_i, dy, du, dmT, diT, sc_m, sc_i,
     dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, chunk_offsets, T,
@@ -323,23 +342,17 @@ def palimpsa_bwd_kernel(
                 tok1 = bos + tb + 2 * i_p
                 valid2 = 2 * i_p + 1 < ne
                 # the pair's queries and output gradients: first touches, issued before the walk hides them
-                m_k2, m_v2 = o_k < tl.where(valid2, N, 0), o_v < tl.where(valid2, P, 0)
-                b_q1 = tl.load(q + (tok1 * G + i_g) * N + o_k, mask=o_k < N, other=0).to(ACC)
-                b_q2 = tl.load(q + ((tok1 + 1) * G + i_g) * N + o_k, mask=m_k2, other=0).to(ACC)
-                b_dy1 = tl.load(dy + (tok1 * H + i_h) * P + o_v, mask=o_v < P, other=0).to(ACC)
-                b_dy2 = tl.load(dy + ((tok1 + 1) * H + i_h) * P + o_v, mask=m_v2, other=0).to(ACC)
-                if USE_DU:
-                    b_du1 = tl.load(du + (tok1 * H + i_h) * P + o_v, mask=o_v < P, other=0).to(ACC)
-                    b_du2 = tl.load(du + ((tok1 + 1) * H + i_h) * P + o_v, mask=m_v2, other=0).to(ACC)
-                else:
-                    b_du1, b_du2 = b_dy1, b_dy2
-                # the block start, reloaded for every pair (an L1 hit) rather than held in 2 x BV x N / 32 registers
+                b_q1, b_dy1, b_du1 = _load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                # the block start, reloaded for every pair (an L1 hit) rather than held in registers
                 b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
                 b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
                 for s in range(i_p):  # the walk from the block start to the pair, two tokens at a time
                     for w in tl.static_range(2):
-                        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h, i_g,
-                                                         o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
+                                                         i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
                         b_m0, b_i0 = _update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
                 b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
                                                      H, G, P, N, USE_BETA, ACC)
@@ -415,6 +428,26 @@ def _launch_config(config: dict, head_dim: int) -> tuple[int, dict]:
     return min(config.pop("BV"), triton.next_power_of_2(head_dim)), config
 
 
+@functools.lru_cache(maxsize=8)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _backward_config(n_states: int, heads: int, head_dim: int, device: torch.device) -> dict:
+    """``BWD_CONFIG``, with ``BV`` halved where its grid would fill less than two waves of the GPU.
+
+    A backward program takes ~220 registers, so 8 fit an SM: at B = 1 and 2.7b shapes ``BV = 4`` gives 1280
+    programs on 132 SMs (1.2 waves) and ``BV = 2`` ran 13% faster; at B = 4 (5120 programs) ``BV = 4`` was the
+    faster (docs/bench/scan-notes.md, section 5).
+    """
+    if not torch.cuda.is_available() or device.type != "cuda":
+        return BWD_CONFIG
+    programs = n_states * heads * triton.cdiv(head_dim, BWD_CONFIG["BV"])
+    if programs < 2 * 8 * _sm_count(device):
+        return {**BWD_CONFIG, "BV": SMALL_GRID_BV}
+    return BWD_CONFIG
+
+
 def _state_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -428,89 +461,132 @@ def _chunk_offsets(cu_seqlens: torch.Tensor | None, batch: int, length: int, chu
     return offsets, int(counts.sum())
 
 
-class PalimpsaScanFunction(torch.autograd.Function):
-    """Triton forward and backward of the Palimpsa scan; see :func:`triton_palimpsa_scan`."""
+def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state, output_uncertainty,
+             store_checkpoints, fwd_config, chunk_size):
+    """Launch the forward kernel: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints."""
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    n_states = batch if cu_seqlens is None else cu_seqlens.numel() - 1
+    device, state_dtype = v.device, _state_dtype(v.dtype)
+    v, k, q, log_decay = (t.contiguous() for t in (v, k, q, log_decay))
+    beta = None if beta is None else beta.contiguous()
+    m0 = None if m0 is None else m0.contiguous()
+    i0 = None if i0 is None else i0.contiguous()
+    ip = _prior_tensor(importance_prior, state_dtype, device)
+    offsets, n_chunks = _chunk_offsets(cu_seqlens, batch, length, chunk_size)
 
-    @staticmethod
-    def forward(ctx, v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
-                output_uncertainty, fwd_config, bwd_config, chunk_size, block_size):
-        batch, length, heads, head_dim = v.shape
-        groups, state_size = k.shape[2], k.shape[3]
-        n_states = batch if cu_seqlens is None else cu_seqlens.numel() - 1
-        device, state_dtype = v.device, _state_dtype(v.dtype)
-        v, k, q, log_decay = (t.contiguous() for t in (v, k, q, log_decay))
-        beta = None if beta is None else beta.contiguous()
-        m0 = None if m0 is None else m0.contiguous()
-        i0 = None if i0 is None else i0.contiguous()
-        ip = _prior_tensor(importance_prior, state_dtype, device)
-        store_checkpoints = any(ctx.needs_input_grad)
-        offsets, n_chunks = _chunk_offsets(cu_seqlens, batch, length, chunk_size)
+    y = _output(v.shape, v.dtype, device)
+    u = _output(v.shape, v.dtype, device) if output_uncertainty else None
+    final_shape = (n_states, heads, head_dim, state_size)
+    m_t = _output(final_shape, state_dtype, device) if output_final_state else None
+    i_t = _output(final_shape, state_dtype, device) if output_final_state else None
+    ck_shape = (n_chunks, heads, head_dim, state_size) if store_checkpoints else (1,)
+    ck_m = torch.empty(ck_shape, dtype=state_dtype, device=device)
+    ck_i = torch.empty(ck_shape, dtype=state_dtype, device=device)
+    block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
+    grid = (triton.cdiv(head_dim, block_v), n_states * heads)
+    palimpsa_fwd_kernel[grid](
+        v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=triton.next_power_of_2(state_size), CT=chunk_size,
+        USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=store_checkpoints,
+        USE_UNCERTAINTY=output_uncertainty, IS_VARLEN=cu_seqlens is not None,
+        FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), **cfg,
+    )
+    return y, m_t, i_t, u, ck_m, ck_i
 
-        y = _output(v.shape, v.dtype, device)
-        u = _output(v.shape, v.dtype, device) if output_uncertainty else None
-        final_shape = (n_states, heads, head_dim, state_size)
-        m_t = _output(final_shape, state_dtype, device) if output_final_state else None
-        i_t = _output(final_shape, state_dtype, device) if output_final_state else None
-        ck_shape = (n_chunks, heads, head_dim, state_size) if store_checkpoints else (1,)
-        ck_m = torch.empty(ck_shape, dtype=state_dtype, device=device)
-        ck_i = torch.empty(ck_shape, dtype=state_dtype, device=device)
-        block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
-        grid = (triton.cdiv(head_dim, block_v), n_states * heads)
-        palimpsa_fwd_kernel[grid](
-            v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
-            H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=triton.next_power_of_2(state_size),
-            CT=chunk_size, USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None,
-            USE_INITIAL_IMPORTANCE=i0 is not None, STORE_FINAL_STATE=output_final_state,
-            STORE_CHECKPOINTS=store_checkpoints, USE_UNCERTAINTY=output_uncertainty, IS_VARLEN=cu_seqlens is not None,
-            FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), **cfg,
-        )
-        if store_checkpoints:
-            ctx.save_for_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, offsets)
-            ctx.settings = (bwd_config, chunk_size, block_size, n_states)
-        return y, m_t, i_t, u
 
-    @staticmethod
-    def backward(ctx, dy, dm_t, di_t, du):
-        v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, offsets = ctx.saved_tensors
-        bwd_config, chunk_size, block_size, n_states = ctx.settings
-        batch, length, heads, head_dim = v.shape
-        groups, state_size = k.shape[2], k.shape[3]
-        device, state_dtype = v.device, _state_dtype(v.dtype)
-        block_v, cfg = _launch_config(bwd_config, head_dim)
-        block_k = triton.next_power_of_2(state_size)
-        n_blocks_v = triton.cdiv(head_dim, block_v)
-        grid = (n_blocks_v, n_states * heads)
-        use_final_grad = dm_t is not None or di_t is not None
-        if use_final_grad:
-            dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
-            di_t = torch.zeros_like(dm_t) if di_t is None else di_t
-            dm_t, di_t = dm_t.contiguous(), di_t.contiguous()
-        dy = dy.contiguous()
-        du = None if du is None else du.contiguous()
-        scratch = (grid[0] * grid[1] * (chunk_size // block_size), block_v, state_size)
-        sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
-        sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
+def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, bwd_config,
+              chunk_size, block_size):
+    """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent)."""
+    v, k, q, log_decay = (t.contiguous() for t in (v, k, q, log_decay))
+    beta, m0, i0 = (None if t is None else t.contiguous() for t in (beta, m0, i0))
+    batch, length, heads, head_dim = v.shape
+    n_states = batch if cu_seqlens is None else cu_seqlens.numel() - 1
+    offsets, _ = _chunk_offsets(cu_seqlens, batch, length, chunk_size)
+    groups, state_size = k.shape[2], k.shape[3]
+    device, state_dtype = v.device, _state_dtype(v.dtype)
+    block_v, cfg = _launch_config(bwd_config, head_dim)
+    block_k = triton.next_power_of_2(state_size)
+    n_blocks_v = triton.cdiv(head_dim, block_v)
+    grid = (n_blocks_v, n_states * heads)
+    use_final_grad = dm_t is not None or di_t is not None
+    if use_final_grad:
+        dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
+        di_t = torch.zeros_like(dm_t) if di_t is None else di_t
+        dm_t, di_t = dm_t.contiguous(), di_t.contiguous()
+    dy = dy.contiguous()
+    du = None if du is None else du.contiguous()
+    scratch = (grid[0] * grid[1] * (chunk_size // block_size), block_v, state_size)
+    sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
+    sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
 
-        dv = _output(v.shape, v.dtype, device)
-        dbeta = None if beta is None else _output(beta.shape, beta.dtype, device)
-        dk = torch.zeros(k.shape, dtype=state_dtype, device=device)
-        dq = torch.zeros(q.shape, dtype=state_dtype, device=device)
-        dg = torch.zeros(log_decay.shape, dtype=state_dtype, device=device)
-        dm0 = None if m0 is None else _output(m0.shape, state_dtype, device)
-        di0 = None if i0 is None else _output(i0.shape, state_dtype, device)
-        palimpsa_bwd_kernel[grid](
-            v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, dy, du, dm_t, di_t, sc_m, sc_i,
-            dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
-            H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=block_k, CT=chunk_size, BS=block_size,
-            USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
-            USE_FINAL_STATE_GRADIENT=use_final_grad,
-            USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None, FAST_RCP=_fast_rcp(ip),
-            ACC=_acc_dtype(v.dtype), **cfg,
-        )
-        dlog_decay = dg.to(log_decay.dtype)
-        grads = (dv, dk.to(k.dtype), dq.to(q.dtype), dlog_decay, dbeta,
-                 None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
-        return (*grads, None, None, None, None, None, None, None, None)
+    dv = _output(v.shape, v.dtype, device)
+    dbeta = None if beta is None else _output(beta.shape, beta.dtype, device)
+    dk = torch.zeros(k.shape, dtype=state_dtype, device=device)
+    dq = torch.zeros(q.shape, dtype=state_dtype, device=device)
+    dg = torch.zeros(log_decay.shape, dtype=state_dtype, device=device)
+    dm0 = None if m0 is None else _output(m0.shape, state_dtype, device)
+    di0 = None if i0 is None else _output(i0.shape, state_dtype, device)
+    palimpsa_bwd_kernel[grid](
+        v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, dy, du, dm_t, di_t, sc_m, sc_i,
+        dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=block_k, CT=chunk_size, BS=block_size,
+        USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        USE_FINAL_STATE_GRADIENT=use_final_grad,
+        USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None, FAST_RCP=_fast_rcp(ip),
+        ACC=_acc_dtype(v.dtype), **cfg,
+    )
+    dlog_decay = dg.to(log_decay.dtype)
+    grads = (dv, dk.to(k.dtype), dq.to(q.dtype), dlog_decay, dbeta,
+             None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
+    return grads
+
+
+# The scan as one operator of the dispatcher (``torch.ops.palimpsa.triton_scan_forward``), so that selective
+# activation checkpointing can keep its outputs instead of running it again (``SAVE_UNDER_CHECKPOINTING``).
+# Absent outputs are empty tensors (an operator returns tensors only); configurations travel as JSON.
+@torch.library.custom_op("palimpsa::triton_scan_forward", mutates_args=())
+def _scan_op(
+    v: torch.Tensor, k: torch.Tensor, q: torch.Tensor, log_decay: torch.Tensor, beta: torch.Tensor | None,
+    m0: torch.Tensor | None, i0: torch.Tensor | None, cu_seqlens: torch.Tensor | None, importance_prior: float,
+    output_final_state: bool, output_uncertainty: bool, store_checkpoints: bool, fwd_config: str, bwd_config: str,
+    chunk_size: int, block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    outputs = _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
+                       output_uncertainty, store_checkpoints, json.loads(fwd_config), chunk_size)
+    return tuple(v.new_empty(0) if t is None else t for t in outputs)
+
+
+def _scan_op_setup(ctx, inputs, output):
+    (v, k, q, log_decay, beta, m0, i0, cu_seqlens, importance_prior, _, _, store_checkpoints, _, bwd_config,
+     chunk_size, block_size) = inputs
+    if store_checkpoints:
+        ctx.save_for_backward(v, k, q, log_decay, beta, m0, i0, cu_seqlens, output[4], output[5])
+    ctx.settings = (store_checkpoints, importance_prior, bwd_config, chunk_size, block_size)
+    # the checkpoints get no gradient, and an output no loss used gets None rather than a tensor of zeros
+    # (zeros for the checkpoints would double their memory in the backward)
+    ctx.mark_non_differentiable(output[4], output[5])
+    ctx.set_materialize_grads(False)
+
+
+def _scan_op_backward(ctx, dy, dm_t, di_t, du, _dck_m, _dck_i):
+    store_checkpoints, importance_prior, bwd_config, chunk_size, block_size = ctx.settings
+    if not store_checkpoints:
+        raise RuntimeError("the Palimpsa scan ran without checkpoints (no input needed a gradient when it ran)")
+    v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i = ctx.saved_tensors
+    dy = torch.zeros_like(v) if dy is None else dy
+    present = [None if t is None or t.numel() == 0 else t for t in (dm_t, di_t, du)]
+    ip = _prior_tensor(importance_prior, ck_m.dtype, v.device)
+    grads = _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, *present,
+                      json.loads(bwd_config), chunk_size, block_size)
+    return (*grads, *([None] * 9))
+
+
+_scan_op.register_autograd(_scan_op_backward, setup_context=_scan_op_setup)
+
+# What selective activation checkpointing should keep rather than recompute (see palimpsa.upgrade.modeling).
+SAVE_UNDER_CHECKPOINTING = (torch.ops.palimpsa.triton_scan_forward.default,)
 
 
 def triton_palimpsa_scan(
@@ -527,8 +603,8 @@ def triton_palimpsa_scan(
     *,
     fwd_config: dict | None = None,
     bwd_config: dict | None = None,
-    chunk_size: int = CHUNK_SIZE,
-    block_size: int = BLOCK_SIZE,
+    chunk_size: int | None = None,
+    block_size: int | None = None,
 ):
     """Triton Palimpsa scan with its backward; the inputs are checked by ``palimpsa_scan``.
 
@@ -545,12 +621,17 @@ def triton_palimpsa_scan(
             ``[BV, BK]``), ``num_warps``, and for the forward ``UNROLL`` (1 or 2 tokens per loop iteration,
             the next ones' inputs prefetched).
         chunk_size: tokens per checkpoint ``CT``; block_size: tokens per scratch state ``BS`` (divides ``CT``,
-            even).
+            even); None: the module's ``CHUNK_SIZE`` and ``BLOCK_SIZE``.
 
     Returns:
         ``y`` in ``v``'s dtype, ``(M_T, I_T)`` (float32, float64 for float64 inputs) or None, the uncertainty
         in ``v``'s dtype or None.
     """
+    chunk_size = CHUNK_SIZE if chunk_size is None else chunk_size
+    block_size = BLOCK_SIZE if block_size is None else block_size
+    if bwd_config is None:
+        n_states = v.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
+        bwd_config = _backward_config(n_states, v.shape[2], v.shape[3], v.device)
     if chunk_size % block_size or block_size % 2:
         raise ValueError(f"block_size ({block_size}) must be even and divide chunk_size ({chunk_size})")
     fwd_config = FWD_CONFIG if fwd_config is None else fwd_config
@@ -559,11 +640,14 @@ def triton_palimpsa_scan(
     m0, i0 = (None, None) if initial_state is None else initial_state
     if cu_seqlens is not None:
         cu_seqlens = cu_seqlens.to(device=v.device, dtype=torch.int32)
-    y, m_t, i_t, u = PalimpsaScanFunction.apply(
-        v, k, q, log_decay, beta, m0, i0, float(importance_prior), cu_seqlens, output_final_state,
-        output_uncertainty, fwd_config, bwd_config or BWD_CONFIG, chunk_size, block_size,
+    store_checkpoints = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (v, k, q, log_decay, beta, m0, i0))
+    y, m_t, i_t, u, _, _ = torch.ops.palimpsa.triton_scan_forward(
+        v, k, q, log_decay, beta, m0, i0, cu_seqlens, float(importance_prior), output_final_state,
+        output_uncertainty, store_checkpoints, json.dumps(fwd_config), json.dumps(bwd_config),
+        chunk_size, block_size,
     )
-    return y, (m_t, i_t) if output_final_state else None, u
+    return y, (m_t, i_t) if output_final_state else None, u if output_uncertainty else None
 
 
 def triton_palimpsa_step(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty):

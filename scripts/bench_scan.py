@@ -220,7 +220,7 @@ def sweep(batch=1, length=8192):
     rows = []
     reference_fwd, reference_fwd_bwd = ours(inputs)
     y_ref, grads_ref = reference_fwd(), reference_fwd_bwd()
-    fwd_configs = [(16, True, 4, 1), (16, True, 4, 2), (8, True, 2, 2), (4, True, 1, 1), (4, True, 1, 2),
+    fwd_configs = [(16, True, 4, 1), (16, True, 4, 2), (8, True, 2, 2), (8, True, 4, 2), (4, True, 1, 2),
                    (8, True, 1, 2)]
     best_fwd = None
     for bv, trans, warps, unroll in fwd_configs:
@@ -233,8 +233,8 @@ def sweep(batch=1, length=8192):
     fwd_ms, fwd_cfg = best_fwd
     # maxnreg 200: ten one-warp programs per SM instead of eight (218 registers as launched), so B=1's 1280
     # programs fit one wave; ptxas reports no spill at 200 (docs/bench/scan-notes.md)
-    bwd_configs = [(4, False, 1, 128, 8, None), (4, False, 1, 128, 8, 200), (4, False, 1, 128, 4, None),
-                   (4, False, 1, 64, 8, None), (2, False, 1, 128, 8, None)]
+    bwd_configs = [(2, False, 1, 256, 8, None), (2, False, 1, 128, 8, None), (4, False, 1, 128, 8, None),
+                   (4, False, 1, 128, 8, 200), (2, False, 1, 256, 16, None), (1, False, 1, 256, 8, None)]
     for bv, trans, warps, chunk, block, maxnreg in bwd_configs:
         cfg = {"BV": bv, "TRANS": trans, "num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
         _, fwd_bwd = ours(inputs, fwd_config=fwd_cfg, bwd_config=cfg, chunk_size=chunk, block_size=block)
@@ -261,6 +261,33 @@ def sweep(batch=1, length=8192):
     return rows
 
 
+def compare(batch=1, length=8192, rounds=4):
+    """Backward configurations timed in interleaved rounds (fwd+bwd, default forward), so that clock and
+    thermal drift during the run hit every configuration alike; prints each round and the medians."""
+    inputs = scan_inputs(batch, length)
+    # (BV, CT, BS): channels per program, tokens per checkpoint, tokens per scratch state
+    configs = [(4, 128, 8), (2, 128, 8), (2, 256, 8), (4, 256, 8), (1, 256, 8), (2, 256, 16)]
+    runs = {}
+    for bv, chunk, block in configs:
+        cfg = {"BV": bv, "TRANS": False, "num_warps": 1}
+        runs[(bv, chunk, block)] = ours(inputs, fwd_config=triton_scan.FWD_CONFIG, bwd_config=cfg,
+                                        chunk_size=chunk, block_size=block)[1]
+    times = {key: [] for key in runs}
+    for index in range(rounds):
+        for key, fwd_bwd in runs.items():
+            times[key].append(median_ms(fwd_bwd))
+        print(f"  round {index}: " + ", ".join(f"BV={k[0]} CT={k[1]} BS={k[2]} {t[-1]:.2f}" for k, t in
+                                                times.items()), flush=True)
+    rows = []
+    for (bv, chunk, block), values in times.items():
+        peak = peak_extra_gib(runs[(bv, chunk, block)])
+        rows.append({"BV": bv, "CT": chunk, "BS": block, "fwdbwd_ms": sorted(values)[len(values) // 2],
+                     "rounds_ms": values, "peak_gib": peak})
+        print(f"  BV={bv} CT={chunk} BS={block}: fwd+bwd median {rows[-1]['fwdbwd_ms']:.2f} ms "
+              f"(rounds {', '.join(f'{v:.2f}' for v in values)}), peak extra {peak:.3f} GiB", flush=True)
+    return rows
+
+
 def copy_bandwidth_tbs() -> float:
     """Device-to-device copy of 2 GiB, bytes read plus written per second (TB/s)."""
     src = torch.empty(2 * GIB // 4, device="cuda")
@@ -275,7 +302,13 @@ def main() -> int:
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
     parser.add_argument("--quick", action="store_true", help="B=1 only")
     parser.add_argument("--profile", action="store_true", help="one fwd+bwd at B=1, L=2048 (to run under ncu)")
+    parser.add_argument("--compare", action="store_true",
+                        help="only time backward configurations against each other in interleaved rounds")
     args = parser.parse_args()
+    if args.compare:
+        print(f"{torch.cuda.get_device_name()}: backward configurations at B=1, L=8192, interleaved rounds")
+        write_json(args.json, {"compare": compare()})
+        return 0
     if args.profile:
         forward_backward = ours(scan_inputs(1, 2048))[1]
         forward_backward()
@@ -285,7 +318,9 @@ def main() -> int:
     info = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
             "torch": torch.__version__, "triton": triton.__version__, "baseline": note,
             "copy_tbs": copy_bandwidth_tbs(), "fwd_config": triton_scan.FWD_CONFIG,
-            "bwd_config": triton_scan.BWD_CONFIG, "chunk_size": triton_scan.CHUNK_SIZE,
+            "bwd_config": triton_scan.BWD_CONFIG,
+            "bwd_config_b1": triton_scan._backward_config(1, HEADS, HEAD_DIM, torch.device("cuda")),
+            "chunk_size": triton_scan.CHUNK_SIZE,
             "block_size": triton_scan.BLOCK_SIZE}
     print(f"{info['device']} ({info['date']}), torch {info['torch']}, triton {info['triton']}; {note}")
     print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s")

@@ -2,9 +2,11 @@
 
 Side by side in one run, on one GPU: mamba2-2.7b dimensions (random weights), the same layers trained in both
 models (every parameter of their mixers: Mamba2 weights, plus beta in the upgraded model), activation
-checkpointing per block, bf16, AdamW. Reports tokens/s and peak memory per sequence length, and the ratios
-(target: upgraded >= 0.8x the plain model's tokens/s and <= 1.2x its peak memory). Both models use the same
-Mamba2 path for their plain layers; the Palimpsa layers use palimpsa_scan's "auto" backend (Triton on CUDA).
+checkpointing per block as the trainer sets it up (blocks with a Palimpsa layer keep the scan's outputs;
+``--full-recompute`` also times them recomputing it), bf16, AdamW. Reports tokens/s and peak memory per
+sequence length, and the ratios (target: upgraded >= 0.8x the plain model's tokens/s and <= 1.2x its peak
+memory). Both models use the same Mamba2 path for their plain layers; the Palimpsa layers use palimpsa_scan's
+"auto" backend (Triton on CUDA).
 
     python scripts/bench_train.py --json bench_train.json
     python scripts/bench_train.py --d-model 768 --n-layer 24 --upgraded 4 --seq-lens 2048   # a quick look
@@ -19,7 +21,9 @@ import os
 import time
 
 import torch
+from palimpsa.kernels import triton_scan
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM
+from palimpsa.upgrade.modeling import enable_activation_checkpointing
 from palimpsa.upgrade.surgery import spread_layers
 
 
@@ -48,13 +52,14 @@ def build(config: PalimpsaConfig, device: str, dtype: torch.dtype) -> PalimpsaFo
     return model.to(dtype).train()
 
 
-def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int) -> dict:
+def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int,
+            keep_scan_outputs: bool = True) -> dict:
     for param in model.parameters():
         param.requires_grad_(False)
     trained = [p for i in layers for p in model.backbone.layers[i].mixer.parameters()]
     for param in trained:
         param.requires_grad_(True)
-    model.gradient_checkpointing_enable()
+    enable_activation_checkpointing(model, keep_scan_outputs=keep_scan_outputs)
     optimizer = torch.optim.AdamW(trained, lr=1e-5)
     ids = torch.randint(0, model.config.vocab_size, (1, seq_len), device="cuda")
     torch.cuda.synchronize()
@@ -118,21 +123,36 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--full-recompute", action="store_true",
+                        help="also time the upgraded model with plain checkpointing (its scan run twice per step)")
+    parser.add_argument("--chunk-size", type=int, default=triton_scan.CHUNK_SIZE,
+                        help="tokens per scan checkpoint (default %(default)s)")
+    parser.add_argument("--block-size", type=int, default=triton_scan.BLOCK_SIZE,
+                        help="tokens per backward scratch state (default %(default)s)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_train.py needs a CUDA GPU")
+    triton_scan.CHUNK_SIZE, triton_scan.BLOCK_SIZE = args.chunk_size, args.block_size
+    probe = PalimpsaConfig(d_model=args.d_model, n_layer=1, vocab_size=args.vocab)
+    bwd_config = triton_scan._backward_config(1, probe.nheads, probe.headdim, torch.device("cuda"))
+    scan = {"chunk_size": args.chunk_size, "block_size": args.block_size, "bwd_config": bwd_config,
+            "fwd_config": triton_scan.FWD_CONFIG}
+    print(f"scan settings: {scan}")
     layers = spread_layers(args.upgraded, args.n_layer)
     fused_check = check_fused_mamba2()
     print(fused_check)
     rows = []
     for seq_len in [int(s) for s in args.seq_lens.split(",")]:
         result = {"seq_len": seq_len}
-        for label, upgraded in (("plain", []), ("upgraded", layers)):
+        arms = [("plain", [], True), ("upgraded", layers, True)]
+        if args.full_recompute:
+            arms.append(("upgraded_full_recompute", layers, False))
+        for label, upgraded, keep in arms:
             config = PalimpsaConfig(d_model=args.d_model, n_layer=args.n_layer, vocab_size=args.vocab,
                                     upgraded_layers=upgraded, beta_init=1e-3)
             model = build(config, "cuda", torch.bfloat16)
             try:
-                result[label] = measure(model, layers, seq_len, args.steps, args.warmup)
+                result[label] = measure(model, layers, seq_len, args.steps, args.warmup, keep_scan_outputs=keep)
             except torch.cuda.OutOfMemoryError as error:
                 result[label] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
             del model
@@ -141,6 +161,10 @@ def main() -> None:
         if "error" not in result["plain"] and "error" not in result["upgraded"]:
             result["throughput_ratio"] = result["upgraded"]["tokens_per_s"] / result["plain"]["tokens_per_s"]
             result["memory_ratio"] = result["upgraded"]["peak_gib"] / result["plain"]["peak_gib"]
+        full = result.get("upgraded_full_recompute", {})
+        if "error" not in result["plain"] and "tokens_per_s" in full:
+            result["full_recompute_throughput_ratio"] = full["tokens_per_s"] / result["plain"]["tokens_per_s"]
+            result["full_recompute_memory_ratio"] = full["peak_gib"] / result["plain"]["peak_gib"]
         rows.append(result)
     device = torch.cuda.get_device_name()
     print(f"\nfine-tuning, {args.n_layer} layers x d_model {args.d_model}, layers {layers} trained "
@@ -155,9 +179,14 @@ def main() -> None:
         print(f"{row['seq_len']:>6} {plain['tokens_per_s']:>12,.0f} {upgraded['tokens_per_s']:>11,.0f} "
               f"{row['throughput_ratio']:>6.2f} {plain['peak_gib']:>10.1f} {upgraded['peak_gib']:>9.1f} "
               f"{row['memory_ratio']:>6.2f}")
+        if "full_recompute_throughput_ratio" in row:
+            full = row["upgraded_full_recompute"]
+            print(f"{'':>6} {'(scan recomputed)':>12} {full['tokens_per_s']:>11,.0f} "
+                  f"{row['full_recompute_throughput_ratio']:>6.2f} {'':>10} {full['peak_gib']:>9.1f} "
+                  f"{row['full_recompute_memory_ratio']:>6.2f}")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"device": device, "date": time.strftime("%Y-%m-%d"), "layers": layers,
+            json.dump({"device": device, "date": time.strftime("%Y-%m-%d"), "layers": layers, "scan": scan,
                        "fused_mamba2_check": fused_check, "rows": rows}, handle, indent=2)
 
 

@@ -140,6 +140,21 @@ def test_selection_modes(mode, groups, tiny_random):
     assert lines[0] == "Trainable parameters" and "total" in lines[-1] and "%" in lines[-1]
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_gradient_checkpointing_follows_the_recipe(keep, monkeypatch, tiny_random):
+    """model.gradient_checkpointing turns activation checkpointing on; model.keep_scan_outputs picks whether the
+    Palimpsa scan's outputs are kept (tests/test_activation_checkpointing.py checks what each choice computes)."""
+    from palimpsa.upgrade import training
+
+    calls = []
+    monkeypatch.setattr(training, "enable_activation_checkpointing",
+                        lambda model, keep_scan_outputs: calls.append(keep_scan_outputs))
+    recipe = load_recipe(TINY, [f"model.path={tiny_random}", "model.upgrade_layers=2",
+                                "model.gradient_checkpointing=true", f"model.keep_scan_outputs={str(keep).lower()}"])
+    model, _ = training.load_model_for_training(recipe, log=lambda line: None)
+    assert calls == [keep] and model.training
+
+
 def test_patterns_that_match_nothing_are_errors(tiny_random):
     from palimpsa.upgrade.training import attach_lora, select_trainable
 

@@ -138,6 +138,16 @@ def test_no_gradient_needed_stores_no_checkpoints():
     assert y.grad_fn is None
 
 
+def test_backward_splits_channels_finer_on_small_grids(monkeypatch):
+    """Under two waves of 4-channel programs (B = 1 at 2.7b shapes: 1280 on 132 SMs) the backward takes 2."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(triton_scan, "_sm_count", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert triton_scan._backward_config(1, 80, 64, cuda)["BV"] == triton_scan.SMALL_GRID_BV == 2
+    assert triton_scan._backward_config(4, 80, 64, cuda) == triton_scan.BWD_CONFIG
+    assert triton_scan._backward_config(1, 80, 64, torch.device("cpu")) == triton_scan.BWD_CONFIG
+
+
 def test_bad_block_size_and_unroll_raise():
     inputs = make_inputs(1, 4, 1, seed=51)
     with pytest.raises(ValueError, match="block_size"):

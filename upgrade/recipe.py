@@ -44,6 +44,9 @@ class ModelSection(Section):
     beta_rank: int = Field(16, ge=1)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
+    keep_scan_outputs: bool = Field(True, description="with gradient_checkpointing: keep the Palimpsa scan's "
+                                    "output and checkpoints from the forward instead of running the scan again in "
+                                    "the backward (faster; costs memory per upgraded layer)")
 
     @field_validator("upgrade_layers", mode="before")
     @classmethod

@@ -29,7 +29,7 @@ import yaml
 from .checkpoint import is_palimpsa_directory
 from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
-from .modeling import PalimpsaForCausalLM
+from .modeling import PalimpsaForCausalLM, enable_activation_checkpointing
 from .recipe import Recipe
 from .saving import write_text_atomic
 
@@ -88,7 +88,7 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
                                    beta_init=section.beta_init, beta_rank=section.beta_rank, log=log)
             model, tokenizer_dir = result.model, result.source_directory
     if section.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        enable_activation_checkpointing(model, keep_scan_outputs=section.keep_scan_outputs)
     return model.train(), tokenizer_dir
 
 
