@@ -19,9 +19,9 @@ from pathlib import Path
 import palimpsa.upgrade
 import pytest
 import torch
-from palimpsa.upgrade.data import DocumentSource, Prefetcher, TokenStream, _mqar_range
+from palimpsa.upgrade.data import DocumentSource, Prefetcher, TokenStream
 from palimpsa.upgrade.recipe import SourceSection, load_recipe
-from palimpsa.upgrade.tasks import mqar_gap_filler, mqar_gap_pools, mqar_gap_samples
+from palimpsa.upgrade.tasks import mqar_gap_samples, mqar_gap_setup
 from transformers import AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,8 +70,7 @@ def test_synthetic_documents_are_new_each_epoch_and_reproducible(tok, task):
 
 
 def test_mqar_gap_samples(tok):
-    filler = mqar_gap_filler(tok)
-    keys, values = mqar_gap_pools(filler, *_mqar_range(tok, VOCAB))
+    filler, keys, values = mqar_gap_setup(tok, VOCAB)
     assert not (set(keys) | set(values)) & set(filler) and not set(keys) & set(values)
     assert tok.eos_token_id not in keys + values
     samples = mqar_gap_samples(filler, keys, values, [200, 1000], pairs=6, queries=4, per_length=3, seed=1)

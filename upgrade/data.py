@@ -335,19 +335,6 @@ class _StdlibReader(_Reader):
         return self.files[index].read_bytes().decode("utf-8", errors="replace")
 
 
-def _mqar_range(tokenizer, vocab_size: int | None) -> tuple[int, int]:
-    """``[low, high)``: token ids for MQAR keys and values, inside the vocabulary, special tokens kept out."""
-    limits = [v for v in (vocab_size, None if tokenizer is None else len(tokenizer)) if v]
-    low, high = 0, min(limits)
-    for special in sorted(getattr(tokenizer, "all_special_ids", None) or []):
-        if low <= special < high:
-            if special - low < high - special:
-                low = special + 1
-            else:
-                high = special
-    return low, high
-
-
 class _SyntheticReader(_Reader):
     def __init__(self, section: SourceSection, tokenizer, seq_len: int, seed: int, vocab_size: int | None,
                  label: str):
@@ -356,17 +343,18 @@ class _SyntheticReader(_Reader):
         if self.task == "mqar-gap":
             if tokenizer is None:
                 raise PalimpsaError(f"{label}: mqar-gap documents need a tokenizer (their gap is haystack text)")
-            from .tasks import mqar_gap_filler, mqar_gap_pools
+            from .tasks import mqar_gap_setup
 
-            self.filler = mqar_gap_filler(tokenizer)
-            self.keys, self.values = mqar_gap_pools(self.filler, *_mqar_range(tokenizer, vocab_size))
+            self.filler, self.keys, self.values = mqar_gap_setup(tokenizer, vocab_size)
             self.max_pairs = min(len(self.keys), len(self.values), 32, max(1, (seq_len - 1) // 4))
             if self.max_pairs < 1:
                 raise PalimpsaError(f"{label}: no token ids outside the haystack are left for mqar-gap keys")
         elif self.task == "mqar":
             if tokenizer is None and vocab_size is None:
                 raise PalimpsaError(f"{label}: mqar needs the model's vocab_size or a tokenizer")
-            self.low, self.high = _mqar_range(tokenizer, vocab_size)
+            from .tasks import mqar_token_range
+
+            self.low, self.high = mqar_token_range(tokenizer, vocab_size)
             self.max_pairs = min((self.high - self.low) // 2, max(1, (seq_len - 1) // 4))
             if self.max_pairs < 1:
                 raise PalimpsaError(f"{label}: the vocabulary [{self.low}, {self.high}) is too small for mqar")

@@ -104,11 +104,9 @@ def mqar_accuracy(model, samples) -> dict[int, float]:
 
 def mqar_gap_by_length(model, tokenizer, lengths: list[int], pairs: int, per_length: int, seed: int) -> list[float]:
     """MQAR accuracy at each length: ``pairs`` key-value pairs, a haystack gap, then every key queried."""
-    from .data import _mqar_range
-    from .tasks import mqar_gap_filler, mqar_gap_pools, mqar_gap_samples
+    from .tasks import mqar_gap_samples, mqar_gap_setup
 
-    filler = mqar_gap_filler(tokenizer)
-    keys, values = mqar_gap_pools(filler, *_mqar_range(tokenizer, model.config.vocab_size))
+    filler, keys, values = mqar_gap_setup(tokenizer, model.config.vocab_size)
     return [mqar_accuracy(model, mqar_gap_samples(filler, keys, values, [length], pairs, pairs, per_length,
                                                   seed + length))[pairs] for length in lengths]
 

@@ -134,6 +134,27 @@ def _queried(ids: list[int], keys: list[int], values: list[int], asked: list[int
     return MQARSample(ids, positions, targets, len(keys))
 
 
+def mqar_token_range(tokenizer, vocab_size: int | None) -> tuple[int, int]:
+    """``[low, high)``: token ids for MQAR keys and values, inside the vocabulary, special tokens kept out."""
+    limits = [v for v in (vocab_size, None if tokenizer is None else len(tokenizer)) if v]
+    low, high = 0, min(limits)
+    for special in sorted(getattr(tokenizer, "all_special_ids", None) or []):
+        if low <= special < high:
+            if special - low < high - special:
+                low = special + 1
+            else:
+                high = special
+    return low, high
+
+
+def mqar_gap_setup(tokenizer, vocab_size: int | None) -> tuple[list[int], list[int], list[int]]:
+    """``(filler, keys, values)`` for mqar-gap with this tokenizer and vocabulary: what the training documents
+    (``data``) and the evaluation (``evaluation``) both build on."""
+    filler = mqar_gap_filler(tokenizer)
+    keys, values = mqar_gap_pools(filler, *mqar_token_range(tokenizer, vocab_size))
+    return filler, keys, values
+
+
 def mqar_gap_filler(tokenizer) -> list[int]:
     """The haystack of mqar-gap as token ids: the passkey filler, tokenised once."""
     return list(tokenizer(FILLER * 4, add_special_tokens=False)["input_ids"])
