@@ -17,14 +17,12 @@ the reverse recurrences of palimpsa-math section 6 run on it. Earlier states are
 forward, never rebuilt by dividing by the decay.
 
 Gradients shared between programs (``dk``, ``dq`` over the channels and the heads of a group, ``dlog_decay``
-over the channel blocks) are added atomically in float32.
+over the channel blocks) are added atomically in float32 (float64 for float64 inputs).
 
 The forward is one dispatcher operator (``torch.ops.palimpsa.triton_scan_forward``, with its backward
 registered), so that selective activation checkpointing can keep its outputs (``y`` and the checkpoints)
 from the forward instead of running the scan a second time in the backward's recompute.
 """
-
-from __future__ import annotations
 
 import functools
 import json
@@ -434,11 +432,11 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _backward_config(n_states: int, heads: int, head_dim: int, device: torch.device) -> dict:
-    """``BWD_CONFIG``, with ``BV`` halved where its grid would fill less than two waves of the GPU.
+    """``BWD_CONFIG``, with ``BV = SMALL_GRID_BV`` where ``BWD_CONFIG``'s grid would fill less than two waves.
 
-    A backward program takes ~220 registers, so 8 fit an SM: at B = 1 and 2.7b shapes ``BV = 4`` gives 1280
-    programs on 132 SMs (1.2 waves) and ``BV = 2`` ran 13% faster; at B = 4 (5120 programs) ``BV = 4`` was the
-    faster (docs/bench/scan-notes.md, section 5).
+    A one-warp backward program with ``BV = 4`` takes ~220 registers, so 8 fit an SM (the 8 below assumes that
+    configuration): at B = 1 and 2.7b shapes ``BV = 4`` gives 1280 programs on 132 SMs (1.2 waves) and ``BV = 2``
+    ran 13% faster; at B = 4 (5120 programs) ``BV = 4`` was the faster (docs/bench/scan-notes.md, section 5).
     """
     if not torch.cuda.is_available() or device.type != "cuda":
         return BWD_CONFIG
@@ -452,13 +450,28 @@ def _state_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _n_states(batch: int, cu_seqlens: torch.Tensor | None) -> int:
+    """The number of sequences: the batch, or the packed sequences of ``cu_seqlens``."""
+    return batch if cu_seqlens is None else cu_seqlens.numel() - 1
+
+
+def _chunk_counts(cu_seqlens: torch.Tensor, chunk: int) -> torch.Tensor:
+    return (cu_seqlens[1:] - cu_seqlens[:-1] + chunk - 1) // chunk
+
+
+def _first_checkpoints(cu_seqlens: torch.Tensor | None, chunk: int) -> torch.Tensor | None:
+    """Index of every packed sequence's first checkpoint (None without packing), computed on the device."""
+    if cu_seqlens is None:
+        return None
+    counts = _chunk_counts(cu_seqlens, chunk)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]]).to(torch.int32)
+
+
 def _chunk_offsets(cu_seqlens: torch.Tensor | None, batch: int, length: int, chunk: int):
-    """Index of every sequence's first checkpoint and the number of checkpoints in all."""
+    """Index of every sequence's first checkpoint and the number of checkpoints in all (one host sync)."""
     if cu_seqlens is None:
         return None, batch * triton.cdiv(length, chunk)
-    counts = (cu_seqlens[1:] - cu_seqlens[:-1] + chunk - 1) // chunk
-    offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]]).to(torch.int32)
-    return offsets, int(counts.sum())
+    return _first_checkpoints(cu_seqlens, chunk), int(_chunk_counts(cu_seqlens, chunk).sum())
 
 
 def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state, output_uncertainty,
@@ -466,12 +479,8 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
     """Launch the forward kernel: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints."""
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
-    n_states = batch if cu_seqlens is None else cu_seqlens.numel() - 1
+    n_states = _n_states(batch, cu_seqlens)
     device, state_dtype = v.device, _state_dtype(v.dtype)
-    v, k, q, log_decay = (t.contiguous() for t in (v, k, q, log_decay))
-    beta = None if beta is None else beta.contiguous()
-    m0 = None if m0 is None else m0.contiguous()
-    i0 = None if i0 is None else i0.contiguous()
     ip = _prior_tensor(importance_prior, state_dtype, device)
     offsets, n_chunks = _chunk_offsets(cu_seqlens, batch, length, chunk_size)
 
@@ -499,11 +508,9 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
 def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, bwd_config,
               chunk_size, block_size):
     """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent)."""
-    v, k, q, log_decay = (t.contiguous() for t in (v, k, q, log_decay))
-    beta, m0, i0 = (None if t is None else t.contiguous() for t in (beta, m0, i0))
     batch, length, heads, head_dim = v.shape
-    n_states = batch if cu_seqlens is None else cu_seqlens.numel() - 1
-    offsets, _ = _chunk_offsets(cu_seqlens, batch, length, chunk_size)
+    n_states = _n_states(batch, cu_seqlens)
+    offsets = _first_checkpoints(cu_seqlens, chunk_size)
     groups, state_size = k.shape[2], k.shape[3]
     device, state_dtype = v.device, _state_dtype(v.dtype)
     block_v, cfg = _launch_config(bwd_config, head_dim)
@@ -577,13 +584,55 @@ def _scan_op_backward(ctx, dy, dm_t, di_t, du, _dck_m, _dck_i):
     v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i = ctx.saved_tensors
     dy = torch.zeros_like(v) if dy is None else dy
     present = [None if t is None or t.numel() == 0 else t for t in (dm_t, di_t, du)]
+    grads = torch.ops.palimpsa.triton_scan_backward(v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i, dy,
+                                                    *present, importance_prior, bwd_config, chunk_size, block_size)
+    dv, dk, dq, dlog_decay, dbeta, dm0, di0 = grads
+    return (dv, dk, dq, dlog_decay, None if beta is None else dbeta, None if m0 is None else dm0,
+            None if i0 is None else di0, *([None] * 9))
+
+
+@torch.library.custom_op("palimpsa::triton_scan_backward", mutates_args=())
+def _scan_backward_op(
+    v: torch.Tensor, k: torch.Tensor, q: torch.Tensor, log_decay: torch.Tensor, beta: torch.Tensor | None,
+    m0: torch.Tensor | None, i0: torch.Tensor | None, cu_seqlens: torch.Tensor | None, ck_m: torch.Tensor,
+    ck_i: torch.Tensor, dy: torch.Tensor, dm_t: torch.Tensor | None, di_t: torch.Tensor | None,
+    du: torch.Tensor | None, importance_prior: float, bwd_config: str, chunk_size: int, block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of ``v, k, q, log_decay, beta, M0, I0`` (empty tensors for the absent inputs)."""
     ip = _prior_tensor(importance_prior, ck_m.dtype, v.device)
-    grads = _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, *present,
+    grads = _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
                       json.loads(bwd_config), chunk_size, block_size)
-    return (*grads, *([None] * 9))
+    return tuple(v.new_empty(0) if g is None else g for g in grads)
+
+
+@_scan_backward_op.register_fake
+def _scan_backward_op_fake(v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i, dy, dm_t, di_t, du,
+                           importance_prior, bwd_config, chunk_size, block_size):
+    return tuple(v.new_empty(0) if t is None else torch.empty_like(t) for t in (v, k, q, log_decay, beta, m0, i0))
 
 
 _scan_op.register_autograd(_scan_op_backward, setup_context=_scan_op_setup)
+
+
+@_scan_op.register_fake
+def _scan_op_fake(v, k, q, log_decay, beta, m0, i0, cu_seqlens, importance_prior, output_final_state,
+                  output_uncertainty, store_checkpoints, fwd_config, bwd_config, chunk_size, block_size):
+    """The outputs' shapes and dtypes without running anything (for torch.compile and fake tensors); the number
+    of checkpoints of packed sequences depends on ``cu_seqlens``' values, so it is a dynamic size there."""
+    batch, length, heads, head_dim = v.shape
+    state = (_n_states(batch, cu_seqlens), heads, head_dim, k.shape[3])
+    state_dtype = _state_dtype(v.dtype)
+    y = torch.empty_like(v)
+    m_t = v.new_empty(state, dtype=state_dtype) if output_final_state else v.new_empty(0)
+    i_t = v.new_empty(state, dtype=state_dtype) if output_final_state else v.new_empty(0)
+    u = torch.empty_like(v) if output_uncertainty else v.new_empty(0)
+    if store_checkpoints:
+        n_chunks = (batch * triton.cdiv(length, chunk_size) if cu_seqlens is None
+                    else torch.library.get_ctx().new_dynamic_size())
+        ck_shape = (n_chunks, heads, head_dim, k.shape[3])
+    else:
+        ck_shape = (1,)
+    return y, m_t, i_t, u, v.new_empty(ck_shape, dtype=state_dtype), v.new_empty(ck_shape, dtype=state_dtype)
 
 # What selective activation checkpointing should keep rather than recompute (see palimpsa.upgrade.modeling).
 SAVE_UNDER_CHECKPOINTING = (torch.ops.palimpsa.triton_scan_forward.default,)
@@ -630,8 +679,7 @@ def triton_palimpsa_scan(
     chunk_size = CHUNK_SIZE if chunk_size is None else chunk_size
     block_size = BLOCK_SIZE if block_size is None else block_size
     if bwd_config is None:
-        n_states = v.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
-        bwd_config = _backward_config(n_states, v.shape[2], v.shape[3], v.device)
+        bwd_config = _backward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
     if chunk_size % block_size or block_size % 2:
         raise ValueError(f"block_size ({block_size}) must be even and divide chunk_size ({chunk_size})")
     fwd_config = FWD_CONFIG if fwd_config is None else fwd_config
@@ -640,6 +688,9 @@ def triton_palimpsa_scan(
     m0, i0 = (None, None) if initial_state is None else initial_state
     if cu_seqlens is not None:
         cu_seqlens = cu_seqlens.to(device=v.device, dtype=torch.int32)
+    # contiguous once here: the operator saves its inputs for the backward as they come
+    v, k, q, log_decay, beta, m0, i0 = (None if t is None else t.contiguous() for t in (v, k, q, log_decay, beta,
+                                                                                        m0, i0))
     store_checkpoints = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (v, k, q, log_decay, beta, m0, i0))
     y, m_t, i_t, u, _, _ = torch.ops.palimpsa.triton_scan_forward(

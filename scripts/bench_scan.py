@@ -10,6 +10,7 @@ mamba_ssm is a benchmark-only dependency: on a box without its CUDA extension, p
 contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels.md says how).
 
     python scripts/bench_scan.py [--json out.json] [--sweep] [--quick]
+    python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
 """
 
 from __future__ import annotations

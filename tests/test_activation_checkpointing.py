@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
-from palimpsa.kernels import ops_saved_under_checkpointing, palimpsa_scan, triton_scan  # noqa: E402
+from palimpsa.kernels import palimpsa_scan, triton_scan  # noqa: E402
 from palimpsa.upgrade import modeling  # noqa: E402
 from palimpsa.upgrade.configuration import PalimpsaConfig  # noqa: E402
 from palimpsa.upgrade.modeling import PalimpsaForCausalLM, enable_activation_checkpointing  # noqa: E402
@@ -71,6 +71,23 @@ def test_checkpointing_gives_the_same_gradients(triton_forwards, keep_scan_outpu
     assert any(".beta_" in name for name in got)
 
 
-def test_the_triton_scan_is_the_operator_kept():
-    ops = ops_saved_under_checkpointing()
-    assert ops == (torch.ops.palimpsa.triton_scan_forward.default,)
+def test_packed_sequences_over_several_checkpoints(triton_forwards, monkeypatch):
+    """Packed documents (``cu_seqlens``) across several scan checkpoints: kept outputs, same gradients."""
+    monkeypatch.setattr(triton_scan, "CHUNK_SIZE", 8)
+    monkeypatch.setattr(triton_scan, "BLOCK_SIZE", 4)
+    model = tiny_model()
+    ids = torch.randint(0, 64, (1, 21), generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    cu_seqlens = torch.tensor([0, 5, 21], dtype=torch.int32, device=DEVICE)
+
+    def packed_gradients():
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids, cu_seqlens=cu_seqlens).loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    want = packed_gradients()
+    enable_activation_checkpointing(model)
+    triton_forwards.clear()
+    got = packed_gradients()
+    assert len(triton_forwards) == 1
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-10, atol=1e-12, msg=name)

@@ -87,13 +87,16 @@ def check_against_naive(inputs: dict, tol: float, *, importance_prior=1.0, cu_se
         (33, 1, True, False, 1.0, {"BV": 8, "TRANS": True, "UNROLL": 1}),
         (33, 2, False, False, 0.5, {"BV": 8, "TRANS": False, "UNROLL": 1}),
         (63, 2, True, True, 0.7, {"BV": 8, "TRANS": False, "UNROLL": 2}),
+        (29, 1, True, True, 0.7, {"BV": 8, "TRANS": True, "UNROLL": 2, "BWD_BV": 2}),
     ],
-    ids=["T1-G1-beta-state", "T7-G2-state-2blocks", "T33-G1-beta", "T33-G2-plain", "T63-G2-beta-state"],
+    ids=["T1-G1-beta-state", "T7-G2-state-2blocks", "T33-G1-beta", "T33-G2-plain", "T63-G2-beta-state",
+         "T29-G1-beta-state-bwdBV2"],
 )
 def test_matches_naive_forward_and_every_gradient(length, groups, with_beta, with_state, importance_prior, config):
     batch = 2 if length < 40 else 1
     inputs = make_inputs(batch, length, groups, with_beta=with_beta, with_state=with_state, seed=length + groups)
-    bwd_config = {"BV": config["BV"], "TRANS": config["TRANS"], "num_warps": 1}
+    config = dict(config)
+    bwd_config = {"BV": config.pop("BWD_BV", config["BV"]), "TRANS": config["TRANS"], "num_warps": 1}
     check_against_naive(inputs, F64_TOL, importance_prior=importance_prior,
                         fwd_config={**config, "num_warps": 1}, bwd_config=bwd_config, **SMALL)
 
@@ -128,7 +131,10 @@ def test_float32_and_bfloat16_inputs():
                             bwd_config={"BV": 8, "TRANS": False, "num_warps": 1}, **SMALL)
 
 
-def test_no_gradient_needed_stores_no_checkpoints():
+def test_no_gradient_needed_stores_no_checkpoints(monkeypatch):
+    stored = []
+    forward = triton_scan._forward
+    monkeypatch.setattr(triton_scan, "_forward", lambda *args: stored.append(args[11]) or forward(*args))
     inputs = make_inputs(1, 9, 1, seed=41)
     with torch.no_grad():
         y = palimpsa_scan(inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], backend="triton")
@@ -136,6 +142,47 @@ def test_no_gradient_needed_stores_no_checkpoints():
     want = palimpsa_scan(exact["v"], exact["k"], exact["q"], exact["log_decay"], exact["beta"], backend="naive")
     assert_close(y, want, F64_TOL, "y")
     assert y.grad_fn is None
+    assert stored == [False]
+
+
+@pytest.mark.parametrize("used", ["M_T", "I_T", "u", "M_T+u"])
+def test_gradients_through_some_outputs_only(used):
+    """A loss on some outputs only: the others' gradients arrive as None and count as zero."""
+    inputs = make_inputs(1, 13, 1, seed=91)
+    exact = {n: None if t is None else t.detach().double().requires_grad_(True) for n, t in inputs.items()}
+    names = ["y", "M_T", "I_T", "u"]
+    want = dict(zip(names, run(exact, "naive", importance_prior=0.7)))
+    got = dict(zip(names, run(inputs, "triton", importance_prior=0.7, chunk_size=8, block_size=4)))
+    active = [n for n, t in inputs.items() if t is not None]
+    grads_want = torch.autograd.grad(sum(want[n].sum() for n in used.split("+")), [exact[n] for n in active],
+                                     allow_unused=True)
+    grads_got = torch.autograd.grad(sum(got[n].sum() for n in used.split("+")), [inputs[n] for n in active],
+                                    allow_unused=True)
+    for name, g, w in zip(active, grads_got, grads_want, strict=True):
+        if w is None:
+            assert g is None or not g.any(), f"d{name}"
+        else:
+            assert_close(g, w, F64_TOL, f"d{name}")
+
+
+def test_the_operators_pass_torch_opcheck():
+    """Schema, autograd registration, fake-tensor shapes (for torch.compile) and AOT dispatch of both custom
+    operators, without and with packed sequences (whose checkpoint count is a dynamic size)."""
+    import json
+
+    checks = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    configs = (json.dumps(triton_scan.FWD_CONFIG), json.dumps(triton_scan.BWD_CONFIG))
+    inputs = make_inputs(2, 9, 1, seed=3)
+    args = [inputs[n] for n in ("v", "k", "q", "log_decay", "beta", "M0", "I0")]
+    result = torch.library.opcheck(torch.ops.palimpsa.triton_scan_forward.default,
+                                   (*args, None, 0.7, True, True, True, *configs, 8, 4), test_utils=checks)
+    assert set(result.values()) == {"SUCCESS"}, result
+    packed = make_inputs(1, 9, 1, n_states=2, seed=4)
+    args = [packed[n] for n in ("v", "k", "q", "log_decay", "beta", "M0", "I0")]
+    cu_seqlens = torch.tensor([0, 3, 9], dtype=torch.int32, device=DEVICE)
+    result = torch.library.opcheck(torch.ops.palimpsa.triton_scan_forward.default,
+                                   (*args, cu_seqlens, 0.7, True, False, True, *configs, 8, 4), test_utils=checks)
+    assert set(result.values()) == {"SUCCESS"}, result
 
 
 def test_backward_splits_channels_finer_on_small_grids(monkeypatch):

@@ -501,8 +501,12 @@ def enable_activation_checkpointing(model: PalimpsaPreTrainedModel, keep_scan_ou
     and chunk checkpoints are kept from the forward and everything else in the block is recomputed, so the scan,
     the layer's costliest op, runs once per step instead of twice (the way selective checkpointing keeps
     attention's output). It costs the scan's output and checkpoints per upgraded layer (``L x H x P`` values and
-    ``2 x L / CT x H x P x N`` float32, ``CT = 256``; 0.31 GiB at 8k tokens for a mamba2-2.7b layer). Without
-    Triton (on the CPU) there is nothing to keep and every block is checkpointed in full.
+    ``2 x L / CT x H x P x N`` float32, ``CT`` = ``palimpsa.kernels.triton_scan.CHUNK_SIZE``; 0.31 GiB at 8k
+    tokens for a mamba2-2.7b layer). Where the scan does not run through Triton (CPU tensors) the policy finds
+    nothing to keep and the blocks are recomputed in full.
+
+    Not for a model that carries its recurrent state across calls during training (``data.state_passing``): the
+    recompute would read the state the forward already advanced (recipes refuse that combination).
     """
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
