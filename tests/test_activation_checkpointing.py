@@ -91,3 +91,22 @@ def test_packed_sequences_over_several_checkpoints(triton_forwards, monkeypatch)
     assert len(triton_forwards) == 1
     for name in want:
         torch.testing.assert_close(got[name], want[name], rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_frozen_lower_layers_run_no_backward(triton_forwards):
+    """Only the upper layer trains: checkpointed gradients equal the plain ones, and nothing below it records a
+    graph (the embeddings' output does not require a gradient)."""
+    model = tiny_model()
+    for name, param in model.named_parameters():
+        param.requires_grad_(".layers.1." in name)
+    ids = torch.randint(0, 64, (1, 13), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    want = gradients(model, ids)
+    enable_activation_checkpointing(model)
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda module, args, out: seen.append(out.requires_grad))
+    got = gradients(model, ids)
+    hook.remove()
+    assert seen == [False]
+    assert got.keys() == want.keys() and all(".layers.1." in name for name in got)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-10, atol=1e-12, msg=name)

@@ -512,6 +512,13 @@ def enable_activation_checkpointing(model: PalimpsaPreTrainedModel, keep_scan_ou
 
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable({"use_reentrant": False})
+    # transformers makes the embeddings' output require a gradient, which reentrant checkpointing needs; without
+    # it gradients still reach every trainable parameter, and the frozen layers below the lowest trainable one
+    # run no backward at all
+    try:
+        model.disable_input_require_grads()
+    except AttributeError:  # versions that fail when no hook was registered
+        pass
     saved_ops = ops_saved_under_checkpointing() if keep_scan_outputs else ()
     if not saved_ops:
         return
