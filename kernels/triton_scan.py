@@ -467,6 +467,13 @@ def _first_checkpoints(cu_seqlens: torch.Tensor | None, chunk: int) -> torch.Ten
     return torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]]).to(torch.int32)
 
 
+def _output_shapes(v: torch.Tensor, k: torch.Tensor, cu_seqlens: torch.Tensor | None, n_chunks, store_checkpoints):
+    """Shapes of the final states ``(M_T, I_T)`` and of the checkpoints (a 1-element stub when none are stored)."""
+    heads, head_dim, state_size = v.shape[2], v.shape[3], k.shape[3]
+    final = (_n_states(v.shape[0], cu_seqlens), heads, head_dim, state_size)
+    return final, (n_chunks, heads, head_dim, state_size) if store_checkpoints else (1,)
+
+
 def _chunk_offsets(cu_seqlens: torch.Tensor | None, batch: int, length: int, chunk: int):
     """Index of every sequence's first checkpoint and the number of checkpoints in all (one host sync)."""
     if cu_seqlens is None:
@@ -486,10 +493,9 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
 
     y = _output(v.shape, v.dtype, device)
     u = _output(v.shape, v.dtype, device) if output_uncertainty else None
-    final_shape = (n_states, heads, head_dim, state_size)
+    final_shape, ck_shape = _output_shapes(v, k, cu_seqlens, n_chunks, store_checkpoints)
     m_t = _output(final_shape, state_dtype, device) if output_final_state else None
     i_t = _output(final_shape, state_dtype, device) if output_final_state else None
-    ck_shape = (n_chunks, heads, head_dim, state_size) if store_checkpoints else (1,)
     ck_m = torch.empty(ck_shape, dtype=state_dtype, device=device)
     ck_i = torch.empty(ck_shape, dtype=state_dtype, device=device)
     block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
@@ -619,20 +625,17 @@ def _scan_op_fake(v, k, q, log_decay, beta, m0, i0, cu_seqlens, importance_prior
                   output_uncertainty, store_checkpoints, fwd_config, bwd_config, chunk_size, block_size):
     """The outputs' shapes and dtypes without running anything (for torch.compile and fake tensors); the number
     of checkpoints of packed sequences depends on ``cu_seqlens``' values, so it is a dynamic size there."""
-    batch, length, heads, head_dim = v.shape
-    state = (_n_states(batch, cu_seqlens), heads, head_dim, k.shape[3])
+    batch, length = v.shape[:2]
+    packed = cu_seqlens is not None and store_checkpoints
+    n_chunks = torch.library.get_ctx().new_dynamic_size() if packed else batch * triton.cdiv(length, chunk_size)
+    final_shape, ck_shape = _output_shapes(v, k, cu_seqlens, n_chunks, store_checkpoints)
     state_dtype = _state_dtype(v.dtype)
-    y = torch.empty_like(v)
-    m_t = v.new_empty(state, dtype=state_dtype) if output_final_state else v.new_empty(0)
-    i_t = v.new_empty(state, dtype=state_dtype) if output_final_state else v.new_empty(0)
+    m_t = v.new_empty(final_shape, dtype=state_dtype) if output_final_state else v.new_empty(0)
+    i_t = v.new_empty(final_shape, dtype=state_dtype) if output_final_state else v.new_empty(0)
     u = torch.empty_like(v) if output_uncertainty else v.new_empty(0)
-    if store_checkpoints:
-        n_chunks = (batch * triton.cdiv(length, chunk_size) if cu_seqlens is None
-                    else torch.library.get_ctx().new_dynamic_size())
-        ck_shape = (n_chunks, heads, head_dim, k.shape[3])
-    else:
-        ck_shape = (1,)
-    return y, m_t, i_t, u, v.new_empty(ck_shape, dtype=state_dtype), v.new_empty(ck_shape, dtype=state_dtype)
+    ck_m, ck_i = (v.new_empty(ck_shape, dtype=state_dtype) for _ in range(2))
+    return torch.empty_like(v), m_t, i_t, u, ck_m, ck_i
+
 
 # What selective activation checkpointing should keep rather than recompute (see palimpsa.upgrade.modeling).
 SAVE_UNDER_CHECKPOINTING = (torch.ops.palimpsa.triton_scan_forward.default,)

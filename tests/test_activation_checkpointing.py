@@ -47,9 +47,9 @@ def tiny_model() -> PalimpsaForCausalLM:
     return PalimpsaForCausalLM(config).to(device=DEVICE, dtype=torch.float64).train()
 
 
-def gradients(model: PalimpsaForCausalLM, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+def gradients(model: PalimpsaForCausalLM, ids: torch.Tensor, **inputs) -> dict[str, torch.Tensor]:
     model.zero_grad(set_to_none=True)
-    model(input_ids=ids, labels=ids).loss.backward()
+    model(input_ids=ids, labels=ids, **inputs).loss.backward()
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
@@ -78,16 +78,10 @@ def test_packed_sequences_over_several_checkpoints(triton_forwards, monkeypatch)
     model = tiny_model()
     ids = torch.randint(0, 64, (1, 21), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     cu_seqlens = torch.tensor([0, 5, 21], dtype=torch.int32, device=DEVICE)
-
-    def packed_gradients():
-        model.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids, cu_seqlens=cu_seqlens).loss.backward()
-        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-
-    want = packed_gradients()
+    want = gradients(model, ids, cu_seqlens=cu_seqlens)
     enable_activation_checkpointing(model)
     triton_forwards.clear()
-    got = packed_gradients()
+    got = gradients(model, ids, cu_seqlens=cu_seqlens)
     assert len(triton_forwards) == 1
     for name in want:
         torch.testing.assert_close(got[name], want[name], rtol=1e-10, atol=1e-12, msg=name)
