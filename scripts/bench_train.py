@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import time
 
@@ -41,8 +42,8 @@ def build(config: PalimpsaConfig, device: str, dtype: torch.dtype) -> PalimpsaFo
                 param.copy_(dt + torch.log(-torch.expm1(-dt)))
             elif name.endswith(("norm.weight", "D")):
                 param.fill_(1.0)
-            elif name.endswith("beta_gain"):
-                param.fill_(config.beta_init)
+            elif name.endswith("beta_log_gain"):
+                param.fill_(math.log(config.beta_init))
             elif name.endswith(("beta_up.weight", "beta_up.bias", "conv1d.bias")):
                 param.zero_()
             else:

@@ -86,7 +86,7 @@ def fine_tune(arm: str, lr: float, args, work: Path) -> dict:
     losses = [row for row in rows if "loss" in row]
     return {"arm": arm, "lr": lr, "eval_nll": final["eval_nll"], "final_loss": losses[-1]["loss"],
             "tokens_per_s": losses[-1]["tokens_per_s"], "seconds": round(time.perf_counter() - started, 1),
-            "beta_gain_mean": losses[-1].get("beta_gain_mean"), "model": str(output_dir / "final")}
+            "beta_gain_mean": losses[-1].get("gain_geomean"), "model": str(output_dir / "final")}
 
 
 @torch.no_grad()

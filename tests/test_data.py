@@ -187,6 +187,50 @@ def test_synthetic_mqar(tok):
         assert all(pairs[k] == v for k, v in zip(keys[n:], values[n:]))  # queried keys followed by their value
 
 
+@pytest.mark.parametrize("state_passing", [False, True])
+def test_answer_only_documents_carry_loss_on_their_answers_alone(tok, state_passing):
+    """``loss: answer``: passkey and niah documents train on the answer's characters, mqar on the queried values;
+    the same documents as with ``loss: all``, packed or state-passed, and restored exactly on resume."""
+    sections = [{"type": "synthetic", "task": "passkey", "documents": 4, "loss": "answer"},
+                {"type": "synthetic", "task": "mqar", "documents": 4, "loss": "answer"}]
+    data = DataSection(sources=sections, seq_len=512, batch_size=2, state_passing=state_passing, eval_documents=0)
+    stream = build_data(data, tok, vocab_size=VOCAB)[0]
+    everything = DataSection(sources=[{**s, "loss": "all"} for s in sections], seq_len=512, batch_size=2,
+                             state_passing=state_passing, eval_documents=0)
+    plain = build_data(everything, tok, vocab_size=VOCAB)[0]
+    state = None
+    for index in range(6):
+        if index == 3:
+            state = json.loads(json.dumps(stream.state_dict()))
+        batch, reference = next(stream), next(plain)
+        assert torch.equal(batch.input_ids, reference.input_ids)  # the same tokens, fewer targets
+        assert batch.input_tokens == reference.input_tokens and 0 < batch.tokens < reference.tokens / 3
+        targets = batch.labels != -100
+        assert torch.equal(batch.labels[targets], reference.labels[targets])
+        for row_ids, row_targets in zip(batch.input_ids, targets):
+            text = tok.decode(row_ids[row_targets])
+            # passkey answers are 5 digits after a space; mqar values come from the upper half of the bytes
+            assert all(c.isdigit() or c == " " or ord(c) >= 128 for c in text), text
+        if index == 5:
+            last = batch
+    resumed = build_data(data, tok, vocab_size=VOCAB)[0]
+    resumed.load_state_dict(state)
+    for _ in range(3):
+        again = next(resumed)
+    assert torch.equal(again.labels, last.labels)
+    with pytest.raises(ValueError, match="loss: answer needs a synthetic source"):
+        SourceSection(type="pydoc", loss="answer")
+
+
+def test_answer_only_passkey_targets_are_exactly_the_answer(tok):
+    documents = source([{"type": "synthetic", "task": "passkey", "documents": 3, "loss": "answer"}], tok,
+                       seq_len=256)
+    for doc in one_epoch(documents):
+        answer = "".join(chr(t) for t, keep in zip(doc, doc.targets) if keep)
+        assert answer.startswith(" ") and answer[1:].isdigit() and len(answer) == 6
+        assert tok.decode(doc[:-1]).endswith("The pass key is" + answer)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # packing
 

@@ -220,8 +220,8 @@ def test_quadratic_beta_gives_slope_two(fresh, monkeypatch):
     """A Palimpsa layer whose beta enters quadratically in the scale: the difference falls like scale^2."""
     original = PalimpsaMixer.beta
 
-    def quadratic(self, hidden_states, dt):
-        beta = original(self, hidden_states, dt)
+    def quadratic(self, hidden_states, dt, A):
+        beta = original(self, hidden_states, dt, A)
         return None if beta is None else beta * self.beta_scale
 
     monkeypatch.setattr(PalimpsaMixer, "beta", quadratic)
@@ -238,8 +238,8 @@ def test_beta_that_does_not_vanish_at_zero_fails(fresh, monkeypatch):
     """A Palimpsa layer with an importance gain that ignores the scale: the difference stays at scale 0."""
     original = PalimpsaMixer.beta
 
-    def offset(self, hidden_states, dt):
-        beta = original(self, hidden_states, dt)
+    def offset(self, hidden_states, dt, A):
+        beta = original(self, hidden_states, dt, A)
         return None if beta is None else beta + 1e-3 * dt[..., None]
 
     monkeypatch.setattr(PalimpsaMixer, "beta", offset)
@@ -273,8 +273,8 @@ def test_fine_tuned_model_keeps_the_limit(fresh, root, monkeypatch, capsys):
             weight = layer.mixer.in_proj.weight
             weight.add_(0.2 * weight.std() * torch.randn(weight.shape, generator=generator))
         for mixer in model.palimpsa_mixers():
-            gain = mixer.beta_gain
-            gain.copy_(0.5 + 0.3 * torch.randn(gain.shape, generator=generator).abs())
+            gain = mixer.beta_log_gain
+            gain.copy_((0.5 + 0.3 * torch.randn(gain.shape, generator=generator).abs()).log())
             mixer.beta_up.weight.copy_(torch.randn(mixer.beta_up.weight.shape, generator=generator))
     model.set_beta_scale(0.5)  # the sweep must start at the model's own scale
     tuned = root / "fine-tuned"

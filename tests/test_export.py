@@ -117,7 +117,7 @@ def make_trained(upgraded: Path, output: Path) -> None:
             for linear in (mixer.beta_down, mixer.beta_up):
                 linear.weight.copy_(torch.randn(linear.weight.shape, generator=gen) * linear.weight.shape[1] ** -0.5)
             mixer.beta_up.bias.copy_(torch.randn(mixer.beta_up.bias.shape, generator=gen))
-            mixer.beta_gain.copy_(2.0 + torch.rand(mixer.beta_gain.shape, generator=gen))
+            mixer.beta_log_gain.copy_((2.0 + torch.rand(mixer.beta_log_gain.shape, generator=gen)).log())
     model.set_beta_scale(0.7)
     model.save_pretrained(output)
     for name in TINY_TOKENIZER:

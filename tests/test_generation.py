@@ -49,8 +49,8 @@ def make_model(upgraded: list[int], ngroups: int = 1, seed: int = 0) -> Palimpsa
                 p.copy_(randn(p) * p.shape[1] ** -0.5)
             elif name.endswith("beta_up.bias"):
                 p.copy_(randn(p))
-            elif name.endswith("beta_gain"):
-                p.copy_(0.5 + 0.5 * torch.rand(p.shape, generator=gen))
+            elif name.endswith("beta_log_gain"):
+                p.copy_((0.5 + 0.5 * torch.rand(p.shape, generator=gen)).log())
             elif name.endswith("A_log"):
                 p.copy_(torch.empty(p.shape).uniform_(0.5, 4.0, generator=gen).log())
             elif name.endswith("dt_bias"):

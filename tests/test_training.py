@@ -163,7 +163,7 @@ def test_patterns_that_match_nothing_are_errors(tiny_random):
     with pytest.raises(PalimpsaError, match="matches no parameter; names look like"):
         select_trainable(model, recipe)
     recipe = load_recipe(TINY, ["trainable.mode=patterns", "trainable.patterns=['*.layers.0.mixer.D', "
-                                "'*beta_gain']"])
+                                "'*beta_log_gain']"])
     selection = select_trainable(model, recipe)
     assert {n for n, _ in selection.groups["other"]} == {"backbone.layers.0.mixer.D"}
     assert len(selection.groups["beta"]) == 2
@@ -214,7 +214,57 @@ def test_tiny_recipe_trains_loss_falls_and_only_the_selection_moves(tmp_path, ti
     final_state, base_state = final.state_dict(), base.state_dict()
     moved = [n for n in base_state if not torch.equal(final_state[n], base_state[n])]
     assert moved and all(".beta_" in n for n in moved)
-    assert any(n.endswith("beta_gain") for n in moved)
+    assert any(n.endswith("beta_log_gain") for n in moved)
+    # the gains per layer at every log step, the importance per layer at every evaluation (TensorBoard too)
+    layers = base.config.upgraded_layers
+    gains = {layer: final.backbone.layers[layer].mixer.gain() for layer in layers}
+    assert rows[-1][f"gain/L{layers[0]}"] == pytest.approx(gains[layers[0]].log().mean().exp().item(), rel=1e-5)
+    assert rows[-1]["gain_max"] == max(rows[-1][f"gain/L{i}"] for i in layers) and "gain_lr" in rows[-1]
+    assert all(f"importance/L{i}/mean_excess" in r and f"importance/L{i}/needle_importance" in r
+               for r in evals for i in layers)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard")).Reload()
+    assert {f"gain/L{layers[0]}", f"importance/L{layers[0]}/share_above_2x_prior", "train/loss"} <= set(
+        events.Tags()["scalars"])
+
+
+def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
+    """trainable.mode lora on a plain Mamba2 (the control arm: the adapters of beta+lora, no beta): only the
+    adapters of lora.layers train, and the saved model is the plain Mamba2 with them merged."""
+    from palimpsa.upgrade.checkpoint import load_checkpoint
+    from palimpsa.upgrade.training import Trainer, attach_lora, lora_layers, select_trainable
+
+    run = tmp_path / "run"
+    recipe = load_recipe(TINY, fast(tiny_random) + [
+        f"output_dir={run}", "model.upgrade_layers=none", "trainable.mode=lora", "lora.layers=1-2",
+        "train.max_steps=3", "optim.lr=0.05", "checkpoint.every=0", "eval.every=0"])
+    Trainer(recipe, log=lambda _line: None).run()
+    final = _load_model(run / "final")
+    assert final.config.upgraded_layers == [] and not any(".beta_" in n for n, _ in final.named_parameters())
+    before = load_checkpoint(tiny_random).load_state_dict(progress=False)
+    after = final.state_dict()
+    moved = sorted(n for n, t in before.items() if n in after and not torch.equal(t, after[n]))
+    assert moved == [f"backbone.layers.{i}.mixer.{m}.weight" for i in (1, 2) for m in ("in_proj", "out_proj")]
+
+    model = _load_model(tiny_random, plain=True)
+    assert lora_layers(model, load_recipe(TINY, ["trainable.mode=lora"])) == [0, 1, 2, 3]  # plain: every layer
+    upgraded = _upgraded_tiny(tiny_random)
+    assert lora_layers(upgraded, load_recipe(TINY, ["trainable.mode=lora"])) == [1, 3]  # else the upgraded ones
+    assert lora_layers(upgraded, load_recipe(TINY, ["lora.layers=all"])) == [0, 1, 2, 3]
+    adapted = attach_lora(upgraded, load_recipe(TINY, ["trainable.mode=lora", "lora.layers=0-0"]))
+    selection = select_trainable(adapted, load_recipe(TINY, ["trainable.mode=lora"]))
+    names = [n for n, _ in selection.groups["lora"]]
+    assert set(selection.groups) == {"lora"} and names and all(".layers.0.mixer." in n for n in names)
+    with pytest.raises(PalimpsaError, match="lora.layers: .*outside the model's layers 0-3"):
+        lora_layers(upgraded, load_recipe(TINY, ["lora.layers=7-9"]))
+
+
+def _load_model(path: Path, plain: bool = False):
+    from palimpsa.upgrade.generation import load_plain_mamba2
+    from palimpsa.upgrade.modeling import PalimpsaForCausalLM
+
+    return load_plain_mamba2(path) if plain else PalimpsaForCausalLM.from_pretrained(str(path))
 
 
 def test_nan_loss_stops_with_the_last_good_checkpoint(tmp_path, monkeypatch, tiny_random):

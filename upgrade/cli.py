@@ -43,8 +43,9 @@ def upgrade_parser() -> argparse.ArgumentParser:
                              "(default: even)")
     parser.add_argument("--dtype", default=None, metavar="DTYPE",
                         help="dtype of the result: float32, bfloat16 or float16 (default: the checkpoint's)")
-    parser.add_argument("--beta-init", type=float, default=1e-4, metavar="GAIN",
-                        help="initial per-head beta gain; small keeps the model close to the base (default: 1e-4)")
+    parser.add_argument("--beta-init", type=float, default=1e-3, metavar="GAIN",
+                        help="initial per-head gain: the importance a cell gains per unit of forgetting, learned in "
+                             "log space; small keeps the model close to the base (default: 1e-3)")
     parser.add_argument("--beta-rank", type=int, default=16, metavar="R",
                         help="rank of the token-dependent beta gate (default: 16)")
     parser.add_argument("--max-kl", type=float, default=1e-3, metavar="NATS",
@@ -300,6 +301,9 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-length", type=int, default=None, help="training length, marked on the NLL plot")
     parser.add_argument("--text", default=None, metavar="FILE", help="long text for nll-position")
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--beta-scale", type=float, default=None, metavar="S",
+                        help="evaluate every Palimpsa model with its beta scaled by S; 0 runs each upgraded layer as "
+                             "its Mamba2 layer (the ablation that tells metaplasticity from the other weights)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", "-o", default="eval-results", metavar="DIR", help="where to write results")
@@ -327,23 +331,28 @@ def run_eval(argv: list[str] | None = None) -> int:
         raise PalimpsaError("--depths must lie in [0, 1]")
     if min(args.samples, args.batch_size, args.segment_length, args.mqar_gap_pairs) < 1:
         raise PalimpsaError("--samples, --batch-size, --segment-length and --mqar-gap-pairs must be at least 1")
+    if args.beta_scale is not None and not (args.beta_scale >= 0 and args.beta_scale != float("inf")):
+        raise PalimpsaError(f"--beta-scale must be a finite number >= 0, got {args.beta_scale}")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     settings = EvalSettings(tasks=tasks, lengths=_int_list(args.lengths), depths=depths, per_cell=args.samples,
                             seed=args.seed, segment_length=args.segment_length,
                             nll_length=_int_list(args.nll_length)[0] if args.nll_length else None,
                             mqar_pairs=_int_list(args.mqar_pairs),
                             mqar_gap_pairs=args.mqar_gap_pairs, train_length=args.train_length, text=args.text,
-                            batch_size=args.batch_size, device=device)
+                            batch_size=args.batch_size, device=device, beta_scale=args.beta_scale)
     sources = [args.model, *args.compare]
     names = [Path(s).name or s for s in sources]
     if len(set(names)) < len(names):
         names = [f"{i}:{n}" for i, n in enumerate(names)]
     print(f"eval-model: {len(sources)} model(s), tasks {', '.join(tasks)}, lengths {settings.lengths}, "
-          f"seed {settings.seed}, device {device}, output {args.output}")
+          f"seed {settings.seed}, device {device}, output {args.output}"
+          + ("" if args.beta_scale is None else f", beta scale {args.beta_scale:g} in every Palimpsa model"))
     results, text_ids = [], None
     for name, source in zip(names, sources):
         model, tokenizer = load_model_and_tokenizer(source)
         model = model.to(device)
+        if args.beta_scale is not None and model.palimpsa_mixers():
+            model.set_beta_scale(args.beta_scale)
         if text_ids is None and "nll-position" in tasks:
             text_ids = text_token_ids(tokenizer, settings)
         print(f"evaluating {name} ...")
@@ -354,7 +363,104 @@ def run_eval(argv: list[str] | None = None) -> int:
     return 0
 
 
+INSPECT_EPILOG = """\
+examples:
+  inspect-importance ./runs/a/final                                  # passkey prompt of 2048 tokens
+  inspect-importance ./model --probe niah --length 8k --depth 0.25 --per-head
+  inspect-importance ./model --text notes.txt --needle "the code is 4417" --length 4k
+  inspect-importance ./model --beta-scale 0                           # the Mamba2 limit: I = I_prior everywhere
+
+A Palimpsa layer computes its Mamba2 layer while its importance I stays at the prior I_prior; metaplasticity is
+I leaving it. The command runs the probe through the model and reports, per upgraded layer (per head with
+--per-head, and always in the JSON): I at the question (mean, 99th percentile, max, share of cells above 2 and
+10 times the prior); the gain and beta / (1 - a), the importance gained per unit of forgetting; Mamba2's memory
+horizon 1 / mean(dt |A|) in tokens; for the needle's cells (weighted by how much of the needle they hold) their
+importance after the needle and the half-life in tokens the importance adds to them; beta k^2 written on needle
+tokens over other tokens. Writes importance.json and importance.png (layers x heads heatmaps) to --output.
+See docs/evaluation.md, "Reading inspect-importance".
+"""
+
+
+def inspect_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inspect-importance", description="Show where a Palimpsa model's "
+                                     "importance departs from its prior (the Mamba2 limit), per layer and head.",
+                                     epilog=INSPECT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL", help="Palimpsa model directory (upgraded or fine-tuned)")
+    parser.add_argument("--probe", default="passkey", choices=("passkey", "niah"),
+                        help="generated prompt with a needle (default: passkey); ignored with --text")
+    parser.add_argument("--text", default=None, metavar="FILE", help="probe with your own text instead")
+    parser.add_argument("--needle", default=None, metavar="TEXT",
+                        help="with --text: a passage of the text to treat as the needle")
+    parser.add_argument("--length", default="2048", metavar="T",
+                        help="probe length in tokens, e.g. 2048 or 8k (default: 2048)")
+    parser.add_argument("--depth", type=float, default=0.5, help="needle depth in the generated prompt (0-1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated prompt")
+    parser.add_argument("--beta-scale", type=float, default=None, metavar="S",
+                        help="run with every beta scaled by S (0: the Mamba2 limit); default: the model's own")
+    parser.add_argument("--per-head", action="store_true", help="also print one row per head")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, or auto")
+    parser.add_argument("--output", "-o", default="importance-report", metavar="DIR",
+                        help="where to write importance.json and importance.png (default: importance-report)")
+    return parser
+
+
+def run_inspect(argv: list[str] | None = None) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from .generation import load_model_and_tokenizer
+    from .importance import (
+        head_table,
+        inspect_importance,
+        plot_importance,
+        probe_from_text,
+        summary_table,
+        task_probe,
+    )
+    from .saving import write_json_atomic
+
+    args = inspect_parser().parse_args(argv)
+    length = _int_list(args.length)[0]
+    if length < 16:
+        raise PalimpsaError(f"--length must be at least 16 tokens, got {length}")
+    if not 0 <= args.depth <= 1:
+        raise PalimpsaError(f"--depth must lie in [0, 1], got {args.depth}")
+    if args.needle and not args.text:
+        raise PalimpsaError("--needle marks a passage of --text; give --text FILE too")
+    if args.beta_scale is not None and not (args.beta_scale >= 0 and args.beta_scale != float("inf")):
+        raise PalimpsaError(f"--beta-scale must be a finite number >= 0, got {args.beta_scale}")
+    model, tokenizer = load_model_and_tokenizer(args.model)
+    if not model.palimpsa_mixers():
+        raise PalimpsaError(f"{args.model} has no Palimpsa layer (a plain Mamba2 has no importance); upgrade it "
+                            "first with upgrade-model")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    model = model.to(device)
+    if args.beta_scale is not None:
+        model.set_beta_scale(args.beta_scale)
+    if args.text:
+        try:
+            text = Path(args.text).read_text(errors="replace")
+        except OSError as error:
+            raise PalimpsaError(f"cannot read --text {args.text}: {error.strerror}") from None
+        probe = probe_from_text(tokenizer, text, args.needle, f"{Path(args.text).name}", max_tokens=length)
+    else:
+        probe = task_probe(tokenizer, args.probe, length, args.depth, args.seed)
+    report = inspect_importance(model, probe)
+    report["model"] = str(args.model)
+    print(summary_table(report))
+    if args.per_head:
+        print(head_table(report))
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(output / "importance.json", report)
+    plot_importance(report, output / "importance.png")
+    print(f"wrote {output / 'importance.json'} and {output / 'importance.png'}")
+    return 0
+
+
 upgrade_main = guarded(run_upgrade, "upgrade-model")
+inspect_main = guarded(run_inspect, "inspect-importance")
 eval_main = guarded(run_eval, "eval-model")
 verify_main = guarded(run_verify, "verify-equivalence")
 export_main = guarded(run_export, "export-model")

@@ -7,7 +7,14 @@ expect transformers' names.
 
 from __future__ import annotations
 
+import math
+
 from transformers import PreTrainedConfig
+
+BETA_FORMS = ("log-relative", "linear-dt")
+"""How a Palimpsa layer's gain is parameterised (see ``PalimpsaMixer``). ``log-relative``: a per-head log gain
+relative to the head's forgetting rate (since format 2); ``linear-dt``: the first format's plain per-head gain times
+``dt``, kept so that models written by palimpsa 0.1 load and compute what they did."""
 
 
 class PalimpsaConfig(PreTrainedConfig):
@@ -21,9 +28,11 @@ class PalimpsaConfig(PreTrainedConfig):
     ``norm_epsilon``, ``gated_norm_epsilon`` (of the mixer's gated norm; mamba_ssm fixes it at 1e-5),
     ``residual_in_fp32``, ``tie_word_embeddings``, ``chunk_size``.
 
-    Palimpsa fields: ``upgraded_layers`` (indices of Palimpsa layers), ``beta_rank`` (rank of the token-dependent
-    beta gate), ``beta_init`` (initial per-head gain), ``beta_scale`` (a global factor on every beta, the knob of
-    the beta -> 0 sweep; 0 makes every Palimpsa layer an exact Mamba2 layer), ``importance_prior`` (``I_prior``),
+    Palimpsa fields: ``upgraded_layers`` (indices of Palimpsa layers), ``beta_form`` (how the gain is
+    parameterised, one of ``BETA_FORMS``), ``beta_rank`` (rank of the token-dependent beta gate), ``beta_init``
+    (initial per-head gain: importance gained per unit of forgetting in the ``log-relative`` form), ``beta_scale``
+    (a global factor on every beta, the knob of the beta -> 0 sweep; 0 makes every Palimpsa layer an exact Mamba2
+    layer), ``importance_prior`` (``I_prior``),
     ``base_model`` (where the weights came from) and ``base_vocab_size`` (the tokenizer's vocabulary before
     padding). ``bos_token_id``/``eos_token_id``/``pad_token_id`` come from the tokenizer when the checkpoint has one.
     """
@@ -58,8 +67,9 @@ class PalimpsaConfig(PreTrainedConfig):
     initializer_range: float = 0.02
 
     upgraded_layers: list[int] = ()
+    beta_form: str = "log-relative"
     beta_rank: int = 16
-    beta_init: float = 1e-4
+    beta_init: float = 1e-3
     beta_scale: float = 1.0
     importance_prior: float = 1.0
     base_model: str | None = None
@@ -67,6 +77,14 @@ class PalimpsaConfig(PreTrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        """A ``config.json`` with upgraded layers but no ``beta_form`` was written before the field existed: its
+        layers use the first format's ``linear-dt`` gain (``beta_gain`` in the weights)."""
+        if config_dict.get("upgraded_layers") and "beta_form" not in config_dict:
+            config_dict = {**config_dict, "beta_form": "linear-dt"}
+        return super().from_dict(config_dict, **kwargs)
 
     def __post_init__(self, **kwargs):
         self.upgraded_layers = sorted(int(i) for i in self.upgraded_layers)
@@ -110,5 +128,12 @@ class PalimpsaConfig(PreTrainedConfig):
             raise ValueError(f"upgraded_layers lists a layer twice: {self.upgraded_layers}")
         if not self.importance_prior > 0:
             raise ValueError(f"importance_prior must be > 0, got {self.importance_prior}")
-        if self.beta_scale < 0 or self.beta_init < 0:
-            raise ValueError("beta_scale and beta_init must be >= 0")
+        if self.beta_form not in BETA_FORMS:
+            raise ValueError(f"beta_form must be one of {', '.join(BETA_FORMS)}, got {self.beta_form!r}")
+        if not (math.isfinite(self.beta_scale) and self.beta_scale >= 0):
+            raise ValueError(f"beta_scale must be a finite number >= 0, got {self.beta_scale}")
+        # A log-parameterised gain of exactly 0 would sit at log 0 = -inf and never move.
+        logarithmic = self.beta_form == "log-relative"
+        if not (math.isfinite(self.beta_init) and (self.beta_init > 0 if logarithmic else self.beta_init >= 0)):
+            raise ValueError(f"beta_init must be a finite number {'> 0' if logarithmic else '>= 0'} for beta_form "
+                             f"{self.beta_form}, got {self.beta_init}")

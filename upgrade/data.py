@@ -102,18 +102,34 @@ _EVAL, _MIXTURE, _EPOCH, _SYNTHETIC, _HF = 1, 2, 3, 4, 5  # stream tags for _mix
 class Batch:
     """One micro-batch. Packed: ``[1, batch_size * seq_len]`` with ``cu_seqlens``; state passing:
     ``[batch_size, seq_len]`` with ``continues``. ``labels`` is -100 where there is no target (the first token of
-    every piece, padding); the model shifts labels by one, so ``labels[t]`` is predicted at ``t - 1``."""
+    every piece, padding, and the non-answer tokens of answer-only documents); the model shifts labels by one, so
+    ``labels[t]`` is predicted at ``t - 1``. ``tokens`` counts the targets, ``input_tokens`` the positions that hold
+    a document token (what throughput counts)."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
     cu_seqlens: torch.Tensor | None
     continues: torch.Tensor | None
     tokens: int
+    input_tokens: int
 
     def to(self, device) -> Batch:
         move = (lambda t: None if t is None else t.to(device))  # noqa: E731
         return Batch(move(self.input_ids), move(self.labels), move(self.cu_seqlens), move(self.continues),
-                     self.tokens)
+                     self.tokens, self.input_tokens)
+
+
+class Document(list):
+    """A document's token ids (it is the list) and ``targets``: None when every token is a training target, else one
+    bool per token, True where the token carries loss (the answers of an answer-only synthetic document)."""
+
+    def __init__(self, ids=(), targets: list[bool] | None = None):
+        super().__init__(ids)
+        self.targets = targets
+
+
+Segments = list[tuple[str | list[int], bool]]
+"""A synthetic document as consecutive parts (text or token ids), each marked True when it is an answer."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -128,8 +144,9 @@ class _Reader:
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def read(self, index: int, epoch: int = 0) -> str | list[int] | None:
-        """Document ``index``; only generated sources (synthetic) depend on ``epoch``."""
+    def read(self, index: int, epoch: int = 0) -> str | list[int] | Segments | None:
+        """Document ``index``; only generated sources (synthetic, which returns :data:`Segments`) depend on
+        ``epoch``."""
         raise NotImplementedError
 
     def blocks(self) -> list[tuple[int, int]] | None:
@@ -364,7 +381,7 @@ class _SyntheticReader(_Reader):
     def __len__(self) -> int:
         return self.count
 
-    def read(self, index: int, epoch: int = 0) -> str | list[int]:
+    def read(self, index: int, epoch: int = 0) -> Segments:
         from .tasks import mqar_gap_samples, mqar_samples, niah_samples, passkey_samples
 
         rng = random.Random(_mix(self.seed, index) if epoch == 0 else _mix(self.seed, index, epoch))
@@ -372,18 +389,31 @@ class _SyntheticReader(_Reader):
         if self.task == "mqar-gap":
             pairs = rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
             length = rng.randint(4 * pairs, max(4 * pairs, self.seq_len - 1))
-            return mqar_gap_samples(self.filler, self.keys, self.values, [length], pairs, pairs, 1,
-                                    sample_seed)[0].input_ids
+            return _answer_segments(mqar_gap_samples(self.filler, self.keys, self.values, [length], pairs, pairs, 1,
+                                                     sample_seed)[0])
         if self.task == "mqar":
             pairs = rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
-            return mqar_samples(self.high, [pairs], pairs, 1, sample_seed, reserved=self.low)[0].input_ids
+            return _answer_segments(mqar_samples(self.high, [pairs], pairs, 1, sample_seed, reserved=self.low)[0])
         length = rng.randint(min(max(64, self.seq_len // 4), max(64, self.seq_len - 16)), max(64, self.seq_len - 16))
         depth = rng.random()
         if self.task == "passkey":
             sample = passkey_samples(self.tokenizer, [length], [depth], 1, sample_seed)[0]
         else:
             sample = niah_samples(self.tokenizer, [length], [depth], 1, sample_seed, distractors=rng.randint(0, 3))[0]
-        return sample.prompt + " " + sample.answer
+        return [(sample.prompt, False), (" " + sample.answer, True)]
+
+
+def _answer_segments(sample) -> Segments:
+    """An MQAR sample's ids as segments, each queried value (the token after a target position) an answer."""
+    segments: Segments = []
+    start = 0
+    for position in sample.target_positions:
+        segments.append((sample.input_ids[start : position + 1], False))
+        segments.append((sample.input_ids[position + 1 : position + 2], True))
+        start = position + 2
+    if start < len(sample.input_ids):
+        segments.append((sample.input_ids[start:], False))
+    return segments
 
 
 class _HFReader(_Reader):
@@ -484,6 +514,7 @@ class DocumentSource:
                                 "set data.tokenizer")
         self.readers = [_open_reader(s, f"{name} ({s.type})", tokenizer, seq_len, _mix(seed, _SYNTHETIC, i),
                                      vocab_size) for i, (s, name) in enumerate(zip(sources, names))]
+        self.answer_only = [s.loss == "answer" for s in sources]
         weights = np.array([s.weight for s in sources], dtype=np.float64)
         self.cumulative = list(np.cumsum(weights / weights.sum()))
         self.excluded: list[np.ndarray | None] = [None] * len(self.readers)
@@ -508,7 +539,7 @@ class DocumentSource:
             chosen = np.random.default_rng(_mix(self.seed, _EVAL)).choice(len(reader), count, replace=False)
             self.excluded[0] = np.sort(chosen)
             texts = [reader.read(int(i)) for i in chosen]
-        self.heldout = [ids for ids in (self._tokenise(t, reader) for t in texts if t) if ids]
+        self.heldout = [ids for ids in (self._tokenise(t, reader, self.answer_only[0]) for t in texts if t) if ids]
 
     def __len__(self) -> int:
         """Documents per epoch over all finite sources (an hf stream counts as 0)."""
@@ -517,17 +548,31 @@ class DocumentSource:
     def sizes(self) -> list[int | None]:
         return [len(r) if r.finite else None for r in self.readers]
 
-    def _tokenise(self, document: str | list[int], reader: _Reader) -> list[int]:
-        if isinstance(document, str):
-            ids = list(self.tokenizer(document, add_special_tokens=False, verbose=False)["input_ids"])
-        else:
-            ids = [int(t) for t in document]
+    def _tokenise(self, document: str | list[int] | Segments, reader: _Reader, answer_only: bool = False) -> Document:
+        """Token ids with EOS appended; for :data:`Segments` with ``answer_only``, the answers as the only targets."""
+        if isinstance(document, list) and document and isinstance(document[0], tuple):
+            if answer_only:
+                parts = [(self._ids(part), answer) for part, answer in document]
+                ids = [t for part, _ in parts for t in part]
+                targets = [answer for part, answer in parts for _ in part]
+                return self._checked(ids, targets, reader)
+            texts = [part for part, _ in document]
+            document = "".join(texts) if isinstance(texts[0], str) else [t for part in texts for t in part]
+        return self._checked(self._ids(document), None, reader)
+
+    def _ids(self, part: str | list[int]) -> list[int]:
+        if isinstance(part, str):
+            return list(self.tokenizer(part, add_special_tokens=False, verbose=False)["input_ids"])
+        return [int(t) for t in part]
+
+    def _checked(self, ids: list[int], targets: list[bool] | None, reader: _Reader) -> Document:
         if not ids:
-            return []
+            return Document()
         if self.vocab_size is not None and max(ids) >= self.vocab_size:
             raise PalimpsaError(f"{reader.label}: token id {max(ids)} is outside the model's vocabulary of "
                                 f"{self.vocab_size}; use the model's tokenizer")
-        return ids + ([] if self.eos_id is None else [self.eos_id])
+        eos = [] if self.eos_id is None else [self.eos_id]
+        return Document(ids + eos, None if targets is None else targets + [False] * len(eos))
 
     def _order(self, index: int, epoch: int) -> np.ndarray:
         cached = self._orders.get(index)
@@ -576,12 +621,12 @@ class DocumentSource:
         u = _mix(self.seed, _MIXTURE, counter) / float(1 << 64)
         return min(bisect.bisect_right(self.cumulative, u), len(self.readers) - 1)
 
-    def next_document(self) -> list[int]:
+    def next_document(self) -> Document:
         while True:
             index = self._pick(self.drawn)
             self.drawn += 1
             document = self._read_next(index)
-            ids = self._tokenise(document, self.readers[index]) if document else []
+            ids = self._tokenise(document, self.readers[index], self.answer_only[index]) if document else []
             if ids:
                 self._empty_run[index] = 0
                 return ids
@@ -608,7 +653,7 @@ class DocumentSource:
         self.drawn = int(state["drawn"])
         self.cursors = [[int(e), int(p)] for e, p in state["cursors"]]
 
-    def document_at(self, state: dict) -> list[int]:
+    def document_at(self, state: dict) -> Document:
         """The document that ``next_document`` returns from position ``state``; the current position is kept."""
         saved = self.state_dict()
         self.load_state_dict(state)
@@ -621,16 +666,23 @@ class DocumentSource:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _place(ids: list[int], labels: list[int], piece: list[int]) -> None:
+def _place(ids: list[int], labels: list[int], doc: list[int], start: int, end: int) -> None:
+    """Append ``doc[start:end]`` as a new piece. Its first token is no target (nothing in the piece predicts it);
+    the others are, unless ``doc`` is a :class:`Document` whose ``targets`` leave them out."""
+    piece = doc[start:end]
     ids.extend(piece)
     labels.append(-100)
-    labels.extend(piece[1:])
+    targets = getattr(doc, "targets", None)
+    if targets is None:
+        labels.extend(piece[1:])
+    else:
+        labels.extend(token if keep else -100 for token, keep in zip(piece[1:], targets[start + 1 : end]))
 
 
-def _packed_batch(ids: list[int], labels: list[int], starts: list[int]) -> Batch:
+def _packed_batch(ids: list[int], labels: list[int], starts: list[int], input_tokens: int) -> Batch:
     tokens = sum(1 for label in labels if label != -100)
     return Batch(torch.tensor([ids], dtype=torch.long), torch.tensor([labels], dtype=torch.long),
-                 torch.tensor(starts + [len(ids)], dtype=torch.long), None, tokens)
+                 torch.tensor(starts + [len(ids)], dtype=torch.long), None, tokens, input_tokens)
 
 
 class TokenStream:
@@ -670,26 +722,33 @@ class TokenStream:
                 current = self._current = self._fetch()
             take = min((len(ids) // length + 1) * length - len(ids), len(current["doc"]) - current["offset"])
             starts.append(len(ids))
-            _place(ids, labels, current["doc"][current["offset"] : current["offset"] + take])
+            _place(ids, labels, current["doc"], current["offset"], current["offset"] + take)
             current["offset"] += take
-        return _packed_batch(ids, labels, starts)
+        return _packed_batch(ids, labels, starts, len(ids))
 
     def _next_rows(self) -> Batch:
         length = self.seq_len
         ids = torch.full((self.batch_size, length), self.pad_id, dtype=torch.long)
         labels = torch.full((self.batch_size, length), -100, dtype=torch.long)
         continues = torch.zeros(self.batch_size, dtype=torch.bool)
+        input_tokens = 0
         for r in range(self.batch_size):
             row = self._rows[r]
             if row is not None and row["offset"] < len(row["doc"]):
                 continues[r] = True
             else:
                 row = self._rows[r] = self._fetch()
-            piece = row["doc"][row["offset"] : row["offset"] + length]
+            start = row["offset"]
+            piece = row["doc"][start : start + length]
             row["offset"] += len(piece)
+            input_tokens += len(piece)
             ids[r, : len(piece)] = torch.tensor(piece, dtype=torch.long)
             labels[r, 1 : len(piece)] = ids[r, 1 : len(piece)]
-        return Batch(ids, labels, None, continues, int((labels != -100).sum()))
+            targets = getattr(row["doc"], "targets", None)
+            if targets is not None:
+                keep = torch.tensor(targets[start + 1 : start + len(piece)], dtype=torch.bool)
+                labels[r, 1 : len(piece)][~keep] = -100
+        return Batch(ids, labels, None, continues, int((labels != -100).sum()), input_tokens)
 
     # -- position ------------------------------------------------------------------------------------------------
 
@@ -800,21 +859,22 @@ def pack_documents(documents: Sequence[list[int]], seq_len: int, batch_size: int
         offset = 0
         while offset < len(doc):
             if len(ids) == total:
-                batches.append(_packed_batch(ids, labels, starts))
+                batches.append(_packed_batch(ids, labels, starts, len(ids)))
                 ids, labels, starts = [], [], []
                 if max_batches is not None and len(batches) >= max_batches:
                     return batches
             take = min((len(ids) // seq_len + 1) * seq_len - len(ids), len(doc) - offset)
             starts.append(len(ids))
-            _place(ids, labels, doc[offset : offset + take])
+            _place(ids, labels, doc, offset, offset + take)
             offset += take
     if ids:
+        input_tokens = len(ids)
         if len(ids) % seq_len:
             starts.append(len(ids))
             padding = seq_len - len(ids) % seq_len
             ids.extend([pad_id] * padding)
             labels.extend([-100] * padding)
-        batches.append(_packed_batch(ids, labels, starts))
+        batches.append(_packed_batch(ids, labels, starts, input_tokens))
     return batches
 
 

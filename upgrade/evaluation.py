@@ -44,6 +44,7 @@ class EvalSettings:
     text: str | None = None  # a text file for nll-position (default: pydoc_data.topics)
     batch_size: int = 4
     device: str = "cpu"
+    beta_scale: float | None = None  # applied to every Palimpsa model (None: each model's own)
 
 
 @torch.no_grad()
@@ -221,7 +222,8 @@ def write_outputs(results: list[dict], settings: EvalSettings, output: Path) -> 
 
 def summary_markdown(results: list[dict], settings: EvalSettings) -> str:
     names = [r["name"] for r in results]
-    lines = ["# Evaluation summary", "", f"Seed {settings.seed}; every model saw identical inputs.", "",
+    scale = "" if settings.beta_scale is None else f" Every Palimpsa model ran at beta scale {settings.beta_scale:g}."
+    lines = ["# Evaluation summary", "", f"Seed {settings.seed}; every model saw identical inputs.{scale}", "",
              "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
 
     def row(label: str, values: list) -> None:

@@ -2,7 +2,8 @@
 
 Parameter names and the state-dict layout equal mamba_ssm's (``backbone.embedding``, ``backbone.layers.{i}.norm``,
 ``backbone.layers.{i}.mixer.{in_proj,conv1d,dt_bias,A_log,D,norm,out_proj}``, ``backbone.norm_f``, ``lm_head``),
-so a mamba_ssm checkpoint loads as it is; a Palimpsa mixer adds ``beta_down``, ``beta_up`` and ``beta_gain``.
+so a mamba_ssm checkpoint loads as it is; a Palimpsa mixer adds ``beta_down``, ``beta_up`` and ``beta_log_gain``
+(``beta_gain`` in models of the first format).
 """
 
 from __future__ import annotations
@@ -154,6 +155,24 @@ def mamba_ssm_chunk_scan():
     return mamba_chunk_scan_combined
 
 
+@dataclass
+class ScanInputs:
+    """What a mixer's scan reads, per token: ``x_heads`` ``[B, L, H, P]`` (the value is ``dt * x``), ``keys`` and
+    ``queries`` ``[B, L, G, N]``, ``dt`` ``[B, L, H]`` (after softplus and the clamp), ``A`` ``[H]`` (negative; the
+    decay is ``exp(dt * A)``), ``beta`` ``[B, L, H, P]`` (None in a Mamba2 layer); ``z``, ``z0``, ``x0`` feed the
+    gated norm and the gated MLP after the scan."""
+
+    x_heads: torch.Tensor
+    keys: torch.Tensor
+    queries: torch.Tensor
+    dt: torch.Tensor
+    A: torch.Tensor
+    beta: torch.Tensor | None
+    z: torch.Tensor
+    z0: torch.Tensor
+    x0: torch.Tensor
+
+
 class Mamba2Mixer(nn.Module):
     """mamba_ssm's ``Mamba2`` mixer (no CUDA extension needed): in_proj, conv, the scan, gated norm, out_proj."""
 
@@ -176,7 +195,7 @@ class Mamba2Mixer(nn.Module):
                                      config.norm_before_gate)
         self.out_proj = nn.Linear(config.d_inner, config.d_model, bias=config.bias)
 
-    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor) -> torch.Tensor | None:
+    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor, A: torch.Tensor) -> torch.Tensor | None:
         """Importance gains ``[B, L, H, P]``; a plain Mamba2 layer has none."""
         return None
 
@@ -191,13 +210,12 @@ class Mamba2Mixer(nn.Module):
             cache.ssm[self.layer_idx] = (final.float().detach(), None)
         return upcast(out)
 
-    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, cache: PalimpsaCache | None = None) -> torch.Tensor:
-        """``hidden_states`` ``[B, L, d_model]`` -> ``[B, L, d_model]``.
+    def scan_inputs(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
+                    attention_mask: torch.Tensor | None = None, cache: PalimpsaCache | None = None) -> ScanInputs:
+        """Everything the scan and the readout need, computed from the mixer's input ``[B, L, d_model]``.
 
-        ``cu_seqlens`` packs sequences (B = 1). ``attention_mask`` ``[B, L]`` (1 = token, 0 = left padding) zeroes
-        the padded positions' convolution inputs and outputs, so they write nothing into the state. ``cache``
-        supplies the state to start from (when it holds one) and receives the final state.
+        ``forward`` runs it; importance inspection runs it on a layer's captured input to see what the scan sees.
+        With ``cache`` the convolution continues from (and updates) the cached inputs.
         """
         batch, length, _ = hidden_states.shape
         config = self.config
@@ -223,13 +241,28 @@ class Mamba2Mixer(nn.Module):
         dt = F.softplus(upcast(dt) + upcast(self.dt_bias))
         if config.dt_limit is not None:
             dt = dt.clamp(min=config.dt_limit[0], max=config.dt_limit[1])
-        x_heads = x.view(batch, length, self.nheads, self.headdim)
-        beta = self.beta(hidden_states, dt)
-        keys = keys.view(batch, length, self.ngroups, self.d_state)
-        queries = queries.view(batch, length, self.ngroups, self.d_state)
         A = -torch.exp(upcast(self.A_log))
+        return ScanInputs(
+            x_heads=x.view(batch, length, self.nheads, self.headdim),
+            keys=keys.view(batch, length, self.ngroups, self.d_state),
+            queries=queries.view(batch, length, self.ngroups, self.d_state),
+            dt=dt, A=A, beta=self.beta(hidden_states, dt, A), z=z, z0=z0, x0=x0)
+
+    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, cache: PalimpsaCache | None = None) -> torch.Tensor:
+        """``hidden_states`` ``[B, L, d_model]`` -> ``[B, L, d_model]``.
+
+        ``cu_seqlens`` packs sequences (B = 1). ``attention_mask`` ``[B, L]`` (1 = token, 0 = left padding) zeroes
+        the padded positions' convolution inputs and outputs, so they write nothing into the state. ``cache``
+        supplies the state to start from (when it holds one) and receives the final state.
+        """
+        batch, length, _ = hidden_states.shape
+        config = self.config
+        inputs = self.scan_inputs(hidden_states, cu_seqlens, attention_mask, cache)
+        x_heads, keys, queries, dt, A, beta = (inputs.x_heads, inputs.keys, inputs.queries, inputs.dt, inputs.A,
+                                               inputs.beta)
         state = None if cache is None else cache.ssm[self.layer_idx]
-        fused = mamba_ssm_chunk_scan() if beta is None and x.is_cuda else None
+        fused = mamba_ssm_chunk_scan() if beta is None and x_heads.is_cuda else None
         if fused is not None and (state is None or state[1] is None):
             y = self._fused_mamba2_scan(fused, x_heads, dt, A, keys, queries, state, cache, cu_seqlens)
         elif length == 1 and state is not None and state[1] is not None and not torch.is_grad_enabled():
@@ -253,33 +286,41 @@ class Mamba2Mixer(nn.Module):
         skip = upcast(self.D).view(-1, self.headdim) if config.D_has_hdim else upcast(self.D)[:, None]
         y = (y + upcast(x_heads) * skip).view(batch, length, self.d_ssm)
         if config.rmsnorm:
-            y = self.norm(y, z)
+            y = self.norm(y, inputs.z)
         else:
-            y = y * F.silu(upcast(z))
+            y = y * F.silu(upcast(inputs.z))
         y = y.to(hidden_states.dtype)
         if self.d_mlp:
-            y = torch.cat([F.silu(z0) * x0, y], dim=-1)
+            y = torch.cat([F.silu(inputs.z0) * inputs.x0, y], dim=-1)
         return self.out_proj(y)
 
 
 class PalimpsaMixer(Mamba2Mixer):
     """A Mamba2 mixer whose scan also keeps the per-element importance ``I`` (palimpsa-math sections 3 and 4).
 
-    Every Mamba2 parameter is kept; the new ones set the importance gain of head ``h``, channel ``p``::
+    Every Mamba2 parameter is kept; the new ones set the importance gain of head ``h``, channel ``p`` at token
+    ``t`` (``u_t`` the mixer's input, ``a_t = exp(dt_t A_h)`` the head's decay)::
 
-        beta_t[h, p] = beta_scale * |beta_gain[h]| * dt_t[h] * sigmoid(beta_up(beta_down(u_t)))[h, p]
+        beta_t[h, p] = beta_scale * exp(beta_log_gain[h]) * (1 - a_t) * sigmoid(beta_up(beta_down(u_t)))[h, p]
 
-    ``u_t`` is the mixer's input. ``dt_t`` discretises the increment like ``v* = dt * x``; the sigmoid lets each
-    token and channel choose how much it counts; ``beta_gain`` (init ``beta_init``) is the learned scale, a plain
-    parameter so that Adam grows it at the rate of the learning rate; ``beta_scale`` is the global knob
-    (``PalimpsaForCausalLM.set_beta_scale``), 0 giving an exact Mamba2 layer.
+    ``exp(beta_log_gain)`` is the importance a cell gains per unit of forgetting (``beta / (1 - a)``, the same
+    meaning in every head whatever its timescale: a steady input with ``sigmoid * k^2 = c`` holds
+    ``I - I_prior = gain * c``); being a log, Adam's steps on it are multiplicative, so the gain can grow from a
+    near-Mamba2 start by orders of magnitude in a few hundred steps. The sigmoid lets each token and channel choose
+    how much it counts; ``beta_scale`` is the global knob (``PalimpsaForCausalLM.set_beta_scale``), 0 giving an
+    exact Mamba2 layer. Models of the first format (``config.beta_form == "linear-dt"``) keep its gain,
+    ``|beta_gain[h]| * dt_t`` in place of ``exp(beta_log_gain[h]) * (1 - a_t)``.
     """
 
     def __init__(self, config: PalimpsaConfig, layer_idx: int):
         super().__init__(config, layer_idx)
         self.beta_down = nn.Linear(config.d_model, config.beta_rank, bias=False)
         self.beta_up = nn.Linear(config.beta_rank, self.d_ssm, bias=True)
-        self.beta_gain = nn.Parameter(torch.empty(self.nheads))
+        self.linear_dt_gain = config.beta_form == "linear-dt"
+        if self.linear_dt_gain:
+            self.beta_gain = nn.Parameter(torch.empty(self.nheads))
+        else:
+            self.beta_log_gain = nn.Parameter(torch.empty(self.nheads))
         self.beta_scale = float(config.beta_scale)
         self.beta_dropped = False  # True: run as the plain Mamba2 layer (no importance state at all)
 
@@ -289,14 +330,22 @@ class PalimpsaMixer(Mamba2Mixer):
         init.normal_(self.beta_down.weight, std=self.config.d_model**-0.5)
         init.zeros_(self.beta_up.weight)
         init.zeros_(self.beta_up.bias)
-        init.constant_(self.beta_gain, beta_init)
+        if self.linear_dt_gain:
+            init.constant_(self.beta_gain, beta_init)
+        else:
+            init.constant_(self.beta_log_gain, math.log(beta_init))
 
-    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor) -> torch.Tensor | None:
+    def gain(self) -> torch.Tensor:
+        """The learned per-head gain ``[H]`` (float32, ``beta_scale`` not applied)."""
+        return upcast(self.beta_gain).abs() if self.linear_dt_gain else torch.exp(upcast(self.beta_log_gain))
+
+    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor, A: torch.Tensor) -> torch.Tensor | None:
         if self.beta_dropped:
             return None
         batch, length, _ = hidden_states.shape
         gate = torch.sigmoid(upcast(self.beta_up(self.beta_down(hidden_states))))
-        gain = self.beta_scale * upcast(self.beta_gain).abs() * dt
+        per_token = dt if self.linear_dt_gain else -torch.expm1(dt * A)  # 1 - a_t, exact for small dt |A|
+        gain = self.beta_scale * self.gain() * per_token
         return gate.view(batch, length, self.nheads, self.headdim) * gain[..., None]
 
 
@@ -486,6 +535,11 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
         else:
             inputs["input_ids"] = input_ids
         return inputs
+
+
+def palimpsa_mixers_of(model: nn.Module) -> list[PalimpsaMixer]:
+    """The Palimpsa mixers of ``model``, also when peft, DDP or FSDP wraps it."""
+    return [module for module in model.modules() if isinstance(module, PalimpsaMixer)]
 
 
 def _keep_scan_outputs_policy(saved_ops, ctx, op, *args, **kwargs):

@@ -56,7 +56,7 @@ def upgrade_model(
     output: str | Path | None = None,
     strategy: str = "even",
     dtype: str | torch.dtype | None = None,
-    beta_init: float = 1e-4,
+    beta_init: float = 1e-3,
     beta_rank: int = 16,
     verify: bool = True,
     max_kl: float = 1e-3,
@@ -81,7 +81,8 @@ def upgrade_model(
         output: directory to write (safetensors, config.json, tokenizer, README.md, upgrade_report.json);
             None keeps the model in memory only.
         dtype: dtype of the result (default: the checkpoint's).
-        beta_init: initial per-head beta gain; small keeps the model close to the base.
+        beta_init: initial per-head gain (importance gained per unit of forgetting, > 0); small keeps the model
+            close to the base.
         beta_rank: rank of the token-dependent beta gate.
         verify: compare with the base model on a probe before writing; raises PalimpsaError when
             ``beta_scale = 0`` does not reproduce the base (relative tolerance by dtype, ``EXACT_TOLERANCE``) or
@@ -197,7 +198,8 @@ def plan_lines(checkpoint: Checkpoint, chosen, strategy, stored, target, beta_in
         f"{'strategy ' + strategy if strategy else 'as listed'})",
         f"  new params  {gate * len(chosen):,} ({gate * len(chosen) / base:.3%} of {base:,}): beta gate rank "
         f"{beta_rank}, per-head gain",
-        f"  beta        gain {beta_init:g} at init, importance prior 1, scale 1",
+        f"  beta        gain {beta_init:g} at init (importance per unit of forgetting, log-parameterised), "
+        "importance prior 1, scale 1",
         f"  dtype       {_dtype_name(target)}" + (" (from the checkpoint)" if target == stored else
                                                     f" (converted from {_dtype_name(stored)})"),
         "  verify      " + (f"probe {probe_batch} x {probe_length} tokens against the base model" if verify
@@ -241,8 +243,8 @@ def build_report(checkpoint: Checkpoint, model: PalimpsaForCausalLM, chosen, str
         "strategy": strategy,
         "dtype": _dtype_name(target),
         "source_dtype": _dtype_name(stored),
-        "beta": {"init": config.beta_init, "rank": config.beta_rank, "scale": config.beta_scale,
-                 "importance_prior": config.importance_prior},
+        "beta": {"form": config.beta_form, "init": config.beta_init, "rank": config.beta_rank,
+                 "scale": config.beta_scale, "importance_prior": config.importance_prior},
         "parameters": {"base": total - new_parameters, "new": new_parameters, "total": total},
         "verification": verification,
         "tokenizer_files": [p.name for p in checkpoint.tokenizer_files],

@@ -40,7 +40,8 @@ class ModelSection(Section):
     scratch: ScratchSection | None = Field(None, description="train a new Mamba2 of these dimensions instead")
     upgrade_layers: str | None = Field(None, description="when path is a plain Mamba2: layers to upgrade (8, 3-5), "
                                        "or none to fine-tune it as a plain Mamba2")
-    beta_init: float = Field(1e-4, ge=0)
+    beta_init: float = Field(1e-3, gt=0, description="initial per-head gain of the upgrade (importance per unit of "
+                             "forgetting)")
     beta_rank: int = Field(16, ge=1)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
@@ -77,6 +78,8 @@ class SourceSection(Section):
     task: Literal["passkey", "niah", "mqar", "mqar-gap"] | None = Field(None, description="synthetic task")
     documents: int = Field(256, ge=1, description="synthetic documents per epoch (new ones every epoch)")
     weight: float = Field(1.0, gt=0, description="share of this source in the mixture")
+    loss: Literal["all", "answer"] = Field("all", description="synthetic documents: loss on every token, or on the "
+                                           "answers only (passkey and niah digits, mqar values)")
 
     @model_validator(mode="after")
     def _needs_location(self):
@@ -86,6 +89,8 @@ class SourceSection(Section):
             raise ValueError("an hf source needs a dataset name")
         if self.type == "synthetic" and not self.task:
             raise ValueError("a synthetic source needs a task (passkey, niah, mqar or mqar-gap)")
+        if self.loss == "answer" and self.type != "synthetic":
+            raise ValueError(f"loss: answer needs a synthetic source (a {self.type} source has no answers)")
         return self
 
 
@@ -119,7 +124,7 @@ class DataSection(Section):
 
 
 class TrainableSection(Section):
-    mode: Literal["beta", "beta+lora", "upgraded", "all", "patterns"] = "beta"
+    mode: Literal["beta", "beta+lora", "lora", "upgraded", "all", "patterns"] = "beta"
     patterns: list[str] = Field(default_factory=list, description="glob patterns on parameter names (mode patterns)")
 
 
@@ -128,11 +133,23 @@ class LoraSection(Section):
     alpha: float = Field(16.0, gt=0)
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = Field(default_factory=lambda: ["in_proj", "out_proj"])
+    layers: str | None = Field(None, description="layers that get adapters: all, a count or indices and ranges "
+                               "(8, 3,11, 0-4); default: the upgraded layers, or every layer of a plain Mamba2")
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _layers_as_text(cls, value):
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class OptimSection(Section):
     lr: float = Field(1e-4, gt=0, le=1)
-    beta_lr: float | None = Field(None, gt=0, le=1, description="learning rate of the beta parameters")
+    beta_lr: float | None = Field(None, gt=0, le=1, description="learning rate of the beta gate (beta_up, "
+                                  "beta_down)")
+    gain_lr: float = Field(0.1, gt=0, le=1, description="learning rate of the per-head log gains (beta_log_gain): "
+                           "Adam moves a log by about this much per step, so the gain by about this fraction")
+    beta_eps: float = Field(1e-12, gt=0, description="Adam epsilon of the beta parameters, whose gradients are "
+                            "proportional to the small initial gain")
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = Field(1e-8, gt=0)
@@ -164,6 +181,8 @@ class EvalSection(Section):
     batches: int = Field(4, ge=1)
     passkey_samples: int = Field(4, ge=0)
     passkey_length: int | None = Field(None, ge=16, description="default: data.seq_len")
+    importance: bool = Field(True, description="log per-layer importance statistics on a passkey probe of "
+                             "passkey_length tokens at each evaluation (models with Palimpsa layers)")
 
 
 class CheckpointSection(Section):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .errors import PalimpsaError
@@ -57,13 +59,14 @@ def spread_layers(count: int, n_layer: int, strategy: str = "even") -> list[int]
     return [int((index + 0.5) * n_layer / count) for index in range(count)]
 
 
-def convert_layers(model: PalimpsaForCausalLM, layers: list[int], *, beta_init: float = 1e-4,
+def convert_layers(model: PalimpsaForCausalLM, layers: list[int], *, beta_init: float = 1e-3,
                    beta_rank: int = 16, seed: int = 0) -> PalimpsaForCausalLM:
     """Replace the Mamba2 mixers of ``layers`` by Palimpsa mixers, in place, and record them in the config.
 
     The new mixer adopts the old one's parameters (same tensors, no copy) and adds only ``beta_down``,
-    ``beta_up`` and ``beta_gain``, created in the model's dtype and device with ``beta_init`` as the per-head
-    gain (``seed`` fixes ``beta_down``'s random draw). The model's ``beta_scale`` is reset to 1.
+    ``beta_up`` and ``beta_log_gain``, created in the model's dtype and device with ``beta_init`` as the per-head
+    gain (importance per unit of forgetting; ``seed`` fixes ``beta_down``'s random draw). The model's
+    ``beta_scale`` is reset to 1.
     """
     config = model.config
     layers = [int(i) for i in layers]
@@ -78,8 +81,9 @@ def convert_layers(model: PalimpsaForCausalLM, layers: list[int], *, beta_init: 
         raise PalimpsaError(f"layers {already} are Palimpsa layers already")
     if beta_rank < 1:
         raise PalimpsaError(f"--beta-rank must be >= 1, got {beta_rank}")
-    if beta_init < 0:
-        raise PalimpsaError(f"--beta-init must be >= 0, got {beta_init}")
+    if not (math.isfinite(beta_init) and beta_init > 0):
+        raise PalimpsaError(f"--beta-init must be a finite number > 0 (the gain is learned in log space, where 0 "
+                            f"would never move), got {beta_init}")
     config.upgraded_layers = sorted([*config.upgraded_layers, *layers])
     config.beta_init, config.beta_rank, config.beta_scale = float(beta_init), int(beta_rank), 1.0
     with torch.random.fork_rng(devices=[]):  # seed the beta init without touching the caller's random state

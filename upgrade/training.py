@@ -29,7 +29,7 @@ import yaml
 from .checkpoint import is_palimpsa_directory
 from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
-from .modeling import PalimpsaForCausalLM, enable_activation_checkpointing
+from .modeling import PalimpsaForCausalLM, enable_activation_checkpointing, palimpsa_mixers_of
 from .recipe import Recipe
 from .saving import write_text_atomic
 
@@ -125,6 +125,11 @@ def select_trainable(model: torch.nn.Module, recipe: Recipe) -> TrainableSelecti
         return any(marker in name for marker in upgraded)
 
     groups: dict[str, list] = {}
+    if mode == "lora":
+        groups["lora"] = [(n, p) for n, p in named if "lora_" in n]
+        if not groups["lora"]:
+            raise PalimpsaError("trainable.mode lora but no LoRA adapter is attached; "
+                                f"check lora.target_modules {recipe.lora.target_modules}")
     if mode in ("beta", "beta+lora", "upgraded"):
         groups["beta"] = [(n, p) for n, p in named if ".beta_" in n]
         if not groups["beta"]:
@@ -160,12 +165,28 @@ def select_trainable(model: torch.nn.Module, recipe: Recipe) -> TrainableSelecti
     return TrainableSelection(groups)
 
 
+def lora_layers(model: torch.nn.Module, recipe: Recipe) -> list[int]:
+    """The layers that get adapters: ``lora.layers`` (``all``, a count or indices), else the upgraded layers, else
+    (a plain Mamba2) every layer."""
+    from .surgery import parse_layer_spec
+
+    n_layer, spec = model.config.n_layer, (recipe.lora.layers or "").strip().lower()
+    if spec == "all" or (not spec and not model.config.upgraded_layers):
+        return list(range(n_layer))
+    if not spec:
+        return list(model.config.upgraded_layers)
+    try:
+        return parse_layer_spec(spec, n_layer)
+    except PalimpsaError as error:
+        raise PalimpsaError(f"lora.layers: {str(error).removeprefix('--layers: ')}") from None
+
+
 def attach_lora(model: torch.nn.Module, recipe: Recipe):
-    """peft LoRA on the named projections of the upgraded layers only. A target that matches no module is an
-    error here, before peft could silently adapt nothing or the wrong layers."""
+    """peft LoRA on the named projections of the chosen layers (:func:`lora_layers`). A target that matches no
+    module is an error here, before peft could silently adapt nothing or the wrong layers."""
     from peft import LoraConfig, get_peft_model
 
-    targets = [f"backbone.layers.{i}.mixer.{module}" for i in model.config.upgraded_layers
+    targets = [f"backbone.layers.{i}.mixer.{module}" for i in lora_layers(model, recipe)
                for module in recipe.lora.target_modules]
     names = {name for name, _ in model.named_modules()}
     missing = [t for t in targets if t not in names]
@@ -201,10 +222,17 @@ def parameter_groups(selection: TrainableSelection, recipe: Recipe) -> list[dict
     optim = recipe.optim
     groups = []
     for name, params in selection.groups.items():
-        tensors = [p for _, p in params]
         if name == "beta":
-            groups.append({"params": tensors, "lr": optim.beta_lr or optim.lr, "weight_decay": 0.0, "name": name})
+            # The log gains move multiplicatively at their own rate; the gate (and a first-format linear gain)
+            # at beta_lr. Both see gradients proportional to the small initial gain, hence the small epsilon.
+            gains = [p for n, p in params if n.endswith("beta_log_gain")]
+            gate = [p for n, p in params if not n.endswith("beta_log_gain")]
+            for label, tensors, lr in (("gain", gains, optim.gain_lr), ("beta", gate, optim.beta_lr or optim.lr)):
+                if tensors:
+                    groups.append({"params": tensors, "lr": lr, "weight_decay": 0.0, "eps": optim.beta_eps,
+                                   "name": label})
             continue
+        tensors = [p for _, p in params]
         decayed = [p for p in tensors if p.dim() >= 2]
         plain = [p for p in tensors if p.dim() < 2]
         if decayed:
@@ -281,7 +309,7 @@ class Trainer:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(tokenizer_dir))
-        if recipe.trainable.mode == "beta+lora":
+        if recipe.trainable.mode in ("beta+lora", "lora"):
             model = attach_lora(model, recipe)
         selection = select_trainable(model, recipe)
         for line in selection.describe(model):
@@ -332,13 +360,13 @@ class Trainer:
                         scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
                 losses.append(loss.detach().float().item())
-                tokens += batch.tokens
+                tokens += batch.input_tokens
             step += 1
             window_tokens += tokens * accelerator.num_processes
             bar.update(1)
             if step % recipe.train.log_every == 0 or step == recipe.train.max_steps:
                 elapsed = max(time.perf_counter() - window_start, 1e-9)
-                row = {"step": step, "loss": sum(losses) / len(losses), "lr": scheduler.get_last_lr()[0],
+                row = {"step": step, "loss": sum(losses) / len(losses), **self._learning_rates(optimizer),
                        "tokens_per_s": window_tokens / elapsed, "tokens": tokens,
                        "grad_norm": None if grad_norm is None else float(grad_norm), **self._beta_stats(model)}
                 window_tokens, window_start = 0, time.perf_counter()
@@ -385,18 +413,35 @@ class Trainer:
             output = model(**inputs)
         return output.loss, cache
 
+    @staticmethod
+    def _learning_rates(optimizer) -> dict:
+        """``lr`` of the main parameters (the first group that is not beta's), and ``{group}_lr`` of the beta groups."""
+        rates = {}
+        for group in optimizer.param_groups:
+            name = group.get("name", "")
+            key = f"{name}_lr" if name in ("gain", "beta") else "lr"
+            rates.setdefault(key, group["lr"])
+        if "lr" not in rates:  # beta-only training: report the gate's rate as the main one
+            rates["lr"] = rates.get("beta_lr", next(iter(rates.values())))
+        return rates
+
     def _stop_on_non_finite(self, step: int, loss: torch.Tensor, last_good: Path | None) -> None:
         where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was written yet"
         raise NonFiniteLoss(f"loss became {loss.item()} at step {step + 1}; stopped, {where}. Lower optim.lr or "
                             "optim.beta_lr, or set optim.grad_clip")
 
     def _beta_stats(self, model) -> dict:
-        gains = [p.detach().float().abs() for n, p in self.accelerator.unwrap_model(model).named_parameters()
-                 if n.endswith("beta_gain")]
-        if not gains:
+        """Per upgraded layer, the geometric mean over heads of the learned gain (cheap: parameters only)."""
+        mixers = palimpsa_mixers_of(model)
+        if not mixers:
             return {}
-        flat = torch.cat([g.flatten() for g in gains])
-        return {"beta_gain_mean": flat.mean().item(), "beta_gain_max": flat.max().item()}
+        stats = {}
+        for mixer in mixers:
+            gains = mixer.gain().detach().float().clamp_min(1e-30)
+            stats[f"gain/L{mixer.layer_idx}"] = gains.log().mean().exp().item()
+        values = list(stats.values())
+        return {"gain_geomean": math.exp(sum(math.log(v) for v in values) / len(values)), "gain_max": max(values),
+                **stats}
 
     def _tensorboard(self):
         if not (self.is_main and self.recipe.logging.tensorboard):
@@ -417,7 +462,8 @@ class Trainer:
             prefix = "eval" if "eval_nll" in row else "train"
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)):
-                    writer.add_scalar(f"{prefix}/{key}", value, row["step"])
+                    # grouped keys (gain/L3, importance/L3/mean_excess) get their own TensorBoard sections
+                    writer.add_scalar(key if "/" in key else f"{prefix}/{key}", value, row["step"])
             writer.flush()
         if self.recipe.logging.wandb:
             import wandb
@@ -449,6 +495,12 @@ class Trainer:
             answers = greedy_answers(self.accelerator.unwrap_model(model), self.tokenizer, samples, batch_size=4)
             row["passkey_accuracy"] = sum(passkey_correct(a, s.answer) for a, s in zip(answers, samples)) / len(
                 samples)
+        if self.recipe.eval.importance and palimpsa_mixers_of(model):
+            from .importance import inspect_importance, layer_summary, task_probe
+
+            length = self.recipe.eval.passkey_length or self.recipe.data.seq_len
+            probe = task_probe(self.tokenizer, "passkey", length, depth=0.5, seed=1234)
+            row.update(layer_summary(inspect_importance(self.accelerator.unwrap_model(model), probe)))
         model.train()
         return row
 
@@ -501,7 +553,7 @@ class Trainer:
 
     def _full_state_dict(self) -> dict[str, torch.Tensor]:
         model = self.accelerator.unwrap_model(self.model)
-        if self.recipe.trainable.mode == "beta+lora":
+        if self.recipe.trainable.mode in ("beta+lora", "lora"):
             return merged_state_dict(model)
         return self.accelerator.get_state_dict(self.model)
 
