@@ -359,19 +359,22 @@ class Trainer:
                     if accelerator.sync_gradients:
                         scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
-                losses.append(loss.detach().float().item())
+                if batch.tokens:
+                    losses.append(loss.detach().float().item())
                 tokens += batch.input_tokens
             step += 1
             window_tokens += tokens * accelerator.num_processes
             bar.update(1)
             if step % recipe.train.log_every == 0 or step == recipe.train.max_steps:
                 elapsed = max(time.perf_counter() - window_start, 1e-9)
-                row = {"step": step, "loss": sum(losses) / len(losses), **self._learning_rates(optimizer),
+                row = {"step": step, "loss": sum(losses) / len(losses) if losses else None,
+                       **self._learning_rates(optimizer),
                        "tokens_per_s": window_tokens / elapsed, "tokens": tokens,
                        "grad_norm": None if grad_norm is None else float(grad_norm), **self._beta_stats(model)}
                 window_tokens, window_start = 0, time.perf_counter()
                 self._log_metrics(row, writer)
-                bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{row['tokens_per_s']:,.0f}")
+                bar.set_postfix(loss="-" if row["loss"] is None else f"{row['loss']:.4f}",
+                                tok_s=f"{row['tokens_per_s']:,.0f}")
             if recipe.eval.every and step % recipe.eval.every == 0 and step < recipe.train.max_steps:
                 self._log_metrics(self.evaluate(eval_batches, step), writer)
             if recipe.checkpoint.every and step % recipe.checkpoint.every == 0 and step < recipe.train.max_steps:
@@ -411,6 +414,8 @@ class Trainer:
             inputs["cache_params"] = cache
         with self.accelerator.autocast():
             output = model(**inputs)
+        if not batch.tokens:  # no target in this micro-batch (answer-only documents): a zero loss, not 0/0
+            return output.logits.sum() * 0.0, cache
         return output.loss, cache
 
     @staticmethod
@@ -480,6 +485,8 @@ class Trainer:
         device = self.accelerator.device
         total, count = 0.0, 0
         for batch in eval_batches[: self.recipe.eval.batches]:
+            if not batch.tokens:
+                continue
             output = model(input_ids=batch.input_ids.to(device), labels=batch.labels.to(device),
                            cu_seqlens=None if batch.cu_seqlens is None else batch.cu_seqlens.to(device))
             total += output.loss.float().item() * batch.tokens
