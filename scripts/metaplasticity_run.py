@@ -144,8 +144,9 @@ def markdown(report: dict) -> str:
              f"({report['total_seconds']:.0f} s): `recipes/tiny-recall-2k.yaml` ({report['steps']} steps of "
              f"{report['batch_size']} x {report['length']} tokens, every layer upgraded, gain init 1e-3, "
              "optim.gain_lr 0.1), arms differing only in what trains.", "",
-             "| arm | final gain per layer (geometric mean) | max over layers of mean I - I_prior | share I > 2 I_prior "
-             "(max layer) | needle half-life added (tokens, max layer) | left the limit |", "|---|---|---|---|---|---|"]
+             "| arm | final gain per layer (geometric mean) | max over layers of mean I - I_prior | "
+             "share I > 2 I_prior (max layer) | needle half-life added (tokens, max layer) | left the limit |",
+             "|---|---|---|---|---|---|"]
     for arm, result in report["arms"].items():
         layers = result["final"]["importance"]["layers"]
         gains = ", ".join(f"{layer['summary']['gain_geomean']:.3g}" for layer in layers)
