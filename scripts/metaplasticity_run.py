@@ -52,7 +52,7 @@ def train(arm: str, args, work: Path) -> Path:
         print(f"[{arm}] already trained: {run_dir / 'final'}")
         return run_dir
     recipe = merged(yaml.safe_load(RECIPE.read_text()), ARMS[arm])
-    recipe = merged(recipe, {"output_dir": str(run_dir), "model": {"path": str(BASE)},
+    recipe = merged(recipe, {"output_dir": str(run_dir), "model": {"path": str(BASE), "beta_init": args.beta_init},
                              "train": {"max_steps": args.steps,
                                        "mixed_precision": "bf16" if torch.cuda.is_available() else "no"},
                              "data": {"seq_len": args.length, "batch_size": args.batch_size},
@@ -142,7 +142,8 @@ def markdown(report: dict) -> str:
     lines = ["# Does the importance leave its prior? A recall-heavy fine-tune of the embedded model", "",
              f"Measured {report['date']} on {report['device_name']} by `scripts/metaplasticity_run.py` "
              f"({report['total_seconds']:.0f} s): `recipes/tiny-recall-2k.yaml` ({report['steps']} steps of "
-             f"{report['batch_size']} x {report['length']} tokens, every layer upgraded, gain init 1e-3, "
+             f"{report['batch_size']} x {report['length']} tokens, every layer upgraded, gain init "
+             f"{report['beta_init']:g}, "
              "optim.gain_lr 0.1), arms differing only in what trains.", "",
              "| arm | final gain per layer (geometric mean) | max over layers of mean I - I_prior | "
              "share I > 2 I_prior (max layer) | needle half-life added (tokens, max layer) | left the limit |",
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8, help="passkey samples per length and depth")
+    parser.add_argument("--beta-init", type=float, default=1e-3, help="initial gain of the upgrade (every arm)")
     parser.add_argument("--multiples", default="1,2,4,8", help="passkey lengths as multiples of 512 tokens")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
           f"device {args.device}, work {args.work}, output {args.output}", flush=True)
     probe = task_probe(AutoTokenizer.from_pretrained(BASE), "passkey", args.length, depth=0.5, seed=1234)
     report = {"date": time.strftime("%Y-%m-%d"), "steps": args.steps, "length": args.length,
-              "batch_size": args.batch_size, "device_name": torch.cuda.get_device_name()
+              "batch_size": args.batch_size, "beta_init": args.beta_init, "device_name": torch.cuda.get_device_name()
               if torch.cuda.is_available() else platform.processor() or "cpu", "arms": {}}
     report["base"] = evaluate(BASE, args, probe)
     for arm in arms:
