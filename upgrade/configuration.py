@@ -7,7 +7,13 @@ expect transformers' names.
 
 from __future__ import annotations
 
+import math
+
 from transformers import PreTrainedConfig
+
+# Sizes that must be positive integers: a zero divides by zero below, a negative one fails deep inside torch.
+_POSITIVE_SIZES = ("d_model", "n_layer", "vocab_size", "d_state", "d_conv", "expand", "headdim", "ngroups",
+                   "chunk_size", "beta_rank")
 
 
 class PalimpsaConfig(PreTrainedConfig):
@@ -95,6 +101,14 @@ class PalimpsaConfig(PreTrainedConfig):
 
     def check_dimensions(self) -> None:
         """Raise ValueError naming the first inconsistent dimension."""
+        for name in _POSITIVE_SIZES + (("d_ssm",) if self.d_ssm is not None else ()):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("norm_epsilon", "gated_norm_epsilon", "importance_prior", "beta_init", "beta_scale"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.ssm_dim > self.d_inner:
             raise ValueError(f"d_ssm ({self.ssm_dim}) cannot exceed expand * d_model ({self.d_inner})")
         if self.ssm_dim % self.headdim:
