@@ -344,7 +344,7 @@ def test_model_without_palimpsa_layer(root, tiny_random, monkeypatch, capsys):
 
 def test_too_few_decades(fresh, monkeypatch, capsys):
     code, stdout, stderr = run_verify_inprocess([fresh, "--decades", 2], monkeypatch, capsys)
-    assert_one_line_error(code, stdout, stderr, r"--decades >= 3")
+    assert_one_line_error(code, stdout, stderr, r"--decades must be an integer from 3 to 30, got '2'")
 
 
 # ----------------------------------------------------------------- the console script on a fresh model

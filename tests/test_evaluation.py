@@ -321,12 +321,12 @@ def test_mqar_accuracy_counts_each_query():
     (["--tasks", "passkey,bogus"], r"unknown task\(s\) \['bogus'\]"),
     (["--tasks", ","], r"unknown task"),
     (["--lengths", "abc"], r"cannot read 'abc'"),
-    (["--lengths", "64,0"], r"must be positive"),
+    (["--lengths", "64,0"], r"--lengths value '0' must be an integer from 1 to 1048576"),
     (["--mqar-pairs", "4,x"], r"cannot read 'x'"),
-    (["--depths", "0,1.5"], r"--depths must lie in \[0, 1\]"),
-    (["--depths", "-0.1"], r"--depths must lie in \[0, 1\]"),
-    (["--depths", "half"], r"cannot read --depths"),
-    (["--samples", "0"], r"at least 1"),
+    (["--depths", "0,1.5"], r"--depths value must be a finite number in \[0, 1\], got '1\.5'"),
+    (["--depths", "-0.1"], r"--depths value must be a finite number in \[0, 1\]"),
+    (["--depths", "half"], r"--depths value must be a finite number in \[0, 1\], got 'half'"),
+    (["--samples", "0"], r"--samples must be an integer from 1 to 10000"),
 ])
 def test_eval_refusals(root, tiny_random, monkeypatch, capsys, args, match):
     output = root / "refused"

@@ -32,7 +32,8 @@ from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 from .configuration import PalimpsaConfig
-from .errors import PalimpsaError
+from .errors import PalimpsaError, checked_number
+from .integrity import check_model_directory, check_weight
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -83,14 +84,19 @@ class Checkpoint:
             if code not in _SAFETENSORS_DTYPES:
                 raise PalimpsaError(f"{first} stores {name} as {code}; only float32/float16/bfloat16 are supported")
             return _SAFETENSORS_DTYPES[code]
-        return next(iter(_load_pickle(first).values())).dtype
+        name, tensor = next(iter(_load_pickle(first).items()))
+        if not tensor.is_floating_point():
+            raise PalimpsaError(f"{first} stores {name} as {str(tensor.dtype).removeprefix('torch.')}; only "
+                                "float32/float16/bfloat16 are supported")
+        return tensor.dtype
 
     def load_state_dict(self, dtype: torch.dtype | None = None, progress: bool = True) -> dict[str, torch.Tensor]:
         """Read every tensor (cast to ``dtype`` when given) under this toolkit's (= mamba_ssm's) key names.
 
         Safetensors are read tensor by tensor and pickles memory-mapped, so the peak is about one copy of the
-        weights. A head tied to the embedding is dropped; :func:`~palimpsa.upgrade.modeling.model_from_state_dict`
-        checks keys and shapes against the config.
+        weights; each tensor is checked as it is read (floating point, finite: :func:`check_weight`), and again
+        after a cast that could overflow. A head tied to the embedding is dropped;
+        :func:`~palimpsa.upgrade.modeling.model_from_state_dict` checks keys and shapes against the config.
         """
         state: dict[str, torch.Tensor] = {}
         bar = tqdm(total=self.weight_bytes, unit="B", unit_scale=True, desc="reading weights",
@@ -99,14 +105,24 @@ class Checkpoint:
             if path.suffix == ".safetensors":
                 with _open_safetensors(path) as handle:
                     for name in handle.keys():
-                        tensor = _read_tensor(handle, name, path)
-                        state[name] = tensor if dtype is None else tensor.to(dtype)
+                        state[name] = _checked_cast(name, _read_tensor(handle, name, path), dtype, path)
             else:
                 for name, tensor in _load_pickle(path).items():
-                    state[name] = tensor if dtype is None else tensor.to(dtype)
+                    state[name] = _checked_cast(name, tensor, dtype, path)
             bar.update(path.stat().st_size)
         bar.close()
         return _normalise_state_dict(state, self.config)
+
+
+def _checked_cast(name: str, tensor: torch.Tensor, dtype: torch.dtype | None, path: Path) -> torch.Tensor:
+    check_weight(name, tensor, str(path))
+    if dtype is None or dtype == tensor.dtype:
+        return tensor
+    cast = tensor.to(dtype)
+    if not torch.isfinite(cast).all():
+        raise PalimpsaError(f"{path}: weight {name} exceeds the range of {str(dtype).removeprefix('torch.')}; "
+                            "choose --dtype bfloat16 or float32")
+    return cast
 
 
 def is_palimpsa_directory(path: str | os.PathLike) -> bool:
@@ -162,6 +178,7 @@ def load_checkpoint(
         raise PalimpsaError(f"{config_path} does not hold a JSON object; re-download the checkpoint")
     checkpoint_format, config = config_from_dict(raw, source)
     weight_files = _weight_files(directory, source)
+    check_model_directory(directory)  # an exported checkpoint lists its files' sha256: a flipped byte stops here
     tokenizer_files = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
     for key, value in special_token_ids(tokenizer_files).items():
         setattr(config, key, value)
@@ -207,7 +224,51 @@ def config_from_dict(raw: dict, source: str = "checkpoint") -> tuple[str, Palimp
                         "give a mamba_ssm Mamba2 or a transformers Mamba2ForCausalLM checkpoint")
 
 
+_REQUIRED = object()
+
+
+@dataclass
+class _Fields:
+    """Typed reads of a source ``config.json`` (or of its ``ssm_cfg``): every value is checked for presence, type,
+    finiteness and range before a model is built, and an error names it as the file spells it."""
+
+    values: dict
+    source: str
+    prefix: str = ""  # "ssm_cfg." for mamba_ssm's layer options
+
+    def integer(self, key: str, default=_REQUIRED, low: int = 1) -> int | None:
+        if self._absent(key, default):
+            return default
+        return checked_number(self.values[key], self._name(key), int, low=low)
+
+    def positive(self, key: str, default: float) -> float:
+        if self._absent(key, default):
+            return default
+        return checked_number(self.values[key], self._name(key), low=0, low_open=True)
+
+    def flag(self, key: str, default: bool) -> bool:
+        if self._absent(key, default):
+            return default
+        if not isinstance(self.values[key], bool):
+            raise PalimpsaError(f"{self._name(key)} must be true or false, got {self.values[key]!r}")
+        return self.values[key]
+
+    def _absent(self, key: str, default) -> bool:
+        """Whether ``key`` is absent (or null), so that its default holds; a required one is an error."""
+        if self.values.get(key) is not None:
+            return False
+        if default is _REQUIRED:
+            raise PalimpsaError(f"{self.source}: config.json has no {self.prefix}{key}, which this format needs; "
+                                "the file is incomplete: re-download the checkpoint or add the field")
+        return True
+
+    def _name(self, key: str) -> str:
+        return f"{self.source}: config.json's {self.prefix}{key}"
+
+
 def _config_from_mamba_ssm(raw: dict, source: str) -> PalimpsaConfig:
+    if not isinstance(raw.get("ssm_cfg") or {}, dict):
+        raise PalimpsaError(f"{source}: config.json's ssm_cfg must be an object of layer options")
     ssm = dict(raw.get("ssm_cfg") or {})
     layer = ssm.get("layer", "Mamba1")
     if layer != "Mamba2":
@@ -215,7 +276,8 @@ def _config_from_mamba_ssm(raw: dict, source: str) -> PalimpsaConfig:
     if raw.get("attn_layer_idx"):
         raise PalimpsaError(f"{source} is a hybrid with attention layers {raw['attn_layer_idx']}; "
                             "hybrid checkpoints are not supported")
-    if raw.get("d_intermediate", 0):
+    top, layer_options = _Fields(raw, source), _Fields(ssm, source, "ssm_cfg.")
+    if top.integer("d_intermediate", 0, low=0):
         raise PalimpsaError(f"{source} has MLP blocks (d_intermediate={raw['d_intermediate']}); "
                             "only pure Mamba2 stacks (d_intermediate=0) are supported")
     unknown = sorted(set(ssm) - _SSM_OPTIONS)
@@ -224,46 +286,49 @@ def _config_from_mamba_ssm(raw: dict, source: str) -> PalimpsaConfig:
                             "they may change what the layer computes, so it refuses to convert")
     if ssm.get("activation", "silu") not in ("silu", "swish"):
         raise PalimpsaError(f"{source} uses activation {ssm['activation']!r}; only silu is supported")
-    vocab = int(raw["vocab_size"])
-    multiple = int(raw.get("pad_vocab_size_multiple", 1) or 1)
+    vocab = top.integer("vocab_size")
+    multiple = top.integer("pad_vocab_size_multiple", 1)
     return _build_config(
         source,
-        d_model=int(raw["d_model"]), n_layer=int(raw["n_layer"]),
+        d_model=top.integer("d_model"), n_layer=top.integer("n_layer"),
         vocab_size=-(-vocab // multiple) * multiple, base_vocab_size=vocab,
-        d_state=ssm.get("d_state", 128), d_conv=ssm.get("d_conv", 4), expand=ssm.get("expand", 2),
-        headdim=ssm.get("headdim", 64), d_ssm=ssm.get("d_ssm"), ngroups=ssm.get("ngroups", 1),
+        d_state=layer_options.integer("d_state", 128), d_conv=layer_options.integer("d_conv", 4),
+        expand=layer_options.integer("expand", 2), headdim=layer_options.integer("headdim", 64),
+        d_ssm=layer_options.integer("d_ssm", None), ngroups=layer_options.integer("ngroups", 1),
         dt_limit=_limit(ssm.get("dt_limit"), source),
-        bias=ssm.get("bias", False), conv_bias=ssm.get("conv_bias", True),
-        D_has_hdim=ssm.get("D_has_hdim", False), rmsnorm=ssm.get("rmsnorm", True),
-        norm_before_gate=ssm.get("norm_before_gate", False), rms_norm=raw.get("rms_norm", True),
-        norm_epsilon=raw.get("norm_epsilon", 1e-5), residual_in_fp32=raw.get("residual_in_fp32", True),
-        tie_word_embeddings=raw.get("tie_embeddings", True), chunk_size=ssm.get("chunk_size", 256),
+        bias=layer_options.flag("bias", False), conv_bias=layer_options.flag("conv_bias", True),
+        D_has_hdim=layer_options.flag("D_has_hdim", False), rmsnorm=layer_options.flag("rmsnorm", True),
+        norm_before_gate=layer_options.flag("norm_before_gate", False), rms_norm=top.flag("rms_norm", True),
+        norm_epsilon=top.positive("norm_epsilon", 1e-5), residual_in_fp32=top.flag("residual_in_fp32", True),
+        tie_word_embeddings=top.flag("tie_embeddings", True), chunk_size=layer_options.integer("chunk_size", 256),
     )
 
 
 def _config_from_transformers(raw: dict, source: str) -> PalimpsaConfig:
     if raw.get("hidden_act", "silu") not in ("silu", "swish"):
         raise PalimpsaError(f"{source} uses hidden_act {raw['hidden_act']!r}; only silu is supported")
-    d_model, expand = int(raw["hidden_size"]), int(raw.get("expand", 2))
-    heads, head_dim = int(raw["num_heads"]), int(raw.get("head_dim", 64))
+    fields = _Fields(raw, source)
+    d_model, expand = fields.integer("hidden_size"), fields.integer("expand", 2)
+    heads, head_dim = fields.integer("num_heads"), fields.integer("head_dim", 64)
     if heads * head_dim != expand * d_model:
         raise PalimpsaError(f"{source}: num_heads * head_dim ({heads * head_dim}) must equal expand * hidden_size "
                             f"({expand * d_model}); the config.json is inconsistent")
-    eps = raw.get("layer_norm_epsilon", 1e-5)
+    eps = fields.positive("layer_norm_epsilon", 1e-5)
+    vocab = fields.integer("vocab_size")
     return _build_config(
         source,
-        d_model=d_model, n_layer=int(raw["num_hidden_layers"]), vocab_size=int(raw["vocab_size"]),
-        base_vocab_size=int(raw["vocab_size"]), d_state=raw.get("state_size", 128),
-        d_conv=raw.get("conv_kernel", 4), expand=expand, headdim=head_dim, ngroups=raw.get("n_groups", 1),
-        dt_limit=_limit(raw.get("time_step_limit"), source),
-        bias=raw.get("use_bias", False), conv_bias=raw.get("use_conv_bias", True),
-        norm_epsilon=eps, gated_norm_epsilon=eps, residual_in_fp32=raw.get("residual_in_fp32", True),
-        tie_word_embeddings=raw.get("tie_word_embeddings", False), chunk_size=raw.get("chunk_size", 256),
+        d_model=d_model, n_layer=fields.integer("num_hidden_layers"), vocab_size=vocab, base_vocab_size=vocab,
+        d_state=fields.integer("state_size", 128), d_conv=fields.integer("conv_kernel", 4), expand=expand,
+        headdim=head_dim, ngroups=fields.integer("n_groups", 1), dt_limit=_limit(raw.get("time_step_limit"), source),
+        bias=fields.flag("use_bias", False), conv_bias=fields.flag("use_conv_bias", True),
+        norm_epsilon=eps, gated_norm_epsilon=eps, residual_in_fp32=fields.flag("residual_in_fp32", True),
+        tie_word_embeddings=fields.flag("tie_word_embeddings", False), chunk_size=fields.integer("chunk_size", 256),
     )
 
 
 def _limit(value, source: str) -> list[float] | None:
-    """A step-size clamp ``[min, max]``; None when it is the default no-op ``(0, inf)``.
+    """A step-size clamp ``[min, max]`` with ``0 <= min < max`` (max may be infinite); None when it is the
+    default no-op ``(0, inf)``.
 
     Configs spell infinity as JSON ``Infinity``, the string ``"inf"``, or (transformers 5)
     ``{"__float__": "Infinity"}``.
@@ -274,13 +339,16 @@ def _limit(value, source: str) -> list[float] | None:
         low, high = (float(v["__float__"] if isinstance(v, dict) else v) for v in value)
     except (TypeError, ValueError, KeyError):
         raise PalimpsaError(f"{source}: cannot read the step-size limit {value!r} in config.json") from None
+    if not (math.isfinite(low) and 0 <= low < high):  # false for NaN too
+        raise PalimpsaError(f"{source}: the step-size limit {value!r} in config.json must be [min, max] with "
+                            "0 <= min < max")
     return None if (low, high) == (0.0, math.inf) else [low, high]
 
 
 def _build_config(source: str, **fields) -> PalimpsaConfig:
     try:
         return PalimpsaConfig(base_model=source, **fields)
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, PalimpsaError) as error:
         raise PalimpsaError(f"{source}: config.json is inconsistent: {error}") from None
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable
 
-from .errors import PalimpsaError
+from .errors import MAX_SEED, Interrupted, PalimpsaError, checked_number
+
+SEED = {"kind": int, "low": 0, "high": MAX_SEED}
+MAX_TOKENS = 1 << 20  # a bound on any length a user asks for: beyond it a typo, not a plan
 
 UPGRADE_EPILOG = """\
 examples:
@@ -19,12 +23,24 @@ layer is written as a range (5-5). SOURCE is a local directory or a hub id; hub 
 HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE=1, and fetch only the config, one weight format and the tokenizer.
 
 The output directory receives safetensors weights (sharded past --shard-size, with an index), config.json,
-the tokenizer files, a model card (README.md) and upgrade_report.json. It is written under a temporary name and
-renamed at the end, so an interrupted run leaves nothing behind. Load it with:
+the tokenizer files, a model card (README.md) and upgrade_report.json. It is written under a hidden temporary
+name (.OUT.partial-PID) and renamed at the end: a failed or interrupted run (Ctrl-C, SIGTERM) removes it, and
+after SIGKILL the next run to the same output does. The output may not be, lie inside or contain SOURCE. Load it
+with:
 
   import palimpsa.upgrade; from transformers import AutoModelForCausalLM
   model = AutoModelForCausalLM.from_pretrained("./out")
 """
+
+
+def add_number(parser, *flags: str, kind: type = float, low: float | None = None, high: float | None = None,
+               low_open: bool = False, **options) -> None:
+    """``parser.add_argument`` for a number: its text goes through :func:`checked_number`, so a wrong type, NaN,
+    an infinity or a value out of range is refused in one line naming the option, before any work starts."""
+    def convert(text: str) -> int | float:
+        return checked_number(text, flags[0], kind, low=low, high=high, low_open=low_open)
+
+    parser.add_argument(*flags, type=convert, **options)
 
 
 def upgrade_parser() -> argparse.ArgumentParser:
@@ -43,21 +59,21 @@ def upgrade_parser() -> argparse.ArgumentParser:
                              "(default: even)")
     parser.add_argument("--dtype", default=None, metavar="DTYPE",
                         help="dtype of the result: float32, bfloat16 or float16 (default: the checkpoint's)")
-    parser.add_argument("--beta-init", type=float, default=1e-3, metavar="GAIN",
-                        help="initial per-head gain: the importance a cell gains per unit of forgetting, learned in "
-                             "log space; small keeps the model close to the base (default: 1e-3)")
-    parser.add_argument("--beta-rank", type=int, default=16, metavar="R",
-                        help="rank of the token-dependent beta gate (default: 16)")
-    parser.add_argument("--max-kl", type=float, default=1e-3, metavar="NATS",
-                        help="largest mean KL per token between the upgraded model at its initial beta and the "
-                             "base, checked before writing (default: 1e-3)")
+    add_number(parser, "--beta-init", low=0, low_open=True, default=1e-3, metavar="GAIN",
+               help="initial per-head gain: the importance a cell gains per unit of forgetting, learned in log "
+                    "space; small keeps the model close to the base (default: 1e-3)")
+    add_number(parser, "--beta-rank", kind=int, low=1, default=16, metavar="R",
+               help="rank of the token-dependent beta gate (default: 16)")
+    add_number(parser, "--max-kl", low=0, default=1e-3, metavar="NATS",
+               help="largest mean KL per token between the upgraded model at its initial beta and the base, checked "
+                    "before writing (default: 1e-3)")
     parser.add_argument("--skip-verify", action="store_true",
                         help="do not run the base and upgraded models on a probe (for machines too small)")
-    parser.add_argument("--probe-length", type=int, default=64, metavar="T",
-                        help="tokens per probe sequence for verification (default: 64)")
+    add_number(parser, "--probe-length", kind=int, low=1, high=MAX_TOKENS, default=64, metavar="T",
+               help="tokens per probe sequence for verification (default: 64)")
     parser.add_argument("--shard-size", default="5GB", metavar="SIZE",
                         help="largest safetensors shard, e.g. 5GB or 500MB (default: 5GB)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the beta gate's init and the probe")
+    add_number(parser, "--seed", **SEED, default=0, help="seed of the beta gate's init and the probe")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     hub = parser.add_argument_group("hub")
     hub.add_argument("--revision", default=None, help="branch, tag or commit of a hub repository")
@@ -71,8 +87,6 @@ def run_upgrade(argv: list[str] | None = None) -> int:
     from .pipeline import upgrade_model
 
     args = upgrade_parser().parse_args(argv)
-    if args.probe_length < 1:
-        raise PalimpsaError("--probe-length must be at least 1")
     upgrade_model(
         args.source, args.layers, output=args.output, strategy=args.strategy, dtype=args.dtype,
         beta_init=args.beta_init, beta_rank=args.beta_rank, verify=not args.skip_verify, max_kl=args.max_kl,
@@ -84,20 +98,42 @@ def run_upgrade(argv: list[str] | None = None) -> int:
 
 
 def guarded(run: Callable[[list[str] | None], int], prog: str) -> Callable[[], None]:
-    """Wrap a command: user mistakes print ``prog: error: message`` and exit 2; Ctrl-C exits 130."""
+    """Wrap a command: user mistakes (and files that cannot be read or written) print one line
+    ``prog: error: message`` and exit 2; Ctrl-C and SIGTERM exit 130 saying what was written."""
 
     def main() -> None:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             code = run(None)
-        except PalimpsaError as error:
-            print(f"{prog}: error: {error}", file=sys.stderr)
+        except (PalimpsaError, OSError) as error:
+            _end_progress_bars()
+            print(f"{prog}: error: " + " ".join(str(error).split()), file=sys.stderr)
             code = 2
-        except KeyboardInterrupt:
-            print(f"{prog}: interrupted; nothing was written", file=sys.stderr)
+        except KeyboardInterrupt as interrupt:
+            _end_progress_bars()
+            written = str(interrupt) if isinstance(interrupt, Interrupted) else "nothing was written"
+            print(f"{prog}: interrupted; {written}", file=sys.stderr)
             code = 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         sys.exit(code)
 
     return main
+
+
+def _end_progress_bars() -> None:
+    """Close the progress bars that an error left open: the message then starts a line of its own and stays the
+    last line (an open bar would print itself again when collected)."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM (``kill``, a scheduler's time limit) ends a run as Ctrl-C does: staging directories are removed on
+    the way out, and the message says what was written. Only SIGKILL leaves them, for the next run to clean."""
+    raise KeyboardInterrupt
 
 
 EXPORT_EPILOG = """\
@@ -148,13 +184,16 @@ def generate_parser() -> argparse.ArgumentParser:
                                      "model with its recurrent cache, to look at what it writes.")
     parser.add_argument("model", metavar="MODEL", help="model directory (Palimpsa, or any Mamba2 checkpoint)")
     parser.add_argument("--prompt", "-p", action="append", required=True,
-                        help="prompt text; repeat for a batch (left-padded)")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--beta-scale", type=float, default=None, help="override the model's beta scale")
-    parser.add_argument("--seed", type=int, default=0)
+                        help="prompt text; repeat for a batch (left-padded); an empty prompt starts from the BOS "
+                             "token (EOS when the tokenizer has none)")
+    add_number(parser, "--max-new-tokens", kind=int, low=1, high=MAX_TOKENS, default=64,
+               help=f"tokens to generate per prompt, at most {MAX_TOKENS} (default: 64)")
+    add_number(parser, "--temperature", low=0, default=0.0, help="0 = greedy (default)")
+    add_number(parser, "--top-k", kind=int, low=1, default=None, help="sample from the k likeliest tokens")
+    add_number(parser, "--top-p", low=0, high=1, low_open=True, default=None,
+               help="sample from the likeliest tokens whose probabilities add up to p, in (0, 1]")
+    add_number(parser, "--beta-scale", low=0, default=None, help="override the model's beta scale")
+    add_number(parser, "--seed", **SEED, default=0)
     return parser
 
 
@@ -162,8 +201,8 @@ def run_generate(argv: list[str] | None = None) -> int:
     from .generation import generate_text
 
     args = generate_parser().parse_args(argv)
-    if args.max_new_tokens < 1:
-        raise PalimpsaError("--max-new-tokens must be at least 1")
+    if args.temperature == 0 and (args.top_k is not None or args.top_p is not None):
+        raise PalimpsaError("--top-k and --top-p apply to sampling; give a --temperature above 0 with them")
     for prompt, completion in zip(args.prompt, generate_text(
             args.model, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
             top_k=args.top_k, top_p=args.top_p, beta_scale=args.beta_scale, seed=args.seed)):
@@ -190,11 +229,13 @@ def verify_parser() -> argparse.ArgumentParser:
     parser.add_argument("--base", default=None, help="base Mamba2 checkpoint (default: config.json's base_model)")
     parser.add_argument("--no-base", action="store_true", help="do not load the base model")
     parser.add_argument("--probe", default=None, metavar="FILE", help="text file to take the probe from")
-    parser.add_argument("--probe-batch", type=int, default=2)
-    parser.add_argument("--probe-length", type=int, default=64)
-    parser.add_argument("--decades", type=int, default=8, help="decades of beta scale below the model's own")
+    add_number(parser, "--probe-batch", kind=int, low=1, high=1024, default=2)
+    add_number(parser, "--probe-length", kind=int, low=2, high=MAX_TOKENS, default=64)
+    # below 1e-30 of the model's scale the differences sit on float64's rounding floor: nothing left to fit
+    add_number(parser, "--decades", kind=int, low=3, high=30, default=8,
+               help="decades of beta scale below the model's own (3 to 30, default: 8)")
     parser.add_argument("--dtype", default="auto", choices=("auto", "float64", "float32"))
-    parser.add_argument("--seed", type=int, default=0)
+    add_number(parser, "--seed", **SEED, default=0)
     parser.add_argument("--json", default=None, metavar="OUT", help="write the report here")
     parser.add_argument("--plot", default=None, metavar="OUT.png", help="write the log-log plot here")
     return parser
@@ -206,12 +247,13 @@ def run_verify(argv: list[str] | None = None) -> int:
     from .equivalence import probe_from_text, run_sweep, sweep_dtype
     from .generation import load_model_and_tokenizer, load_plain_mamba2
     from .plots import plot_sweep
-    from .saving import write_json_atomic
+    from .saving import check_writable, write_json_atomic
     from .verify import probe_input_ids
 
     args = verify_parser().parse_args(argv)
-    if args.probe_batch < 1 or args.probe_length < 2 or args.decades < 3:
-        raise PalimpsaError("--probe-batch >= 1, --probe-length >= 2 and --decades >= 3 are needed for a fit")
+    for option, path in (("--json", args.json), ("--plot", args.plot)):
+        if path:
+            check_writable(Path(path).expanduser().parent, f"{option} {path}")
     model, tokenizer = load_model_and_tokenizer(args.model, need_tokenizer=args.probe is not None)
     if not model.palimpsa_mixers():
         raise PalimpsaError(f"{args.model} has no Palimpsa layer; upgrade it first with upgrade-model")
@@ -270,17 +312,17 @@ CSV and PNG files to --output.
 """
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(text: str, option: str) -> list[int]:
+    """``"512,2k,8k"`` -> ``[512, 2048, 8192]``; every value an integer from 1 to MAX_TOKENS."""
     values = []
     for part in text.split(","):
         part = part.strip().lower()
         scale = 1024 if part.endswith("k") else 1
         try:
-            values.append(int(float(part.rstrip("k")) * scale))
+            number = float(part.removesuffix("k")) * scale
         except ValueError:
-            raise PalimpsaError(f"cannot read {part!r} in {text!r}; write numbers like 512,2k,8k") from None
-    if any(v < 1 for v in values):
-        raise PalimpsaError(f"values in {text!r} must be positive")
+            raise PalimpsaError(f"{option}: cannot read {part!r} in {text!r}; write numbers like 512,2k,8k") from None
+        values.append(checked_number(number, f"{option} value {part!r}", int, low=1, high=MAX_TOKENS))
     return values
 
 
@@ -293,19 +335,22 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", default="nll-position,passkey,niah,mqar", help="comma list of tasks")
     parser.add_argument("--lengths", default="256,512,1024", help="context lengths in tokens (2k = 2048)")
     parser.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths for passkey and niah")
-    parser.add_argument("--samples", type=int, default=2, help="samples per length x depth cell")
+    add_number(parser, "--samples", kind=int, low=1, high=10_000, default=2, help="samples per length x depth cell")
     parser.add_argument("--mqar-pairs", default="4,8,16,32", help="numbers of key-value pairs for mqar")
-    parser.add_argument("--mqar-gap-pairs", type=int, default=8, help="key-value pairs for mqar-gap")
-    parser.add_argument("--segment-length", type=int, default=512, help="tokens per forward for nll-position")
+    add_number(parser, "--mqar-gap-pairs", kind=int, low=1, high=MAX_TOKENS, default=8,
+               help="key-value pairs for mqar-gap")
+    add_number(parser, "--segment-length", kind=int, low=1, high=MAX_TOKENS, default=512,
+               help="tokens per forward for nll-position")
     parser.add_argument("--nll-length", default=None, help="tokens of text for nll-position (default: max length)")
-    parser.add_argument("--train-length", type=int, default=None, help="training length, marked on the NLL plot")
+    add_number(parser, "--train-length", kind=int, low=1, high=MAX_TOKENS, default=None,
+               help="training length, marked on the NLL plot")
     parser.add_argument("--text", default=None, metavar="FILE", help="long text for nll-position")
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--beta-scale", type=float, default=None, metavar="S",
-                        help="evaluate every Palimpsa model with its beta scaled by S; 0 runs each upgraded layer as "
-                             "its Mamba2 layer (the ablation that tells metaplasticity from the other weights)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, or auto")
-    parser.add_argument("--seed", type=int, default=0)
+    add_number(parser, "--batch-size", kind=int, low=1, high=4096, default=4)
+    add_number(parser, "--beta-scale", low=0, default=None, metavar="S",
+               help="evaluate every Palimpsa model with its beta scaled by S; 0 runs each upgraded layer as its "
+                    "Mamba2 layer (the ablation that tells metaplasticity from the other weights)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    add_number(parser, "--seed", **SEED, default=0)
     parser.add_argument("--output", "-o", default="eval-results", metavar="DIR", help="where to write results")
     return parser
 
@@ -313,33 +358,26 @@ def eval_parser() -> argparse.ArgumentParser:
 def run_eval(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
-    import torch
-
     from .evaluation import TASKS, EvalSettings, evaluate_model, text_token_ids, write_outputs
-    from .generation import load_model_and_tokenizer
+    from .generation import load_model_and_tokenizer, resolve_device
+    from .saving import check_writable
 
     args = eval_parser().parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
         raise PalimpsaError(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
-    try:
-        depths = [float(d) for d in args.depths.split(",")]
-    except ValueError:
-        raise PalimpsaError(f"cannot read --depths {args.depths!r}; write fractions like 0,0.5,1") from None
-    if any(not 0 <= d <= 1 for d in depths):
-        raise PalimpsaError("--depths must lie in [0, 1]")
-    if min(args.samples, args.batch_size, args.segment_length, args.mqar_gap_pairs) < 1:
-        raise PalimpsaError("--samples, --batch-size, --segment-length and --mqar-gap-pairs must be at least 1")
-    if args.beta_scale is not None and not (args.beta_scale >= 0 and args.beta_scale != float("inf")):
-        raise PalimpsaError(f"--beta-scale must be a finite number >= 0, got {args.beta_scale}")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    settings = EvalSettings(tasks=tasks, lengths=_int_list(args.lengths), depths=depths, per_cell=args.samples,
-                            seed=args.seed, segment_length=args.segment_length,
-                            nll_length=_int_list(args.nll_length)[0] if args.nll_length else None,
-                            mqar_pairs=_int_list(args.mqar_pairs),
+    depths = [checked_number(d, "--depths value", low=0, high=1) for d in args.depths.split(",")]
+    device = resolve_device(args.device)
+    settings = EvalSettings(tasks=tasks, lengths=_int_list(args.lengths, "--lengths"), depths=depths,
+                            per_cell=args.samples, seed=args.seed, segment_length=args.segment_length,
+                            nll_length=_int_list(args.nll_length, "--nll-length")[0] if args.nll_length else None,
+                            mqar_pairs=_int_list(args.mqar_pairs, "--mqar-pairs"),
                             mqar_gap_pairs=args.mqar_gap_pairs, train_length=args.train_length, text=args.text,
                             batch_size=args.batch_size, device=device, beta_scale=args.beta_scale)
+    if args.text and not Path(args.text).expanduser().is_file():
+        raise PalimpsaError(f"--text {args.text} is not a file; give a text file for nll-position")
+    check_writable(Path(args.output).expanduser(), f"--output {args.output}")
     sources = [args.model, *args.compare]
     names = [Path(s).name or s for s in sources]
     if len(set(names)) < len(names):
@@ -393,12 +431,12 @@ def inspect_parser() -> argparse.ArgumentParser:
                         help="with --text: a passage of the text to treat as the needle")
     parser.add_argument("--length", default="2048", metavar="T",
                         help="probe length in tokens, e.g. 2048 or 8k (default: 2048)")
-    parser.add_argument("--depth", type=float, default=0.5, help="needle depth in the generated prompt (0-1)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated prompt")
-    parser.add_argument("--beta-scale", type=float, default=None, metavar="S",
+    add_number(parser, "--depth", low=0, high=1, default=0.5, help="needle depth in the generated prompt (0-1)")
+    add_number(parser, "--seed", **SEED, default=0, help="seed of the generated prompt")
+    add_number(parser, "--beta-scale", low=0, default=None, metavar="S",
                         help="run with every beta scaled by S (0: the Mamba2 limit); default: the model's own")
     parser.add_argument("--per-head", action="store_true", help="also print one row per head")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, or auto")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--output", "-o", default="importance-report", metavar="DIR",
                         help="where to write importance.json and importance.png (default: importance-report)")
     return parser
@@ -407,9 +445,7 @@ def inspect_parser() -> argparse.ArgumentParser:
 def run_inspect(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
-    import torch
-
-    from .generation import load_model_and_tokenizer
+    from .generation import load_model_and_tokenizer, resolve_device
     from .importance import (
         head_table,
         inspect_importance,
@@ -418,23 +454,22 @@ def run_inspect(argv: list[str] | None = None) -> int:
         summary_table,
         task_probe,
     )
-    from .saving import write_json_atomic
+    from .saving import check_writable, write_json_atomic
 
     args = inspect_parser().parse_args(argv)
-    length = _int_list(args.length)[0]
+    length = _int_list(args.length, "--length")[0]
     if length < 16:
         raise PalimpsaError(f"--length must be at least 16 tokens, got {length}")
-    if not 0 <= args.depth <= 1:
-        raise PalimpsaError(f"--depth must lie in [0, 1], got {args.depth}")
     if args.needle and not args.text:
         raise PalimpsaError("--needle marks a passage of --text; give --text FILE too")
-    if args.beta_scale is not None and not (args.beta_scale >= 0 and args.beta_scale != float("inf")):
-        raise PalimpsaError(f"--beta-scale must be a finite number >= 0, got {args.beta_scale}")
+    if args.text and not Path(args.text).expanduser().is_file():
+        raise PalimpsaError(f"--text {args.text} is not a file; give a text file to probe with")
+    device = resolve_device(args.device)
+    check_writable(Path(args.output).expanduser(), f"--output {args.output}")
     model, tokenizer = load_model_and_tokenizer(args.model)
     if not model.palimpsa_mixers():
         raise PalimpsaError(f"{args.model} has no Palimpsa layer (a plain Mamba2 has no importance); upgrade it "
                             "first with upgrade-model")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     model = model.to(device)
     if args.beta_scale is not None:
         model.set_beta_scale(args.beta_scale)

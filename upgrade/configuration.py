@@ -15,6 +15,9 @@ BETA_FORMS = ("log-relative", "linear-dt")
 """How a Palimpsa layer's gain is parameterised (see ``PalimpsaMixer``). ``log-relative``: a per-head log gain
 relative to the head's forgetting rate (since format 2); ``linear-dt``: the first format's plain per-head gain times
 ``dt``, kept so that models written by palimpsa 0.1 load and compute what they did."""
+# Sizes that must be positive integers: a zero divides by zero below, a negative one fails deep inside torch.
+_POSITIVE_SIZES = ("d_model", "n_layer", "vocab_size", "d_state", "d_conv", "expand", "headdim", "ngroups",
+                   "chunk_size", "beta_rank")
 
 
 class PalimpsaConfig(PreTrainedConfig):
@@ -113,6 +116,14 @@ class PalimpsaConfig(PreTrainedConfig):
 
     def check_dimensions(self) -> None:
         """Raise ValueError naming the first inconsistent dimension."""
+        for name in _POSITIVE_SIZES + (("d_ssm",) if self.d_ssm is not None else ()):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("norm_epsilon", "gated_norm_epsilon", "importance_prior", "beta_init", "beta_scale"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.ssm_dim > self.d_inner:
             raise ValueError(f"d_ssm ({self.ssm_dim}) cannot exceed expand * d_model ({self.d_inner})")
         if self.ssm_dim % self.headdim:
@@ -130,10 +141,10 @@ class PalimpsaConfig(PreTrainedConfig):
             raise ValueError(f"importance_prior must be > 0, got {self.importance_prior}")
         if self.beta_form not in BETA_FORMS:
             raise ValueError(f"beta_form must be one of {', '.join(BETA_FORMS)}, got {self.beta_form!r}")
-        if not (math.isfinite(self.beta_scale) and self.beta_scale >= 0):
-            raise ValueError(f"beta_scale must be a finite number >= 0, got {self.beta_scale}")
+        if self.beta_scale < 0:
+            raise ValueError(f"beta_scale must be >= 0, got {self.beta_scale}")
         # A log-parameterised gain of exactly 0 would sit at log 0 = -inf and never move.
         logarithmic = self.beta_form == "log-relative"
-        if not (math.isfinite(self.beta_init) and (self.beta_init > 0 if logarithmic else self.beta_init >= 0)):
+        if not (self.beta_init > 0 if logarithmic else self.beta_init >= 0):
             raise ValueError(f"beta_init must be a finite number {'> 0' if logarithmic else '>= 0'} for beta_form "
                              f"{self.beta_form}, got {self.beta_init}")

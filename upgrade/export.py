@@ -93,6 +93,17 @@ def load_export_source(directory: Path, kind: str, merge_lora: bool, dtype: torc
         raise PalimpsaError(f"cannot load {directory}: {str(error).splitlines()[0]}") from None
 
 
+def _export_sources(source: str | Path, directory: Path, kind: str) -> list[Path]:
+    """What an export reads and so must not write over: the source as given (a training run), the model directory
+    found in it, and an adapter's base model."""
+    sources = [Path(source).expanduser(), directory]
+    if kind == "adapter":
+        base = _read_json(directory / "adapter_config.json").get("base_model_name_or_path")
+        if base and Path(base).expanduser().exists():
+            sources.append(Path(base).expanduser())
+    return sources
+
+
 def _tokenizer_files(directory: Path, kind: str) -> list[Path]:
     found = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
     if not found and kind == "adapter":
@@ -136,8 +147,8 @@ def export_model(
     max_shard = parse_size(shard_size) if isinstance(shard_size, str) else int(shard_size)
     if standalone and to_mamba2:
         raise PalimpsaError("--standalone and --to-mamba2 exclude each other: a mamba_ssm checkpoint needs no code")
-    check_output_directory(output, force)
     directory, kind = resolve_export_source(source)
+    check_output_directory(output, force, sources=_export_sources(source, directory, kind))
     say(f"Plan\n  source      {directory} ({'LoRA adapter, merged' if kind == 'adapter' else 'model directory'})\n"
         f"  output      {output} ({'mamba_ssm Mamba2, beta dropped' if to_mamba2 else 'Palimpsa safetensors'}"
         f"{', standalone code' if standalone else ''})")

@@ -8,10 +8,11 @@ Also runs as ``python -m palimpsa.upgrade.finetune`` so that ``accelerate launch
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from .cli import guarded
-from .errors import PalimpsaError
+from .errors import Interrupted, PalimpsaError
 
 EPILOG = """\
 examples:
@@ -47,7 +48,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.check:
         print(recipe.to_yaml(), end="")
         return 0
-    from .training import Trainer
+    from .training import Trainer, latest_checkpoint
 
     trainer = Trainer(recipe, resume=args.resume)
     say = print if trainer.is_main else (lambda *_args: None)  # one plan, not one per process
@@ -61,7 +62,14 @@ def run(argv: list[str] | None = None) -> int:
           f"  steps       {recipe.train.max_steps} ({recipe.schedule.type}, warmup {recipe.schedule.warmup_steps}, "
           f"lr {recipe.optim.lr:g}, beta lr {recipe.optim.beta_lr or recipe.optim.lr:g})\n"
           f"  output      {recipe.output_dir}" + (" (resuming)" if args.resume else ""))
-    summary = trainer.run()
+    try:
+        summary = trainer.run()
+    except KeyboardInterrupt:
+        if latest_checkpoint(trainer.output_dir) is not None:
+            again = "resume with: " + shlex.join(["finetune-model", args.recipe, *args.overrides, "--resume"])
+        else:
+            again = "start it again with: " + shlex.join(["finetune-model", args.recipe, *args.overrides])
+        raise Interrupted(f"{trainer.written()}; {again}") from None
     say(f"done: step {summary['step']}, eval {summary['eval']}, final model {summary['final']}")
     return 0
 

@@ -39,6 +39,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .errors import PalimpsaError, checked_number
+
 try:  # lm_eval is optional: without it this module still imports, and register() says how to install it.
     from lm_eval.api.model import TemplateLM as _Base
 
@@ -83,7 +85,22 @@ class PalimpsaLM(_Base):
             logger.warning("palimpsa: ignoring model argument %s=%r", key, value)
         from transformers import AutoTokenizer
 
-        from .generation import load_model_and_tokenizer
+        from .generation import load_model_and_tokenizer, resolve_device
+
+        # every number is checked before the model is loaded (the values come typed, or as text, from --model_args)
+        if isinstance(batch_size, str) and batch_size.startswith("auto"):
+            logger.warning("palimpsa: batch_size=auto is not probed; using max_batch_size or 1")
+            batch_size = max_batch_size or 1
+        self.batch_size = checked_number(batch_size, "palimpsa: batch_size", int, low=1)
+        self.segment_length = checked_number(segment_length, "palimpsa: segment_length", int, low=1)
+        self.max_gen_toks = checked_number(max_gen_toks, "palimpsa: max_gen_toks", int, low=1)
+        if beta_scale is not None:
+            beta_scale = checked_number(beta_scale, "palimpsa: beta_scale", low=0)
+        target_dtype = None if dtype in (None, "auto") else dtype if isinstance(dtype, torch.dtype) else DTYPES.get(
+            str(dtype).lower())
+        if dtype not in (None, "auto") and target_dtype is None:
+            raise PalimpsaError(f"palimpsa: unknown dtype {dtype!r}; use one of {sorted(DTYPES)} or auto")
+        self._device = torch.device(resolve_device("auto" if device is None else str(device), "palimpsa: device"))
 
         if isinstance(pretrained, (str, Path)):
             model, stored_tokenizer = load_model_and_tokenizer(pretrained, need_tokenizer=tokenizer is None)
@@ -95,29 +112,14 @@ class PalimpsaLM(_Base):
             tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
         self.tokenizer = tokenizer if tokenizer is not None else stored_tokenizer
         if self.tokenizer is None:
-            raise ValueError("palimpsa: a loaded model needs tokenizer=...")
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self._device = torch.device(device)
-        target_dtype = None if dtype in (None, "auto") else dtype if isinstance(dtype, torch.dtype) else DTYPES.get(
-            str(dtype).lower())
-        if dtype not in (None, "auto") and target_dtype is None:
-            raise ValueError(f"palimpsa: unknown dtype {dtype!r}; use one of {sorted(DTYPES)} or auto")
+            raise PalimpsaError("palimpsa: a loaded model needs tokenizer=...")
         self.model = model.to(device=self._device, dtype=target_dtype).eval()
         if beta_scale is not None:
-            self.model.set_beta_scale(float(beta_scale))
-        if isinstance(batch_size, str) and batch_size.startswith("auto"):
-            logger.warning("palimpsa: batch_size=auto is not probed; using max_batch_size or 1")
-            batch_size = max_batch_size or 1
-        self.batch_size = int(batch_size)
-        self.segment_length = int(segment_length)
-        self.max_gen_toks = int(max_gen_toks)
-        if self.batch_size < 1 or self.segment_length < 1 or self.max_gen_toks < 1:
-            raise ValueError("palimpsa: batch_size, segment_length and max_gen_toks must be >= 1")
+            self.model.set_beta_scale(beta_scale)
         eos = self.tokenizer.eos_token_id
         self._eot = eos if eos is not None else self.tokenizer.bos_token_id
         if self._eot is None:
-            raise ValueError("palimpsa: the tokenizer has neither an EOS nor a BOS token")
+            raise PalimpsaError("palimpsa: the tokenizer has neither an EOS nor a BOS token")
         pad = self.tokenizer.pad_token_id
         self._pad = pad if pad is not None else self._eot
 
@@ -351,14 +353,19 @@ if _IMPORT_ERROR is None and __name__ != "__main__":  # under -m, main() registe
 
 def main() -> None:
     """``python -m palimpsa.upgrade.lm_eval_adapter [lm_eval arguments]``: lm_eval's command line with
-    ``--model palimpsa`` available."""
+    ``--model palimpsa`` available; a mistake in our model's arguments or files is one line and exit status 2."""
     if _IMPORT_ERROR is not None:
         sys.exit(f"error: {INSTALL_HINT}")
     from lm_eval.__main__ import cli_evaluate
+    from palimpsa.upgrade.cli import guarded
     from palimpsa.upgrade.lm_eval_adapter import register as register_importable
 
-    register_importable()
-    cli_evaluate()
+    def run(_argv) -> int:
+        register_importable()
+        cli_evaluate()
+        return 0
+
+    guarded(run, "palimpsa-lm-eval")()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from transformers.utils import ModelOutput
 
 from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
-from .integrity import check_model_directory
+from .integrity import check_model_directory, check_weight
 
 
 def upcast(tensor: torch.Tensor) -> torch.Tensor:
@@ -450,9 +450,14 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """transformers' loading, after checking a local directory's files against the checksums in its report
-        (``export_report.json`` / ``upgrade_report.json``): a missing or corrupted shard is named, not guessed."""
+        (``export_report.json`` / ``upgrade_report.json``): a missing or corrupted shard is named, not guessed; then
+        every weight is checked to be finite (:func:`check_weight`)."""
         check_model_directory(pretrained_model_name_or_path)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True adds a dict
+        for name, parameter in model.named_parameters():
+            check_weight(name, parameter, str(pretrained_model_name_or_path))
+        return loaded
 
     def palimpsa_mixers(self) -> list[PalimpsaMixer]:
         return [layer.mixer for layer in self.backbone.layers if isinstance(layer.mixer, PalimpsaMixer)]

@@ -13,7 +13,7 @@ import torch
 
 from .checkpoint import Checkpoint, load_checkpoint
 from .configuration import PalimpsaConfig
-from .errors import PalimpsaError
+from .errors import MAX_SEED, PalimpsaError, checked_number
 from .integrity import file_manifest
 from .modeling import PalimpsaForCausalLM, model_from_state_dict
 from .saving import (
@@ -96,11 +96,18 @@ def upgrade_model(
     """
     say = log or (lambda _line: None)
     started = time.perf_counter()
+    beta_init = checked_number(beta_init, "--beta-init", low=0)
+    beta_rank = checked_number(beta_rank, "--beta-rank", int, low=1)
+    max_kl = checked_number(max_kl, "--max-kl", low=0)
+    probe_batch = checked_number(probe_batch, "probe_batch", int, low=1)
+    probe_length = checked_number(probe_length, "--probe-length", int, low=1)
+    seed = checked_number(seed, "--seed", int, low=0, high=MAX_SEED)
     output = Path(output).expanduser() if output is not None else None
     max_shard = parse_size(shard_size) if isinstance(shard_size, str) else int(shard_size)
     target_dtype = parse_dtype(dtype)
     if output is not None:
-        check_output_directory(output, force)
+        local_source = Path(source).expanduser()
+        check_output_directory(output, force, sources=[local_source] if local_source.exists() else [])
     checkpoint = load_checkpoint(source, revision=revision, cache_dir=cache_dir, token=token,
                                  local_files_only=local_files_only)
     config = checkpoint.config
@@ -127,22 +134,24 @@ def upgrade_model(
             at_zero = compare_logits(base_logits, probe_logits(model, probe))
         at_init = compare_logits(base_logits, probe_logits(model, probe))
         tolerance = EXACT_TOLERANCE[target_dtype]
+        # written so that NaN fails: every comparison with NaN is false, so `diff > tolerance` would pass it
+        zero_ok, init_ok = at_zero.relative_diff <= tolerance, at_init.mean_kl <= max_kl
         verification = {
             "probe": {"batch": probe_batch, "length": probe_length, "seed": seed},
             "at_zero": at_zero.as_dict(),
             "at_init": at_init.as_dict(),
             "tolerance": {"at_zero_relative": tolerance, "at_init_max_kl": max_kl},
-            "passed": at_zero.relative_diff <= tolerance and at_init.mean_kl <= max_kl,
+            "passed": zero_ok and init_ok,
         }
         say(f"  beta scale 0    : max |logit diff| {at_zero.max_abs_diff:.3g} "
             f"(relative {at_zero.relative_diff:.3g}, tolerance {tolerance:g}), top-1 agreement "
             f"{at_zero.top1_agreement:.1%}")
         say(f"  beta at init    : max |logit diff| {at_init.max_abs_diff:.3g}, mean KL {at_init.mean_kl:.3g} nats "
             f"(tolerance {max_kl:g}), top-1 agreement {at_init.top1_agreement:.1%}")
-        if at_zero.relative_diff > tolerance:
+        if not zero_ok:
             raise PalimpsaError(f"verification failed: with beta scale 0 the logits differ from the base by "
                                 f"{at_zero.relative_diff:.3g} (relative) > {tolerance:g}; nothing was written")
-        if at_init.mean_kl > max_kl:
+        if not init_ok:
             raise PalimpsaError(f"verification failed: at beta_init={beta_init:g} the mean KL to the base is "
                                 f"{at_init.mean_kl:.3g} > --max-kl {max_kl:g}; lower --beta-init or raise --max-kl "
                                 "(nothing was written)")

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import PalimpsaError
+from .errors import MAX_SEED, PalimpsaError
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: NaN passes every range check (each comparison with it is false), and no field means inf
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+Seed = Field(0, ge=0, le=MAX_SEED)
 
 
 class ScratchSection(Section):
@@ -102,7 +106,7 @@ class DataSection(Section):
     state_passing: bool = Field(False, description="carry the state across consecutive segments (TBPTT)")
     eval_documents: int = Field(8, ge=0, description="documents held out for evaluation")
     tokenizer: str | None = Field(None, description="tokenizer directory (default: the model's)")
-    seed: int = 0
+    seed: int = Seed
 
     @model_validator(mode="after")
     def _one_way(self):
@@ -151,7 +155,7 @@ class OptimSection(Section):
     beta_eps: float = Field(1e-12, gt=0, description="Adam epsilon of the beta parameters, whose gradients are "
                             "proportional to the small initial gain")
     weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.95)
     eps: float = Field(1e-8, gt=0)
     grad_clip: float | None = Field(1.0, gt=0)
 
@@ -166,7 +170,7 @@ class TrainSection(Section):
     max_steps: int = Field(ge=1)
     grad_accum: int = Field(1, ge=1)
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
-    seed: int = 0
+    seed: int = Seed
     log_every: int = Field(1, ge=1)
 
     @field_validator("mixed_precision", mode="before")

@@ -7,9 +7,13 @@ Run layout (``output_dir``)::
     tensorboard/           TensorBoard event files (logging.tensorboard)
     checkpoints/step-NNNNNNN/
         state/             accelerate state: model, optimizer, scheduler, RNG
-        trainer_state.json step, data position, last metrics
+        trainer_state.json step, data position, and the sha256 of every file under state/
         model/             a loadable model directory (LoRA merged)
     final/                 the exported final model (from_pretrained / export-model load it)
+
+Checkpoints and final/ are written under ``.partial`` names and renamed when complete; a partial one is removed
+when its writing fails or is interrupted, or (after SIGKILL) when the next run starts. ``--resume`` takes the newest
+checkpoint that loads whole and falls back to an older one, with a warning, when it does not.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import fnmatch
 import json
 import math
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,9 +34,10 @@ import yaml
 from .checkpoint import is_palimpsa_directory
 from .configuration import PalimpsaConfig
 from .errors import PalimpsaError
+from .integrity import check_files, file_manifest
 from .modeling import PalimpsaForCausalLM, enable_activation_checkpointing, palimpsa_mixers_of
 from .recipe import Recipe
-from .saving import write_text_atomic
+from .saving import check_writable, write_text_atomic
 
 CHECKPOINT_PREFIX = "step-"
 
@@ -254,13 +260,26 @@ def lr_factor(step: int, recipe: Recipe) -> float:
     return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * shape
 
 
-def latest_checkpoint(output_dir: Path) -> Path | None:
+def complete_checkpoints(output_dir: Path) -> list[Path]:
+    """The run's renamed (so completely written) checkpoints, oldest first."""
     folder = output_dir / "checkpoints"
     if not folder.is_dir():
-        return None
-    complete = sorted(p for p in folder.glob(f"{CHECKPOINT_PREFIX}*") if (p / "trainer_state.json").is_file()
-                      and not p.name.endswith(".partial"))
+        return []
+    return sorted(p for p in folder.glob(f"{CHECKPOINT_PREFIX}*") if (p / "trainer_state.json").is_file()
+                  and not p.name.endswith(".partial"))
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    complete = complete_checkpoints(output_dir)
     return complete[-1] if complete else None
+
+
+def _problem(error: Exception) -> str:
+    """One line on why a checkpoint could not be loaded."""
+    if isinstance(error, PalimpsaError):
+        return str(error)
+    first_line = str(error).partition("\n")[0][:200]
+    return f"{type(error).__name__}: {first_line}"
 
 
 class Trainer:
@@ -282,12 +301,18 @@ class Trainer:
         self._check_run_directory()
 
     def _check_run_directory(self) -> None:
+        check_writable(self.output_dir, f"output_dir {self.output_dir}")
         saved = self.output_dir / "recipe.yaml"
         current = self.recipe.model_dump(mode="json")
         if self.resume:
             if not saved.is_file():
                 raise PalimpsaError(f"--resume: {self.output_dir} has no recipe.yaml; start the run without --resume")
-            previous = yaml.safe_load(saved.read_text())
+            try:
+                previous = yaml.safe_load(saved.read_text())
+            except (yaml.YAMLError, UnicodeDecodeError):
+                previous = None
+            if not isinstance(previous, dict):
+                raise PalimpsaError(f"--resume: {saved} is not a recipe; restore it, or start a new output_dir")
             keep = ("max_steps",)  # a resumed run may be extended
             differs = [key for key in current if key != "train" and current[key] != previous.get(key)]
             differs += [f"train.{k}" for k in current["train"] if k not in keep
@@ -321,27 +346,22 @@ class Trainer:
         model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
         self.model, self.optimizer, self.scheduler, self.tokenizer = model, optimizer, scheduler, tokenizer
 
-        step, data_state = 0, None
+        step, last_good = 0, None
         self.cache = None  # the carried recurrent state in state-passing mode
+        if self.is_main:
+            self._remove_partial_directories()
         if self.resume:
-            checkpoint = latest_checkpoint(self.output_dir)
-            if checkpoint is None:
-                raise PalimpsaError(f"--resume: no complete checkpoint under {self.output_dir}/checkpoints")
-            accelerator.load_state(str(checkpoint / "state"))
-            trainer_state = json.loads((checkpoint / "trainer_state.json").read_text())
-            step, data_state = trainer_state["step"], trainer_state["data"]
-            stream.load_state_dict(data_state)
-            self.cache = self._load_carried_state(checkpoint)
+            last_good, step = self._restore(stream)
             self._truncate_metrics(step)
-            self.log(f"resumed from {checkpoint} at step {step}")
+            self.log(f"resumed from {last_good} at step {step}")
         elif self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.output_dir / "recipe.yaml", recipe.to_yaml())
+            self._truncate_metrics(0)  # rows of an earlier attempt that left no checkpoint
         writer = self._tensorboard()
         batches = Prefetcher(stream)  # the next batches are made while the accelerator works on this one
         bar = tqdm(total=recipe.train.max_steps, initial=step, desc="fine-tuning", disable=not self.is_main)
         window_tokens, window_start = 0, time.perf_counter()
-        last_good = latest_checkpoint(self.output_dir)
         trainable = [p for p in model.parameters() if p.requires_grad]
         while step < recipe.train.max_steps:
             losses, tokens = [], 0
@@ -511,8 +531,70 @@ class Trainer:
         model.train()
         return row
 
+    def _restore(self, stream) -> tuple[Path, int]:
+        """Load the newest checkpoint that loads whole: model, optimizer, scheduler, RNG, data position and carried
+        state. One that does not (a file truncated, corrupted or missing) is named in a warning and the one before
+        it is tried. Returns the checkpoint and its step."""
+        candidates = complete_checkpoints(self.output_dir)
+        if not candidates:
+            raise PalimpsaError(f"--resume: no complete checkpoint under {self.output_dir}/checkpoints; start the "
+                                "run without --resume")
+        problems = []
+        for checkpoint in reversed(candidates):
+            try:
+                step = self._load_checkpoint(checkpoint, stream)
+            except Exception as error:  # a broken checkpoint fails in torch, safetensors or pickle, in many types
+                problems.append(f"{checkpoint.name}: {_problem(error)}")
+                if self.is_main:
+                    print(f"warning: cannot resume from {checkpoint} ({_problem(error)}); trying the checkpoint "
+                          "before it", file=sys.stderr)
+                continue
+            return checkpoint, step
+        raise PalimpsaError(f"--resume: no checkpoint under {self.output_dir}/checkpoints loads ({'; '.join(problems)})"
+                            "; start a new output_dir without --resume")
+
+    def _load_checkpoint(self, checkpoint: Path, stream) -> int:
+        from accelerate.utils import load
+        from accelerate.utils.constants import RNG_STATE_NAME
+
+        try:
+            trainer_state = json.loads((checkpoint / "trainer_state.json").read_text())
+            step, data_state = int(trainer_state["step"]), trainer_state["data"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+            raise PalimpsaError(f"{checkpoint / 'trainer_state.json'} is not a trainer state") from None
+        check_files(checkpoint, trainer_state.get("files", {}), "trainer_state.json")
+        # accelerate's load_state only logs a failure to load the RNG state, and the run would go on with other
+        # random numbers than the run it continues: load it here first, so that the failure counts
+        rng = checkpoint / "state" / f"{RNG_STATE_NAME}_{self.accelerator.process_index}.pkl"
+        try:
+            load(rng)
+        except Exception as error:  # missing, truncated or not a pickle of RNG states
+            raise PalimpsaError(f"cannot load the RNG state {rng}: {_problem(error)}") from None
+        self.accelerator.load_state(str(checkpoint / "state"))
+        stream.load_state_dict(data_state)
+        self.cache = self._load_carried_state(checkpoint)
+        return step
+
+    def _remove_partial_directories(self) -> None:
+        """What a killed run was writing (``checkpoints/step-N.partial``, ``final.partial``): never complete, and
+        never read, so removed before this run writes its own."""
+        for partial in [*self.output_dir.glob(f"checkpoints/{CHECKPOINT_PREFIX}*.partial"),
+                        self.output_dir / "final.partial"]:
+            shutil.rmtree(partial, ignore_errors=True)
+
+    def written(self) -> str:
+        """What the run has on disk so far, for a message after an interruption: the files in ``output_dir`` and
+        the newest complete checkpoint."""
+        if not self.output_dir.is_dir() or not any(self.output_dir.iterdir()):
+            return "nothing was written"
+        names = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in self.output_dir.iterdir()))
+        checkpoint = latest_checkpoint(self.output_dir)
+        last = f"the last complete checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written yet"
+        return f"{self.output_dir} holds {names}; {last}"
+
     def save_checkpoint(self, step: int, stream) -> Path:
-        """Full state (model, optimizer, scheduler, RNG, data position) and a loadable model, atomically."""
+        """Full state (model, optimizer, scheduler, RNG, data position) and a loadable model, atomically: written
+        under ``step-N.partial`` (removed if this fails or is interrupted) and renamed when complete."""
         accelerator = self.accelerator
         folder = self.output_dir / "checkpoints"
         final = folder / f"{CHECKPOINT_PREFIX}{step:07d}"
@@ -520,22 +602,27 @@ class Trainer:
         if self.is_main:
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
-        accelerator.wait_for_everyone()
-        accelerator.save_state(str(partial / "state"))
-        if self.cache is not None:  # state passing: the carried state is part of where the run stands
-            carried = {"conv": self.cache.conv, "ssm": self.cache.ssm, "seen_tokens": self.cache.seen_tokens}
-            torch.save(carried, partial / f"carried_state_rank{accelerator.process_index}.pt")
-        state = self._full_state_dict()
-        if self.is_main:
-            self._save_model_directory(state, partial / "model")
-            trainer_state = {"step": step, "data": stream.state_dict()}
-            (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
-            if final.exists():
-                shutil.rmtree(final)
-            partial.rename(final)
-            for old in sorted(folder.glob(f"{CHECKPOINT_PREFIX}*"))[: -self.recipe.checkpoint.keep]:
-                if not old.name.endswith(".partial"):
+        try:
+            accelerator.wait_for_everyone()
+            accelerator.save_state(str(partial / "state"))
+            if self.cache is not None:  # state passing: the carried state is part of where the run stands
+                carried = {"conv": self.cache.conv, "ssm": self.cache.ssm, "seen_tokens": self.cache.seen_tokens}
+                torch.save(carried, partial / f"carried_state_rank{accelerator.process_index}.pt")
+            state = self._full_state_dict()
+            if self.is_main:
+                self._save_model_directory(state, partial / "model")
+                files = sorted(str(p.relative_to(partial)) for p in (partial / "state").rglob("*") if p.is_file())
+                trainer_state = {"step": step, "data": stream.state_dict(), "files": file_manifest(partial, files)}
+                (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+                if final.exists():
+                    shutil.rmtree(final)
+                partial.rename(final)
+                for old in complete_checkpoints(self.output_dir)[: -self.recipe.checkpoint.keep]:
                     shutil.rmtree(old)
+        except BaseException:
+            if self.is_main:
+                shutil.rmtree(partial, ignore_errors=True)
+            raise
         accelerator.wait_for_everyone()
         return final
 
@@ -544,7 +631,13 @@ class Trainer:
         path = self.output_dir / "metrics.jsonl"
         if not (self.is_main and path.is_file()):
             return
-        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        kept = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):  # a line torn by SIGKILL mid-write
+                continue
         write_text_atomic(path, "".join(line + "\n" for line in kept))
 
     def _load_carried_state(self, checkpoint: Path):
@@ -588,9 +681,13 @@ class Trainer:
         if self.is_main:
             staging = self.output_dir / "final.partial"
             shutil.rmtree(staging, ignore_errors=True)
-            shutil.copytree(checkpoint / "model", staging)
-            if final.exists():
-                shutil.rmtree(final)
-            staging.rename(final)
+            try:
+                shutil.copytree(checkpoint / "model", staging)
+                if final.exists():
+                    shutil.rmtree(final)
+                staging.rename(final)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
         self.accelerator.wait_for_everyone()
         return final
