@@ -236,18 +236,34 @@ class _Adjoint:
         self.dm, self.dj = carry * dm, carry * dj
 
 
-def _reverse_block(seq: _Sequence, adjoint: _Adjoint, m, j, start, end):
-    """Reverse tokens ``start .. end - 1`` (at most four) from the state before ``start``, two states live."""
-    n = end - start
-    middle = start + (n + 1) // 2  # tokens start..middle-1 reach the kept slot
-    mm, jm = seq.walk(m, j, start, middle)  # slot 1: the state of token middle - 1
-    for last in range(end - 1, middle - 1, -1):  # slot 2: walk on from the middle to each later token
-        ml, jl = seq.walk(mm, jm, middle, last + 1)
-        adjoint.reverse(ml, jl, last)
-    adjoint.reverse(mm, jm, middle - 1)
-    for last in range(middle - 2, start - 1, -1):  # the first half again from the block start
-        ml, jl = seq.walk(m, j, start, last + 1)
-        adjoint.reverse(ml, jl, last)
+def _reverse_block(seq: _Sequence, adjoint: _Adjoint, m, j, start, end, shared_every):
+    """Reverse tokens ``start .. end - 1`` from the state before ``start``.
+
+    A full block of four: two states live (the kernels' register budget). Walk to the middle and keep it, walk on
+    to the last token and reverse it, walk from the middle to the third and reverse it, reverse the middle, walk
+    from the block start to the first token and reverse it: 6 updates. A shorter block (a sequence's tail) walks
+    from the block start to each of its tokens in turn.
+    """
+    if end - start == shared_every == 4:
+        mm, jm = seq.walk(m, j, start, start + 2)
+        adjoint.reverse(*seq.walk(mm, jm, start + 2, start + 4), start + 3)
+        adjoint.reverse(*seq.walk(mm, jm, start + 2, start + 3), start + 2)
+        adjoint.reverse(mm, jm, start + 1)
+        adjoint.reverse(*seq.walk(m, j, start, start + 1), start)
+        return
+    for last in range(end - 1, start - 1, -1):
+        adjoint.reverse(*seq.walk(m, j, start, last + 1), last)
+
+
+def _keep_every(seq: _Sequence, m, j, start, end, every):
+    """Walk tokens ``start .. end - 1`` keeping the state before every ``every``-th one (the last kept state is
+    not walked on: nothing needs the state after ``end - 1``)."""
+    kept = []
+    for tb in range(start, end, every):
+        kept.append((m, j))
+        if tb + every < end:
+            m, j = seq.walk(m, j, tb, tb + every)
+    return kept
 
 
 def _backward_one(seq: _Sequence, checkpoints, adjoint: _Adjoint, chunk_size, slab_every, shared_every):
@@ -255,24 +271,14 @@ def _backward_one(seq: _Sequence, checkpoints, adjoint: _Adjoint, chunk_size, sl
     length = seq.v.shape[0]
     for i_c in range(len(checkpoints) - 1, -1, -1):
         t0, t1 = i_c * chunk_size, min(i_c * chunk_size + chunk_size, length)
-        m, j = checkpoints[i_c]
-        slab = []  # pass A: the chunk again, every slab_every-th state kept (the state before token tb)
-        for tb in range(t0, t1, slab_every):
-            slab.append((m, j))
-            if tb + slab_every < t1:
-                m, j = seq.walk(m, j, tb, tb + slab_every)
+        slab = _keep_every(seq, *checkpoints[i_c], t0, t1, slab_every)  # pass A: global memory in the kernels
         for i_b in range(len(slab) - 1, -1, -1):
             tb = t0 + i_b * slab_every
             te = min(tb + slab_every, t1)
-            m, j = slab[i_b]
-            shared = []  # pass B: the slab block again, every shared_every-th state kept
-            for ts in range(tb, te, shared_every):
-                shared.append((m, j))
-                if ts + shared_every < te:
-                    m, j = seq.walk(m, j, ts, ts + shared_every)
+            shared = _keep_every(seq, *slab[i_b], tb, te, shared_every)  # pass B
             for i_s in range(len(shared) - 1, -1, -1):
                 ts = tb + i_s * shared_every
-                _reverse_block(seq, adjoint, *shared[i_s], ts, min(ts + shared_every, te))
+                _reverse_block(seq, adjoint, *shared[i_s], ts, min(ts + shared_every, te), shared_every)
 
 
 def emulated_backward(v, k, q, log_decay, beta, importance_prior, initial_state, checkpoints, dy, dm_t, di_t, du,

@@ -53,6 +53,7 @@ except ImportError as error:  # Triton < 3.5, or a build without Gluon: the Trit
 # ------------------------------------------------------------------------------------------------------------
 
 WARPS = 1  # warps per program; a program owns 8 channels per warp
+BWD_BV = 4  # channels per backward program (one warp): the register budget of its two live states and adjoints
 
 
 def supported(v: torch.Tensor, k: torch.Tensor) -> str | None:
@@ -98,6 +99,22 @@ if gluon is not None:
         return (b_la, b_v, b_b, gl.load(p_k), gl.load(p_k + W), gl.load(p_k + 2 * W), gl.load(p_k + 3 * W),
                 gl.load(p_s), gl.load(p_s + W), gl.load(p_s + 2 * W), gl.load(p_s + 3 * W),
                 gl.load(p_q), gl.load(p_q + W), gl.load(p_q + 2 * W), gl.load(p_q + 3 * W))
+
+    @gluon.jit
+    def _program(cu_seqlens, chunk_offsets, T, H: gl.constexpr, G: gl.constexpr, CT: gl.constexpr,
+                 IS_VARLEN: gl.constexpr):
+        """What a program owns (as ``triton_scan._program``): channel block ``i_v`` of (sequence, head) ``i_nh``,
+        the head's group, the sequence's first token ``bos``, its length and its first checkpoint ``boc``."""
+        i_v, i_nh = gl.program_id(0), gl.program_id(1)
+        i_n, i_h = i_nh // H, i_nh % H
+        if IS_VARLEN:
+            bos = gl.load(cu_seqlens + i_n).to(gl.int64)
+            T = (gl.load(cu_seqlens + i_n + 1).to(gl.int64) - bos).to(gl.int32)
+            boc = gl.load(chunk_offsets + i_n).to(gl.int64)
+        else:
+            bos = i_n.to(gl.int64) * T
+            boc = i_n.to(gl.int64) * gl.cdiv(T, CT)
+        return i_v, i_nh, i_h, i_h // (H // G), bos, T, boc
 
     @gluon.jit
     def _update(b_m, b_j, b_ev, b_eb, b_k, b_s, USE_BETA: gl.constexpr):
@@ -171,16 +188,7 @@ if gluon is not None:
         LV: gl.constexpr = gl.SliceLayout(1, L)
         LN: gl.constexpr = gl.SliceLayout(0, L)
 
-        i_v, i_nh = gl.program_id(0), gl.program_id(1)
-        i_n, i_h = i_nh // H, i_nh % H
-        i_g = i_h // (H // G)
-        if IS_VARLEN:
-            bos = gl.load(cu_seqlens + i_n).to(gl.int64)
-            T = (gl.load(cu_seqlens + i_n + 1).to(gl.int64) - bos).to(gl.int32)
-            boc = gl.load(chunk_offsets + i_n).to(gl.int64)
-        else:
-            bos = i_n.to(gl.int64) * T
-            boc = i_n.to(gl.int64) * gl.cdiv(T, CT)
+        i_v, i_nh, i_h, i_g, bos, T, boc = _program(cu_seqlens, chunk_offsets, T, H, G, CT, IS_VARLEN)
         o_v = i_v * BV + gl.arange(0, BV, layout=LV)
         o_j = gl.arange(0, N // 4, layout=LN)
         o_n = (o_j // W) * (4 * W) + o_j % W  # tile 0's state columns; tile t's are t * W further
@@ -233,8 +241,235 @@ if gluon is not None:
             _store_state(mT + o_state, iT + o_state, o_s0, b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_ip,
                          W)
 
+    # ---- backward ----------------------------------------------------------------------------------------------
+    # A warp owns BV = 4 channels of one head; a thread 2 channels x N / 16 states (one [4, N] tile per state),
+    # so that the walking state, the kept middle state of a 4-token block and the two adjoints fit the registers
+    # (4 x 16 values) with room to spare. No pair reciprocals here: one reciprocal per state and token is not what
+    # bounds the backward.
+
+    @gluon.jit
+    def _bwd_step(b_m, b_j, b_sc, v, kkq, g, beta, tok, t, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr,
+                  P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr):
+        """One recompute update (the forward's rule exactly, so the gauge of every token is the forward's):
+        returns the new state, its log-scale and the token's carry ``c`` and scale ``e``."""
+        b_la = gl.load(g + tok * H + i_h).to(gl.float64)
+        b_grown = b_sc - b_la
+        is_ref = (b_grown > TAU_) | (t % CT == CT - 1) | (t == T - 1)
+        b_c = gl.where(is_ref, gl.exp((-b_grown).to(gl.float32)), 1.0)
+        if is_ref:
+            b_m, b_j = b_m * b_c, b_j * b_c
+        b_sc = gl.where(is_ref, 0.0, b_grown)
+        b_e = gl.exp(b_sc.to(gl.float32))
+        p_k = kkq + (tok * G + i_g) * (3 * N) + o_n
+        b_v = gl.load(v + (tok * H + i_h) * P + o_v).to(gl.float32) * b_e
+        b_m = b_m + gl.expand_dims(b_v, 1) * gl.expand_dims(gl.load(p_k), 0)
+        if USE_BETA:
+            b_b = gl.load(beta + (tok * H + i_h) * P + o_v).to(gl.float32) * b_e
+            b_j = b_j + gl.expand_dims(b_b, 1) * gl.expand_dims(gl.load(p_k + N), 0)
+        return b_m, b_j, b_sc, b_c, b_e
+
+    @gluon.jit
+    def _bwd_walk(b_m, b_j, b_sc, start, end, v, kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr,
+                  G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr,
+                  USE_BETA: gl.constexpr):
+        """The state after tokens ``start .. end - 1`` (positions in the sequence), with the last one's c and e."""
+        b_c = gl.to_tensor(1.0)
+        b_e = gl.to_tensor(1.0)
+        for t in range(start, end):
+            b_m, b_j, b_sc, b_c, b_e = _bwd_step(b_m, b_j, b_sc, v, kkq, g, beta, bos + t, t, T, i_h, i_g, o_v, o_n,
+                                                 H, G, P, N, CT, TAU_, USE_BETA)
+        return b_m, b_j, b_sc, b_c, b_e
+
+    @gluon.jit
+    def _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta, tok, i_h,
+                     i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
+                     USE_BETA: gl.constexpr, USE_DU: gl.constexpr):
+        """The reverse step of token ``tok`` from its own rescaled state (``emulation._Adjoint.reverse``): writes
+        ``dv``, ``dbeta``, adds ``dk``, ``dq``, ``dlog_decay``; returns the adjoints carried to the token before."""
+        p_k = kkq + (tok * G + i_g) * (3 * N) + o_n
+        b_k = gl.expand_dims(gl.load(p_k), 0)
+        b_q = gl.expand_dims(gl.load(p_k + 2 * N), 0)
+        o_y = (tok * H + i_h) * P + o_v
+        b_dy = gl.load(dy + o_y).to(gl.float32)
+        b_r = _rcp(b_j + b_ip * b_e)
+        b_w = b_q * b_r
+        b_mu = b_m * b_r
+        b_gw = gl.expand_dims(b_dy, 1) * b_w
+        b_dm = b_dm + b_gw
+        b_dj = b_dj - b_gw * b_mu
+        b_dq = gl.sum(b_mu * gl.expand_dims(b_dy, 1), axis=0)
+        if USE_DU:  # u = e sum_N q^2 / D
+            b_edu = gl.expand_dims(gl.load(du + o_y).to(gl.float32) * b_e, 1)
+            b_dj = b_dj - b_edu * b_w * b_w
+            b_dq += 2 * gl.sum(b_edu * b_r, axis=0) * gl.load(p_k + 2 * N)
+        b_v = gl.load(v + o_y).to(gl.float32)
+        b_dv = gl.sum(b_dm * b_k, axis=1) * b_e
+        b_dk = gl.sum(b_dm * gl.expand_dims(b_v, 1), axis=0)
+        # the decay gradient from token t's own state (kernel-design.md's identities, gauge form)
+        b_da = gl.sum(gl.sum(b_dm * b_m + b_dj * b_j, axis=1) - b_v * b_dv, axis=0)
+        if USE_BETA:
+            b_b = gl.load(beta + o_y).to(gl.float32)
+            b_db = gl.sum(b_dj * gl.expand_dims(gl.load(p_k + N), 0), axis=1) * b_e
+            b_dk += 2 * gl.load(p_k) * gl.sum(b_dj * gl.expand_dims(b_b, 1), axis=0)
+            b_da -= gl.sum(b_b * b_db, axis=0)
+            gl.store(dbeta + o_y, b_db.to(dbeta.dtype.element_ty))
+        gl.store(dv + o_y, b_dv.to(dv.dtype.element_ty))
+        # relaxed: nothing here reads these sums back, and acq_rel would fence every atomic
+        gl.atomic_add(dk + (tok * G + i_g) * N + o_n, b_dk * b_e, sem="relaxed")
+        gl.atomic_add(dq + (tok * G + i_g) * N + o_n, b_dq, sem="relaxed")
+        gl.atomic_add(dg + tok * H + i_h, b_da, sem="relaxed")
+        return b_dm * b_c, b_dj * b_c
+
+    @gluon.jit
+    def _bwd_keep(b_m, b_j, b_sc, slot, count, start, EVERY: gl.constexpr, p_m, p_j, p_s, o_s, v, kkq, g, beta,
+                  bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
+                  BV: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr):
+        """Walk ``count`` groups of ``EVERY`` tokens from ``start``, keeping the state (and its log-scale) before
+        each group in scratch slots ``slot, slot + 1, ...`` (``emulation._keep_every``). The same threads read
+        them back in the same layout, so no barrier is needed."""
+        for b in range(count):
+            gl.store(p_m + (slot + b) * BV * N + o_s, b_m)
+            gl.store(p_j + (slot + b) * BV * N + o_s, b_j)
+            gl.store(p_s + slot + b, b_sc)
+            if b < count - 1:
+                b_m, b_j, b_sc, _, _ = _bwd_walk(b_m, b_j, b_sc, start + EVERY * b, start + EVERY * b + EVERY, v,
+                                                 kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_,
+                                                 USE_BETA)
+
+    @gluon.jit
+    def palimpsa_gluon_bwd_kernel(
+        v, kkq, g, beta, ip, ck_m, ck_i, dy, du, dmT, diT, sc_m, sc_j, sc_s, dv, dk, dq, dg, dbeta, dm0, di0,
+        cu_seqlens, chunk_offsets, T,
+        H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, BV: gl.constexpr, CT: gl.constexpr,
+        TAU_: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
+        USE_INITIAL_IMPORTANCE: gl.constexpr, USE_FINAL_STATE_GRADIENT: gl.constexpr, USE_DU: gl.constexpr,
+        IS_VARLEN: gl.constexpr,
+    ):
+        # the schedule of emulation._backward_one: checkpoint -> every 16th state (slab) -> every 4th -> 2 slots
+        NB: gl.constexpr = CT // 16
+        L: gl.constexpr = gl.BlockedLayout([2, N // 16], [2, 16], [1, 1], [1, 0])
+        LV: gl.constexpr = gl.SliceLayout(1, L)
+        LN: gl.constexpr = gl.SliceLayout(0, L)
+
+        i_v, i_nh, i_h, i_g, bos, T, boc = _program(cu_seqlens, chunk_offsets, T, H, G, CT, IS_VARLEN)
+        o_v = i_v * BV + gl.arange(0, BV, layout=LV)
+        o_n = gl.arange(0, N, layout=LN)
+        o_s = gl.expand_dims(gl.arange(0, BV, layout=LV) * N, 1) + gl.expand_dims(o_n, 0)
+        o_state = (i_nh.to(gl.int64) * P + i_v * BV) * N
+        # this program's scratch: NB slab states, then 4 states of the current slab block (each [BV, N] + scale)
+        i_p = i_nh.to(gl.int64) * gl.num_programs(0) + i_v
+        o_sc = i_p * (NB + 4) * BV * N
+        o_ss = i_p * (NB + 4)
+        b_ip = gl.load(ip)
+
+        if USE_FINAL_STATE_GRADIENT:  # the last token is a reference (e = 1): the true adjoints
+            b_dm = gl.load(dmT + o_state + o_s)
+            b_dj = gl.load(diT + o_state + o_s)
+        else:
+            b_dm = gl.zeros([BV, N], gl.float32, L)
+            b_dj = gl.zeros([BV, N], gl.float32, L)
+
+        NT = gl.cdiv(T, CT)
+        for i_r in range(NT):
+            i_c = NT - 1 - i_r
+            t0 = i_c * CT
+            nb = gl.cdiv(gl.minimum(CT, T - t0), 16)
+            # pass A: the chunk from its checkpoint (a true state, e = 1), every 16th state into the slab
+            o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
+            b_m = gl.load(ck_m + o_ck + o_s)
+            b_j = gl.load(ck_i + o_ck + o_s) - b_ip
+            b_sc = gl.to_tensor(0.0).to(gl.float64)
+            _bwd_keep(b_m, b_j, b_sc, 0, nb, t0, 16, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss, o_s, v, kkq, g, beta,
+                      bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA)
+            for i_br in range(nb):
+                b = nb - 1 - i_br
+                tb = t0 + 16 * b
+                te = gl.minimum(tb + 16, T)
+                # pass B: the slab block from its state, every 4th state into the next four scratch slots
+                b_m = gl.load(sc_m + o_sc + b * BV * N + o_s)
+                b_j = gl.load(sc_j + o_sc + b * BV * N + o_s)
+                b_sc = gl.load(sc_s + o_ss + b)
+                ns = gl.cdiv(te - tb, 4)
+                _bwd_keep(b_m, b_j, b_sc, NB, ns, tb, 4, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss, o_s, v, kkq, g,
+                          beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA)
+                for i_sr in range(ns):
+                    s = ns - 1 - i_sr
+                    ts = tb + 4 * s
+                    n = gl.minimum(4, te - ts)
+                    b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
+                    b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
+                    b_s0 = gl.load(sc_s + o_ss + NB + s)
+                    if n == 4:  # two states live: the middle (token ts + 1) and the walking one
+                        b_mm, b_jm, b_sm, b_cm, b_em = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 2, v, kkq, g, beta, bos,
+                                                                 T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 4, v, kkq, g, beta, bos, T,
+                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
+                                                  dk, dq, dg, dbeta, bos + ts + 3, i_h, i_g, o_v, o_n, H, G, P, N,
+                                                  USE_BETA, USE_DU)
+                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 3, v, kkq, g, beta, bos, T,
+                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
+                                                  dk, dq, dg, dbeta, bos + ts + 2, i_h, i_g, o_v, o_n, H, G, P, N,
+                                                  USE_BETA, USE_DU)
+                        b_dm, b_dj = _bwd_reverse(b_mm, b_jm, b_cm, b_em, b_dm, b_dj, b_ip, v, kkq, beta, dy, du,
+                                                  dv, dk, dq, dg, dbeta, bos + ts + 1, i_h, i_g, o_v, o_n, H, G, P,
+                                                  N, USE_BETA, USE_DU)
+                        # the block start again from the scratch (an L1 hit) rather than live in registers
+                        b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
+                        b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
+                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 1, v, kkq, g, beta, bos, T,
+                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
+                                                  dk, dq, dg, dbeta, bos + ts, i_h, i_g, o_v, o_n, H, G, P, N,
+                                                  USE_BETA, USE_DU)
+                    else:  # a sequence's tail block: walk from the block start to each token in turn
+                        for i_l in range(n):
+                            last = ts + n - 1 - i_l
+                            b_m, b_j, _, b_c, b_e = _bwd_walk(b_m0, b_j0, b_s0, ts, last + 1, v, kkq, g, beta, bos,
+                                                              T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                            b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du,
+                                                      dv, dk, dq, dg, dbeta, bos + last, i_h, i_g, o_v, o_n, H, G,
+                                                      P, N, USE_BETA, USE_DU)
+
+        if USE_INITIAL_STATE:  # the start is a true state: the carried adjoints are dM0, dI0
+            gl.store(dm0 + o_state + o_s, b_dm)
+        if USE_INITIAL_IMPORTANCE:
+            gl.store(di0 + o_state + o_s, b_dj)
+
 FWD_POINTERS = ("v", "kkq", "g", "beta", "m0", "i0", "ip", "y", "u", "ck_m", "ck_i", "mT", "iT",
                 "cu_seqlens", "chunk_offsets")
+
+
+BWD_POINTERS = ("v", "kkq", "g", "beta", "ip", "ck_m", "ck_i", "dy", "du", "dmT", "diT", "sc_m", "sc_j", "sc_s", "dv",
+                "dk", "dq", "dg", "dbeta", "dm0", "di0", "cu_seqlens", "chunk_offsets")
+
+
+def _compile(kernel, pointers: tuple, types: dict, constexprs: dict, arch: int):
+    """``triton.compile`` of a Gluon kernel for ``sm_<arch>a`` without a GPU, every pointer 16-byte aligned (the
+    specialisation a launch with fresh PyTorch tensors gets)."""
+    from triton.backends.compiler import GPUTarget
+
+    signature = {name: types.get(name, "*fp32") for name in pointers}
+    signature["T"] = "i32"
+    signature.update({name: "constexpr" for name in constexprs})
+    attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
+    source = GluonASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": WARPS})
+
+
+def compile_backward(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
+                     state_size: int = 128, chunk_size: int = 256, use_beta: bool = True, use_initial_state=False,
+                     use_initial_importance=False, use_final_state_gradient=False, use_du=False, is_varlen=False,
+                     arch: int = 90):
+    """Compile the backward kernel for ``sm_<arch>a`` without a GPU (see :func:`compile_forward`)."""
+    constexprs = {"H": heads, "G": groups, "P": head_dim, "N": state_size, "BV": BWD_BV, "CT": chunk_size,
+                  "TAU_": TAU, "USE_BETA": use_beta, "USE_INITIAL_STATE": use_initial_state,
+                  "USE_INITIAL_IMPORTANCE": use_initial_importance,
+                  "USE_FINAL_STATE_GRADIENT": use_final_state_gradient, "USE_DU": use_du, "IS_VARLEN": is_varlen}
+    types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "du", "dv", "dbeta")}
+    types.update({"g": "*fp32", "sc_s": "*fp64", "cu_seqlens": "*i32", "chunk_offsets": "*i32"})
+    return _compile(palimpsa_gluon_bwd_kernel, BWD_POINTERS, types, constexprs, arch)
 
 
 def compile_forward(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
@@ -244,8 +479,6 @@ def compile_forward(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     """Compile the forward kernel for ``sm_<arch>a`` without a GPU (``triton.compile`` with a target), with the
     specialisation a launch gets (16-byte aligned pointers). Returns the ``CompiledKernel`` (``asm['ptx']``,
     ``asm['cubin']``)."""
-    from triton.backends.compiler import GPUTarget
-
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": state_size, "BV": 8 * WARPS, "CT": chunk_size,
                   "TAU_": TAU, "USE_BETA": use_beta, "USE_INITIAL_STATE": use_initial_state,
                   "USE_INITIAL_IMPORTANCE": use_initial_importance, "STORE_FINAL_STATE": store_final_state,
@@ -253,13 +486,7 @@ def compile_forward(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
                   "IS_VARLEN": is_varlen}
     types = {"v": f"*{dtype}", "beta": f"*{dtype}", "y": f"*{dtype}", "u": f"*{dtype}", "g": "*fp32",
              "cu_seqlens": "*i32", "chunk_offsets": "*i32"}
-    signature = {name: types.get(name, "*fp32") for name in FWD_POINTERS}
-    signature["T"] = "i32"
-    signature.update({name: "constexpr" for name in constexprs})
-    attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(FWD_POINTERS))}
-    source = GluonASTSource(palimpsa_gluon_fwd_kernel, signature, constexprs, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": WARPS})
-
+    return _compile(palimpsa_gluon_fwd_kernel, FWD_POINTERS, types, constexprs, arch)
 
 def gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
                   output_uncertainty, store_checkpoints, chunk_size):
@@ -297,6 +524,49 @@ def gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens
     return y, m_t, i_t, u, ck_m, ck_i
 
 
+
+def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, chunk_size):
+    """Launch the Gluon backward on the checkpoints of either forward: the gradients of ``v, k, q, log_decay,
+    beta, M0, I0`` (None where absent), as ``triton_scan._backward`` returns them."""
+    from . import triton_scan as ts
+
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    if chunk_size % 16:
+        raise ValueError(f"the Gluon backward keeps every 16th state: chunk_size ({chunk_size}) must divide by 16")
+    n_states = ts._n_states(batch, cu_seqlens)
+    offsets = ts._first_checkpoints(cu_seqlens, chunk_size)
+    device = v.device
+    grid = (head_dim // BWD_BV, n_states * heads)
+    use_final_grad = dm_t is not None or di_t is not None
+    if use_final_grad:
+        dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
+        di_t = torch.zeros_like(dm_t) if di_t is None else di_t
+        dm_t, di_t = dm_t.float().contiguous(), di_t.float().contiguous()
+    k32 = k.float()
+    kkq = torch.stack((k32, k32 * k32, q.float()), dim=3)
+    slots = chunk_size // 16 + 4  # per program: the slab of a chunk, then the 4 states of a slab block
+    sc_m = torch.empty(grid[0] * grid[1] * slots * BWD_BV * state_size, dtype=torch.float32, device=device)
+    sc_j = torch.empty_like(sc_m)
+    sc_s = torch.empty(grid[0] * grid[1] * slots, dtype=torch.float64, device=device)
+    dv = ts._output(v.shape, v.dtype, device)
+    dbeta = None if beta is None else ts._output(beta.shape, beta.dtype, device)
+    dk = torch.zeros(k.shape, dtype=torch.float32, device=device)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=device)
+    dg = torch.zeros(log_decay.shape, dtype=torch.float32, device=device)
+    dm0 = None if m0 is None else ts._output(m0.shape, torch.float32, device)
+    di0 = None if i0 is None else ts._output(i0.shape, torch.float32, device)
+    palimpsa_gluon_bwd_kernel[grid](
+        v, kkq, log_decay, beta, ip, ck_m, ck_i, dy.contiguous(), None if du is None else du.contiguous(), dm_t,
+        di_t, sc_m, sc_j, sc_s, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=BWD_BV, CT=chunk_size, TAU_=TAU,
+        USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        USE_FINAL_STATE_GRADIENT=use_final_grad, USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None,
+        num_warps=1,
+    )
+    return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype), dbeta,
+            None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
+
 def _cuda_tool(name: str) -> str:
     """A CUDA binary tool shipped inside the Triton wheel (``cuobjdump``, ``nvdisasm``)."""
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
@@ -315,10 +585,11 @@ def resource_usage(compiled) -> dict:
             "local": int(found["LOCAL"])}
 
 
-def loop_instructions(compiled) -> dict:
-    """SASS opcode counts of the kernel's token loop (the innermost back-edge's body; the renormalising branches
-    inside it counted apart), from ``nvdisasm``. Keys: ``opcodes`` (main path), ``branch`` (the renormalising
-    branches), ``tokens`` (per loop iteration)."""
+def loop_instructions(compiled, tokens: int) -> dict:
+    """SASS opcode counts of the kernel's token loop, ``tokens`` per iteration (the largest innermost back-edge's
+    body: the forward's token loop, the backward's recompute walk; the renormalising branches inside it counted
+    apart), from ``nvdisasm``. Keys: ``opcodes`` (main path), ``branch`` (the renormalising branches),
+    ``tokens``."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
@@ -344,4 +615,4 @@ def loop_instructions(compiled) -> dict:
         if m:
             counts = branch if i in skipped else opcodes
             counts[m.group(1)] = counts.get(m.group(1), 0) + 1
-    return {"opcodes": opcodes, "branch": branch, "tokens": 2}
+    return {"opcodes": opcodes, "branch": branch, "tokens": tokens}

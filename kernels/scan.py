@@ -14,6 +14,7 @@ BACKENDS = ("auto", "naive", "torch", "triton", "gluon")
 # Forces what ``backend="auto"`` picks (one of BACKENDS but "auto"), e.g. ``triton`` to rule the Gluon forward
 # out on a Hopper GPU, or ``gluon`` to fail loudly where it cannot run instead of falling back.
 BACKEND_ENV = "PALIMPSA_SCAN_BACKEND"
+GLUON_BACKWARD_ENV = "PALIMPSA_GLUON_BACKWARD"  # "1": the gluon backend runs the Gluon backward as well
 
 
 def _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens, backend):
@@ -88,6 +89,17 @@ def _gluon_unsupported(v: torch.Tensor, k: torch.Tensor) -> str | None:
         return importlib.import_module(".gluon_scan", __package__).supported(v, k)
     except ImportError as error:
         return f"the Gluon module cannot be imported ({error})"
+
+
+def _gluon_configs(backend: str) -> dict:
+    """The Triton launcher's configs that swap in the Gluon kernels: the forward for ``gluon``, and the backward
+    too where ``PALIMPSA_GLUON_BACKWARD=1`` (off by default until a GPU run has verified it)."""
+    if backend != "gluon":
+        return {}
+    configs = {"fwd_config": {"kernel": "gluon"}}
+    if os.environ.get(GLUON_BACKWARD_ENV) == "1":
+        configs["bwd_config"] = {"kernel": "gluon"}
+    return configs
 
 
 def _pick_backend(backend: str, v: torch.Tensor, k: torch.Tensor) -> str:
@@ -169,7 +181,7 @@ def palimpsa_scan(
         # one custom operator for both: the Gluon path swaps the forward launch and keeps the Triton backward
         y, final, uncertainty = _triton_scan()(
             v, k, q, log_decay, beta, importance_prior, initial_state, output_final_state, output_uncertainty,
-            cu_seqlens, fwd_config={"kernel": "gluon"} if backend == "gluon" else None,
+            cu_seqlens, **_gluon_configs(backend),
         )
     elif cu_seqlens is None:
         y, final, uncertainty = _scan_one(

@@ -521,7 +521,14 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
 
 def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, bwd_config,
               chunk_size, block_size):
-    """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent)."""
+    """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent).
+
+    ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``)."""
+    if bwd_config.get("kernel") == "gluon":
+        from .gluon_scan import gluon_backward
+
+        return gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
+                              chunk_size)
     batch, length, heads, head_dim = v.shape
     n_states = _n_states(batch, cu_seqlens)
     offsets = _first_checkpoints(cu_seqlens, chunk_size)

@@ -16,7 +16,7 @@ element and token (``/ (SMs x 128 x clock)``); the SM clock comes from ``nvidia-
 mamba_ssm is a benchmark-only dependency: on a box without its CUDA extension, put its pure-Python wheel's
 contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels.md says how).
 
-    python scripts/bench_scan.py [--backends gluon,triton] [--json out.json] [--sweep] [--quick]
+    python scripts/bench_scan.py [--backends gluon,gluon-bwd,triton] [--json out.json] [--sweep] [--quick]
     python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
 """
 
@@ -88,6 +88,8 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=triton_scan.CHUNK_
     dy = torch.randn(inputs["v"].shape, generator=torch.Generator(device="cuda").manual_seed(99), device="cuda",
                      dtype=inputs["v"].dtype)
     beta = leaves.get("beta")
+    if backend == "gluon-bwd" and fwd_config is None:  # the Gluon forward and backward (opt-in in palimpsa_scan)
+        fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
 
     def forward():
         if fwd_config is None and bwd_config is None:
@@ -170,7 +172,9 @@ def floors_ms(batch: int, length: int, clock_ghz: float) -> tuple[float, float]:
     return elements / (16 * per_ms), elements * BWD_INSTRUCTIONS / (128 * per_ms)
 
 
-def bench_scans(shapes, chunk_scan, backends=("triton",), clock_ghz=1.98):
+def bench_scans(shapes, chunk_scan, backends=("triton",), clock_ghz=1.98, progress=None):
+    """One row per shape: every backend's times, the baseline's and the floors; ``progress(rows)`` after each row
+    (so that a run cut short by a time limit still leaves what it measured)."""
     rows = []
     for batch, length in shapes:
         inputs = scan_inputs(batch, length)
@@ -193,6 +197,8 @@ def bench_scans(shapes, chunk_scan, backends=("triton",), clock_ghz=1.98):
         row["base_fwd_ms"], row["base_fwdbwd_ms"] = median_ms(base_fwd), median_ms(base_fwd_bwd)
         row["base_peak_gib"] = peak_extra_gib(base_fwd_bwd)
         rows.append(row)
+        if progress is not None:
+            progress(rows)
         timed = ", ".join(f"{b} {row[f'{b}_fwd_ms']:.2f} / {row[f'{b}_fwdbwd_ms']:.2f} ms" if f"{b}_fwd_ms" in row
                           else f"{b} failed" for b in backends)
         print(f"  B={batch} L={length}: {timed}, {row['baseline']} {row['base_fwd_ms']:.2f} / "
@@ -340,7 +346,7 @@ def main() -> int:
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--backends", default="gluon,triton",
                         help="comma-separated palimpsa_scan backends to time side by side (gluon: the Gluon forward "
-                             "with the Triton backward)")
+                             "with the Triton backward; gluon-bwd: the Gluon forward and backward)")
     parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
@@ -374,7 +380,8 @@ def main() -> int:
     result = {"info": info}
     batches = (1,) if args.quick else (1, 4)
     shapes = [(b, length) for b in batches for length in (2048, 8192, 16384)]
-    result["scan"] = bench_scans(shapes, chunk_scan, backends, clock)
+    result["scan"] = bench_scans(shapes, chunk_scan, backends, clock,
+                                 progress=lambda rows: write_json(args.json, {**result, "scan": rows}))
     write_json(args.json, result)
     result["step"] = [] if args.no_step else bench_steps((1, 16, 64), state_update)
     print_tables(result, chunk_scan is not None, state_update is not None, backends)
@@ -397,16 +404,17 @@ def print_tables(result: dict, with_ssd: bool, with_step: bool, backends=("trito
     base = "SSD" if with_ssd else "beta=None"
     print(f"\nbf16, H={HEADS} P={HEAD_DIM} N={STATE} G=1; ms are do_bench medians; memory is peak extra GiB "
           f"(fwd+bwd); x = ours / {base}; floor% = floor / ours (fwd: 1 MUFU per element-token; bwd = f+b - fwd: "
-          f"{BWD_INSTRUCTIONS} instructions per element-token); gluon = Gluon forward + Triton backward")
-    print(f"{'backend':>7} {'B':>2} {'L':>6} | {'fwd':>7} {base:>7} {'x':>5} {'floor%':>6} | {'f+b':>7} {base:>7} "
+          f"{BWD_INSTRUCTIONS} instructions per element-token); gluon = Gluon forward + Triton backward, "
+          "gluon-bwd = Gluon forward + Gluon backward")
+    print(f"{'backend':>9} {'B':>2} {'L':>6} | {'fwd':>7} {base:>7} {'x':>5} {'floor%':>6} | {'f+b':>7} {base:>7} "
           f"{'x':>5} {'bwd':>7} {'floor%':>6} | {'GiB':>6} {base:>6} {'x':>5}")
     for r in result["scan"]:
         for b in backends:
             if f"{b}_fwd_ms" not in r:
-                print(f"{b:>7} {r['B']:>2} {r['L']:>6} | failed: {r.get(f'{b}_error', '?')[:80]}")
+                print(f"{b:>9} {r['B']:>2} {r['L']:>6} | failed: {r.get(f'{b}_error', '?')[:80]}")
                 continue
             fwd, fb, gib = r[f"{b}_fwd_ms"], r[f"{b}_fwdbwd_ms"], r[f"{b}_peak_gib"]
-            print(f"{b:>7} {r['B']:>2} {r['L']:>6} | {fwd:7.2f} {r['base_fwd_ms']:7.2f} {fwd / r['base_fwd_ms']:5.2f} "
+            print(f"{b:>9} {r['B']:>2} {r['L']:>6} | {fwd:7.2f} {r['base_fwd_ms']:7.2f} {fwd / r['base_fwd_ms']:5.2f} "
                   f"{100 * r['floor_fwd_ms'] / fwd:5.0f}% | {fb:7.2f} {r['base_fwdbwd_ms']:7.2f} "
                   f"{fb / r['base_fwdbwd_ms']:5.2f} {fb - fwd:7.2f} {100 * r['floor_bwd_ms'] / (fb - fwd):5.0f}% | "
                   f"{gib:6.3f} {r['base_peak_gib']:6.3f} {gib / max(r['base_peak_gib'], 1e-9):5.2f}")

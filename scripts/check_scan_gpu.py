@@ -12,20 +12,21 @@ for float32 inputs (the kernels use no TF32: they run no matrix products), 1e-2 
 exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an error row (with
 the message, also in the JSON) and the other cases still run.
 
-    python scripts/check_scan_gpu.py [--backend triton|gluon] [--quick] [--json results.json]
+    python scripts/check_scan_gpu.py [--backend triton|gluon|gluon-bwd] [--quick] [--json results.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
 
 import torch
 import triton
-from palimpsa.kernels import palimpsa_scan, triton_scan
+from palimpsa.kernels import palimpsa_scan, scan, triton_scan
 from torch.utils.checkpoint import checkpoint
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
@@ -160,9 +161,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter sequences (4096 instead of 16384)")
     parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--backend", default="triton", choices=("triton", "gluon"),
-                        help="the path to check: the Triton kernels, or the Gluon forward with the Triton backward")
+    parser.add_argument("--backend", default="triton", choices=("triton", "gluon", "gluon-bwd"),
+                        help="the path to check: the Triton kernels, the Gluon forward with the Triton backward, or "
+                             "the Gluon forward and backward (PALIMPSA_GLUON_BACKWARD=1)")
     args = parser.parse_args()
+    backend = args.backend
+    if backend == "gluon-bwd":
+        os.environ[scan.GLUON_BACKWARD_ENV] = "1"
+        backend = "gluon"
     long = 4096 if args.quick else 16384
     triton_scan.POISON_OUTPUTS = True  # every output starts NaN: an unwritten element fails the check
     f32, bf16 = torch.float32, torch.bfloat16
@@ -182,7 +188,7 @@ def main() -> int:
     rows, errors = [], {}
     for name, inputs, tol, prior, cu_seqlens, with_naive in cases:
         try:
-            rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, args.backend)
+            rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, backend)
         except Exception as error:  # noqa: BLE001 - report a failing kernel and go on with the other cases
             traceback.print_exc()
             errors[name] = f"{type(error).__name__}: {error}"
