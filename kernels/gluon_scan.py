@@ -1,5 +1,5 @@
-"""Gluon forward of the Palimpsa scan for Hopper-class GPUs: rescaled states, pair-shared reciprocals, readout
-and row sums inside a warp.
+"""Gluon kernels of the Palimpsa scan for Hopper-class GPUs: rescaled states, pair-shared reciprocals, readout
+and row sums inside a warp; a forward, and a backward that is opt-in until a GPU run has checked it.
 
 The algorithm is the one ``kernels/emulation.py`` proves against the sequential reference (read its docstring
 first): per head keep ``M' = e M`` and ``J' = e (I - I_prior)``, so that between renormalisations a token costs
@@ -17,7 +17,8 @@ group; packed ``[B, T, G, 3, N]`` so that one address serves all twelve vector l
 loop converts nothing. The next token's inputs are loaded while the current one runs.
 
 The checkpoints (every ``CT`` tokens, the true ``(M, I)``) and final states have the Triton path's layout, so
-``triton_scan``'s backward runs on them unchanged: this module replaces the forward launch only.
+``triton_scan``'s backward runs on them unchanged, and the Gluon backward runs on the Triton forward's as well.
+The backward's own mapping and schedule are described above its kernel.
 
 **Version shim.** Everything Triton-version-dependent is in the block below: where ``GluonASTSource`` lives
 (exported from 3.9, private before) and whether Gluon is there at all. The kernel uses only the Gluon subset
@@ -318,19 +319,34 @@ if gluon is not None:
         gl.atomic_add(dk + (tok * G + i_g) * N + o_n, b_dk * b_e, sem="relaxed")
         gl.atomic_add(dq + (tok * G + i_g) * N + o_n, b_dq, sem="relaxed")
         gl.atomic_add(dg + tok * H + i_h, b_da, sem="relaxed")
-        return b_dm * b_c, b_dj * b_c
+        if b_c != 1.0:  # a reference token: carry the adjoints into the previous token's gauge (warp-uniform)
+            b_dm, b_dj = b_dm * b_c, b_dj * b_c
+        return b_dm, b_dj
+
+    @gluon.jit
+    def _bwd_store_scale(p_s, b_sc):
+        """Store the float64 log-scale once per lane: a scalar store is issued by lane 0 only, and other lanes
+        reading it back would race with it (no warp-level fence between them)."""
+        LL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        gl.store(p_s + gl.arange(0, 32, layout=LL), gl.full([32], 0.0, gl.float64, LL) + b_sc)
+
+    @gluon.jit
+    def _bwd_load_scale(p_s):
+        """The log-scale stored by ``_bwd_store_scale``, each lane reading its own copy."""
+        LL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        return gl.max(gl.load(p_s + gl.arange(0, 32, layout=LL)), axis=0)
 
     @gluon.jit
     def _bwd_keep(b_m, b_j, b_sc, slot, count, start, EVERY: gl.constexpr, p_m, p_j, p_s, o_s, v, kkq, g, beta,
                   bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
                   BV: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr):
         """Walk ``count`` groups of ``EVERY`` tokens from ``start``, keeping the state (and its log-scale) before
-        each group in scratch slots ``slot, slot + 1, ...`` (``emulation._keep_every``). The same threads read
-        them back in the same layout, so no barrier is needed."""
+        each group in scratch slots ``slot, slot + 1, ...`` (``emulation._keep_every``). Every thread reads back
+        only what it wrote itself (same layout; the scale one copy per lane), so no barrier is needed."""
         for b in range(count):
             gl.store(p_m + (slot + b) * BV * N + o_s, b_m)
             gl.store(p_j + (slot + b) * BV * N + o_s, b_j)
-            gl.store(p_s + slot + b, b_sc)
+            _bwd_store_scale(p_s + (slot + b) * 32, b_sc)
             if b < count - 1:
                 b_m, b_j, b_sc, _, _ = _bwd_walk(b_m, b_j, b_sc, start + EVERY * b, start + EVERY * b + EVERY, v,
                                                  kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_,
@@ -379,7 +395,7 @@ if gluon is not None:
             b_m = gl.load(ck_m + o_ck + o_s)
             b_j = gl.load(ck_i + o_ck + o_s) - b_ip
             b_sc = gl.to_tensor(0.0).to(gl.float64)
-            _bwd_keep(b_m, b_j, b_sc, 0, nb, t0, 16, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss, o_s, v, kkq, g, beta,
+            _bwd_keep(b_m, b_j, b_sc, 0, nb, t0, 16, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * 32, o_s, v, kkq, g, beta,
                       bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA)
             for i_br in range(nb):
                 b = nb - 1 - i_br
@@ -388,9 +404,9 @@ if gluon is not None:
                 # pass B: the slab block from its state, every 4th state into the next four scratch slots
                 b_m = gl.load(sc_m + o_sc + b * BV * N + o_s)
                 b_j = gl.load(sc_j + o_sc + b * BV * N + o_s)
-                b_sc = gl.load(sc_s + o_ss + b)
+                b_sc = _bwd_load_scale(sc_s + (o_ss + b) * 32)
                 ns = gl.cdiv(te - tb, 4)
-                _bwd_keep(b_m, b_j, b_sc, NB, ns, tb, 4, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss, o_s, v, kkq, g,
+                _bwd_keep(b_m, b_j, b_sc, NB, ns, tb, 4, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * 32, o_s, v, kkq, g,
                           beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA)
                 for i_sr in range(ns):
                     s = ns - 1 - i_sr
@@ -398,7 +414,7 @@ if gluon is not None:
                     n = gl.minimum(4, te - ts)
                     b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
                     b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
-                    b_s0 = gl.load(sc_s + o_ss + NB + s)
+                    b_s0 = _bwd_load_scale(sc_s + (o_ss + NB + s) * 32)
                     if n == 4:  # two states live: the middle (token ts + 1) and the walking one
                         b_mm, b_jm, b_sm, b_cm, b_em = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 2, v, kkq, g, beta, bos,
                                                                  T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
@@ -548,7 +564,7 @@ def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens,
     slots = chunk_size // 16 + 4  # per program: the slab of a chunk, then the 4 states of a slab block
     sc_m = torch.empty(grid[0] * grid[1] * slots * BWD_BV * state_size, dtype=torch.float32, device=device)
     sc_j = torch.empty_like(sc_m)
-    sc_s = torch.empty(grid[0] * grid[1] * slots, dtype=torch.float64, device=device)
+    sc_s = torch.empty(grid[0] * grid[1] * slots * 32, dtype=torch.float64, device=device)  # a copy per lane
     dv = ts._output(v.shape, v.dtype, device)
     dbeta = None if beta is None else ts._output(beta.shape, beta.dtype, device)
     dk = torch.zeros(k.shape, dtype=torch.float32, device=device)
