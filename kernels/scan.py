@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 import torch
 
 from .chunk import chunk_palimpsa_scan
 from .naive import naive_palimpsa_scan
 
-BACKENDS = ("auto", "naive", "torch", "triton")
+BACKENDS = ("auto", "naive", "torch", "triton", "gluon")
+# Forces what ``backend="auto"`` picks (one of BACKENDS but "auto"), e.g. ``triton`` to rule the Gluon forward
+# out on a Hopper GPU, or ``gluon`` to fail loudly where it cannot run instead of falling back.
+BACKEND_ENV = "PALIMPSA_SCAN_BACKEND"
+GLUON_BACKWARD_ENV = "PALIMPSA_GLUON_BACKWARD"  # "1": the gluon backend runs the Gluon backward as well
 
 
 def _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens, backend):
@@ -77,11 +82,41 @@ def ops_saved_under_checkpointing() -> tuple:
         return ()
 
 
-def _pick_backend(backend: str, v: torch.Tensor) -> str:
+def _gluon_unsupported(v: torch.Tensor, k: torch.Tensor) -> str | None:
+    """None where the Gluon forward runs these inputs (Hopper GPU, Triton with Gluon, supported shapes and
+    dtypes), else the reason it does not."""
+    try:
+        return importlib.import_module(".gluon_scan", __package__).supported(v, k)
+    except ImportError as error:
+        return f"the Gluon module cannot be imported ({error})"
+
+
+def _gluon_configs(backend: str) -> dict:
+    """The Triton launcher's configs that swap in the Gluon kernels: the forward for ``gluon``, and the backward
+    too where ``PALIMPSA_GLUON_BACKWARD=1`` (off by default until a GPU run has verified it)."""
+    if backend != "gluon":
+        return {}
+    configs = {"fwd_config": {"kernel": "gluon"}}
+    if os.environ.get(GLUON_BACKWARD_ENV) == "1":
+        configs["bwd_config"] = {"kernel": "gluon"}
+    return configs
+
+
+def _pick_backend(backend: str, v: torch.Tensor, k: torch.Tensor) -> str:
+    """``auto``: on CUDA tensors the Gluon forward (with the Triton backward) where it runs, else Triton; the
+    chunked PyTorch path elsewhere. ``PALIMPSA_SCAN_BACKEND`` overrides what ``auto`` picks."""
     if backend == "auto":
-        return "triton" if v.is_cuda and _triton_scan() is not None else "torch"
-    if backend == "triton" and _triton_scan() is None:
-        raise RuntimeError("backend='triton' needs the triton package; use backend='torch'")
+        backend = os.environ.get(BACKEND_ENV) or "auto"
+        if backend not in BACKENDS:
+            raise ValueError(f"{BACKEND_ENV} must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        if not v.is_cuda or _triton_scan() is None:
+            return "torch"
+        return "gluon" if _gluon_unsupported(v, k) is None else "triton"
+    if backend in ("triton", "gluon") and _triton_scan() is None:
+        raise RuntimeError(f"backend={backend!r} needs the triton package; use backend='torch'")
+    if backend == "gluon" and (reason := _gluon_unsupported(v, k)) is not None:
+        raise RuntimeError(f"backend='gluon' cannot run here: {reason}; use backend='triton'")
     return backend
 
 
@@ -130,7 +165,10 @@ def palimpsa_scan(
         output_uncertainty: also return the readout variance ``u_t = (1 / I_t) (q_t * q_t)``, ``[B, T, H, P]``.
         cu_seqlens: ``[S + 1]`` cumulative sequence lengths of a packed batch (``B = 1``); the state restarts at
             every sequence start.
-        backend: ``"auto"``, ``"torch"`` (chunked PyTorch), ``"naive"`` (sequential reference) or ``"triton"``.
+        backend: ``"auto"``, ``"torch"`` (chunked PyTorch), ``"naive"`` (sequential reference), ``"triton"`` or
+            ``"gluon"`` (the Gluon forward for Hopper GPUs with the Triton backward). ``auto`` picks ``gluon``
+            on CUDA tensors where it runs, else ``triton``, and ``torch`` off the GPU; the environment variable
+            ``PALIMPSA_SCAN_BACKEND`` overrides that choice.
 
     Returns:
         ``y`` ``[B, T, H, P]`` in ``v``'s dtype (no ``D`` skip term); then ``(M_T, I_T)`` in float32 (float64
@@ -138,11 +176,12 @@ def palimpsa_scan(
         ``output_uncertainty``. A single tensor when neither extra output is asked for, else a tuple.
     """
     _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens, backend)
-    backend = _pick_backend(backend, v)
-    if backend == "triton":
+    backend = _pick_backend(backend, v, k)
+    if backend in ("triton", "gluon"):
+        # one custom operator for both: the Gluon path swaps the forward launch and keeps the Triton backward
         y, final, uncertainty = _triton_scan()(
             v, k, q, log_decay, beta, importance_prior, initial_state, output_final_state, output_uncertainty,
-            cu_seqlens,
+            cu_seqlens, **_gluon_configs(backend),
         )
     elif cu_seqlens is None:
         y, final, uncertainty = _scan_one(

@@ -483,7 +483,15 @@ def _chunk_offsets(cu_seqlens: torch.Tensor | None, batch: int, length: int, chu
 
 def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state, output_uncertainty,
              store_checkpoints, fwd_config, chunk_size):
-    """Launch the forward kernel: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints."""
+    """Launch the forward kernel: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints.
+
+    ``fwd_config = {"kernel": "gluon"}`` launches the Gluon forward instead (``gluon_scan.gluon_forward``): same
+    outputs and checkpoint layout, so the backward below runs on them unchanged."""
+    if fwd_config.get("kernel") == "gluon":
+        from .gluon_scan import gluon_forward
+
+        return gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
+                             output_uncertainty, store_checkpoints, chunk_size)
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
     n_states = _n_states(batch, cu_seqlens)
@@ -513,7 +521,14 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
 
 def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, bwd_config,
               chunk_size, block_size):
-    """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent)."""
+    """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent).
+
+    ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``)."""
+    if bwd_config.get("kernel") == "gluon":
+        from .gluon_scan import gluon_backward
+
+        return gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
+                              chunk_size)
     batch, length, heads, head_dim = v.shape
     n_states = _n_states(batch, cu_seqlens)
     offsets = _first_checkpoints(cu_seqlens, chunk_size)
@@ -671,7 +686,7 @@ def triton_palimpsa_scan(
         cu_seqlens: ``[S + 1]`` bounds of the packed sequences (``B = 1``), or None.
         fwd_config, bwd_config: ``BV`` (channels per program), ``TRANS`` (tile ``[BK, BV]`` rather than
             ``[BV, BK]``), ``num_warps``, and for the forward ``UNROLL`` (1 or 2 tokens per loop iteration,
-            the next ones' inputs prefetched).
+            the next ones' inputs prefetched); ``fwd_config={"kernel": "gluon"}`` runs the Gluon forward.
         chunk_size: tokens per checkpoint ``CT``; block_size: tokens per scratch state ``BS`` (divides ``CT``,
             even); None: the module's ``CHUNK_SIZE`` and ``BLOCK_SIZE``.
 

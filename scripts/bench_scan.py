@@ -1,15 +1,22 @@
-"""Benchmark the Triton Palimpsa scan against Mamba2's SSD (mamba_ssm) at mamba2-2.7b layer shapes.
+"""Benchmark the GPU Palimpsa scan (Gluon forward, Triton) against Mamba2's SSD (mamba_ssm) at mamba2-2.7b shapes.
 
 Times (``triton.testing.do_bench`` medians) the forward, forward + backward and peak extra memory of
-``palimpsa_scan(backend="triton")`` and of mamba_ssm's ``mamba_chunk_scan_combined`` side by side, bf16 inputs,
+``palimpsa_scan`` for each backend of ``--backends`` (default: ``gluon,triton``, the new path with the old one as
+the in-run baseline; a backend that fails to compile or run is reported and skipped) and of mamba_ssm's
+``mamba_chunk_scan_combined`` side by side, bf16 inputs,
 80 heads, P = 64, N = 128, one group, B in {1, 4}, L in {2048, 8192, 16384}; then one decoding step
 (``palimpsa_step``) against a Mamba2 step (mamba_ssm's ``selective_state_update``). If mamba_ssm cannot be
 imported, says so and times our op with ``beta=None`` (and a plain PyTorch step) in its place.
 
+Each time is also given as a fraction of its floor (kernel-design.md): the forward's is one MUFU reciprocal per
+state element and token (``B L H P N / (SMs x 16 x clock)``), the backward's ~25.5 FP32-pipe instructions per
+element and token (``/ (SMs x 128 x clock)``); the SM clock comes from ``nvidia-smi`` (max SM clock) unless
+``--clock-ghz`` is given.
+
 mamba_ssm is a benchmark-only dependency: on a box without its CUDA extension, put its pure-Python wheel's
 contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels.md says how).
 
-    python scripts/bench_scan.py [--json out.json] [--sweep] [--quick]
+    python scripts/bench_scan.py [--backends gluon,gluon-bwd,triton] [--json out.json] [--sweep] [--quick]
     python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
 """
 
@@ -19,7 +26,9 @@ import argparse
 import datetime
 import importlib
 import json
+import subprocess
 import sys
+import traceback
 import types
 
 import torch
@@ -72,18 +81,20 @@ def scan_inputs(batch, length, with_beta=True, seed=0):
 
 
 def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=triton_scan.CHUNK_SIZE,
-         block_size=triton_scan.BLOCK_SIZE, with_beta=True):
+         block_size=triton_scan.BLOCK_SIZE, with_beta=True, backend="triton"):
     names = ["v", "k", "q", "log_decay"] + (["beta"] if with_beta else [])
     leaves = {n: inputs[n].detach().requires_grad_(True) for n in names}
     # one fixed output gradient, so that every configuration's gradients can be compared with the default's
     dy = torch.randn(inputs["v"].shape, generator=torch.Generator(device="cuda").manual_seed(99), device="cuda",
                      dtype=inputs["v"].dtype)
     beta = leaves.get("beta")
+    if backend == "gluon-bwd" and fwd_config is None:  # the Gluon forward and backward (opt-in in palimpsa_scan)
+        fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
 
     def forward():
         if fwd_config is None and bwd_config is None:
             return palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta,
-                                 backend="triton")
+                                 backend=backend)
         y, _, _ = triton_scan.triton_palimpsa_scan(
             leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta, 1.0, None, False, False,
             fwd_config=fwd_config, bwd_config=bwd_config, chunk_size=chunk_size, block_size=block_size)
@@ -140,25 +151,58 @@ def graph_ms(fn) -> float:
     return do_bench_cudagraph(fn, rep=100, return_mode="median")
 
 
-def bench_scans(shapes, chunk_scan):
+BWD_INSTRUCTIONS = 25.5  # FP32-pipe instructions per element and token of the backward at its floor
+
+
+def sm_clock_ghz() -> tuple[float, str]:
+    """The GPU's maximum SM clock from nvidia-smi, or the H200's 1.98 GHz where that fails."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits", "-i",
+                              str(torch.cuda.current_device())], capture_output=True, text=True, timeout=30)
+        return float(out.stdout.split()[0]) / 1e3, "nvidia-smi clocks.max.sm"
+    except Exception as error:  # noqa: BLE001 - any failure: the documented default
+        return 1.98, f"default (nvidia-smi: {type(error).__name__})"
+
+
+def floors_ms(batch: int, length: int, clock_ghz: float) -> tuple[float, float]:
+    """``(forward, backward)`` floors in ms: one MUFU op per element-token at 16 per SM per clock, and
+    BWD_INSTRUCTIONS per element-token at 128 per SM per clock."""
+    elements = batch * length * HEADS * HEAD_DIM * STATE
+    per_ms = torch.cuda.get_device_properties(0).multi_processor_count * clock_ghz * 1e6
+    return elements / (16 * per_ms), elements * BWD_INSTRUCTIONS / (128 * per_ms)
+
+
+def bench_scans(shapes, chunk_scan, backends=("triton",), clock_ghz=1.98, progress=None):
+    """One row per shape: every backend's times, the baseline's and the floors; ``progress(rows)`` after each row
+    (so that a run cut short by a time limit still leaves what it measured)."""
     rows = []
     for batch, length in shapes:
         inputs = scan_inputs(batch, length)
         row = {"B": batch, "L": length}
-        fwd, fwd_bwd = ours(inputs)
-        row["ours_fwd_ms"], row["ours_fwdbwd_ms"] = median_ms(fwd), median_ms(fwd_bwd)
-        row["ours_peak_gib"] = peak_extra_gib(fwd_bwd)
+        row["floor_fwd_ms"], row["floor_bwd_ms"] = floors_ms(batch, length, clock_ghz)
+        for backend in backends:
+            try:
+                fwd, fwd_bwd = ours(inputs, backend=backend)
+                row[f"{backend}_fwd_ms"], row[f"{backend}_fwdbwd_ms"] = median_ms(fwd), median_ms(fwd_bwd)
+                row[f"{backend}_peak_gib"] = peak_extra_gib(fwd_bwd)
+            except Exception as error:  # noqa: BLE001 - report a failing path, time the others
+                traceback.print_exc()
+                row[f"{backend}_error"] = f"{type(error).__name__}: {error}"
         if chunk_scan is not None:
             base_fwd, base_fwd_bwd = ssd(inputs, chunk_scan)
             row["baseline"] = "mamba_ssm SSD"
         else:
             base_fwd, base_fwd_bwd = ours(inputs, with_beta=False)
-            row["baseline"] = "ours beta=None"
+            row["baseline"] = "triton beta=None"
         row["base_fwd_ms"], row["base_fwdbwd_ms"] = median_ms(base_fwd), median_ms(base_fwd_bwd)
         row["base_peak_gib"] = peak_extra_gib(base_fwd_bwd)
         rows.append(row)
-        print(f"  B={batch} L={length}: ours {row['ours_fwd_ms']:.2f} / {row['ours_fwdbwd_ms']:.2f} ms, "
-              f"{row['baseline']} {row['base_fwd_ms']:.2f} / {row['base_fwdbwd_ms']:.2f} ms", flush=True)
+        if progress is not None:
+            progress(rows)
+        timed = ", ".join(f"{b} {row[f'{b}_fwd_ms']:.2f} / {row[f'{b}_fwdbwd_ms']:.2f} ms" if f"{b}_fwd_ms" in row
+                          else f"{b} failed" for b in backends)
+        print(f"  B={batch} L={length}: {timed}, {row['baseline']} {row['base_fwd_ms']:.2f} / "
+              f"{row['base_fwdbwd_ms']:.2f} ms", flush=True)
         del inputs
     return rows
 
@@ -300,6 +344,11 @@ def copy_bandwidth_tbs() -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write every measurement here")
+    parser.add_argument("--backends", default="gluon,triton",
+                        help="comma-separated palimpsa_scan backends to time side by side (gluon: the Gluon forward "
+                             "with the Triton backward; gluon-bwd: the Gluon forward and backward)")
+    parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
+    parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
     parser.add_argument("--quick", action="store_true", help="B=1 only")
     parser.add_argument("--profile", action="store_true", help="one fwd+bwd at B=1, L=2048 (to run under ncu)")
@@ -316,7 +365,10 @@ def main() -> int:
         torch.cuda.synchronize()
         return 0
     chunk_scan, state_update, note = load_mamba_ssm()
+    backends = tuple(b for b in args.backends.split(",") if b)
+    clock, clock_source = (args.clock_ghz, "--clock-ghz") if args.clock_ghz else sm_clock_ghz()
     info = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+            "backends": backends, "clock_ghz": clock, "clock_source": clock_source,
             "torch": torch.__version__, "triton": triton.__version__, "baseline": note,
             "copy_tbs": copy_bandwidth_tbs(), "fwd_config": triton_scan.FWD_CONFIG,
             "bwd_config": triton_scan.BWD_CONFIG,
@@ -324,13 +376,15 @@ def main() -> int:
             "chunk_size": triton_scan.CHUNK_SIZE,
             "block_size": triton_scan.BLOCK_SIZE}
     print(f"{info['device']} ({info['date']}), torch {info['torch']}, triton {info['triton']}; {note}")
-    print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s")
+    print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s; SM clock {clock:.3f} GHz ({clock_source})")
     result = {"info": info}
     batches = (1,) if args.quick else (1, 4)
     shapes = [(b, length) for b in batches for length in (2048, 8192, 16384)]
-    result["scan"] = bench_scans(shapes, chunk_scan)
-    result["step"] = bench_steps((1, 16, 64), state_update)
-    print_tables(result, chunk_scan is not None, state_update is not None)
+    result["scan"] = bench_scans(shapes, chunk_scan, backends, clock,
+                                 progress=lambda rows: write_json(args.json, {**result, "scan": rows}))
+    write_json(args.json, result)
+    result["step"] = [] if args.no_step else bench_steps((1, 16, 64), state_update)
+    print_tables(result, chunk_scan is not None, state_update is not None, backends)
     write_json(args.json, result)
     if args.sweep:
         print("\nsweep of our kernels' tilings at B=1, L=8192 (defaults above)")
@@ -345,18 +399,27 @@ def write_json(path: str | None, result: dict) -> None:
             json.dump(result, f, indent=1)
 
 
-def print_tables(result: dict, with_ssd: bool, with_step: bool) -> None:
-    """The side-by-side scan table and the decoding-step table."""
+def print_tables(result: dict, with_ssd: bool, with_step: bool, backends=("triton",)) -> None:
+    """The side-by-side scan table (one line per backend and shape) and the decoding-step table."""
     base = "SSD" if with_ssd else "beta=None"
     print(f"\nbf16, H={HEADS} P={HEAD_DIM} N={STATE} G=1; ms are do_bench medians; memory is peak extra GiB "
-          f"(fwd+bwd); ratio = ours / {base}")
-    print(f"{'B':>2} {'L':>6} | {'ours fwd':>9} {base + ' fwd':>9} {'ratio':>6} | {'ours f+b':>9} "
-          f"{base + ' f+b':>9} {'ratio':>6} | {'ours GiB':>8} {base + ' GiB':>8} {'ratio':>6}")
+          f"(fwd+bwd); x = ours / {base}; floor% = floor / ours (fwd: 1 MUFU per element-token; bwd = f+b - fwd: "
+          f"{BWD_INSTRUCTIONS} instructions per element-token); gluon = Gluon forward + Triton backward, "
+          "gluon-bwd = Gluon forward + Gluon backward")
+    print(f"{'backend':>9} {'B':>2} {'L':>6} | {'fwd':>7} {base:>7} {'x':>5} {'floor%':>6} | {'f+b':>7} {base:>7} "
+          f"{'x':>5} {'bwd':>7} {'floor%':>6} | {'GiB':>6} {base:>6} {'x':>5}")
     for r in result["scan"]:
-        print(f"{r['B']:>2} {r['L']:>6} | {r['ours_fwd_ms']:9.2f} {r['base_fwd_ms']:9.2f} "
-              f"{r['ours_fwd_ms'] / r['base_fwd_ms']:6.2f} | {r['ours_fwdbwd_ms']:9.2f} {r['base_fwdbwd_ms']:9.2f} "
-              f"{r['ours_fwdbwd_ms'] / r['base_fwdbwd_ms']:6.2f} | {r['ours_peak_gib']:8.3f} "
-              f"{r['base_peak_gib']:8.3f} {r['ours_peak_gib'] / max(r['base_peak_gib'], 1e-9):6.2f}")
+        for b in backends:
+            if f"{b}_fwd_ms" not in r:
+                print(f"{b:>9} {r['B']:>2} {r['L']:>6} | failed: {r.get(f'{b}_error', '?')[:80]}")
+                continue
+            fwd, fb, gib = r[f"{b}_fwd_ms"], r[f"{b}_fwdbwd_ms"], r[f"{b}_peak_gib"]
+            print(f"{b:>9} {r['B']:>2} {r['L']:>6} | {fwd:7.2f} {r['base_fwd_ms']:7.2f} {fwd / r['base_fwd_ms']:5.2f} "
+                  f"{100 * r['floor_fwd_ms'] / fwd:5.0f}% | {fb:7.2f} {r['base_fwdbwd_ms']:7.2f} "
+                  f"{fb / r['base_fwdbwd_ms']:5.2f} {fb - fwd:7.2f} {100 * r['floor_bwd_ms'] / (fb - fwd):5.0f}% | "
+                  f"{gib:6.3f} {r['base_peak_gib']:6.3f} {gib / max(r['base_peak_gib'], 1e-9):5.2f}")
+    if not result["step"]:
+        return
     step_base = "selective_state_update" if with_step else "torch step"
     print(f"\ndecoding step (us), Mamba2 = {step_base}; eager (with Python launch) and CUDA-graph replay; "
           "ratio = ours / Mamba2 with the same state dtype role (ours keeps M and I in float32)")

@@ -1,4 +1,4 @@
-"""Correctness of the Triton Palimpsa scan at real shapes on a GPU, against float64 references.
+"""Correctness of the GPU Palimpsa scan (Triton, or the Gluon forward) at real shapes, against float64 references.
 
 Forward output, final states, uncertainty and every gradient (v, k, q, log_decay, beta, M0, I0) of a random
 weighted loss over all four outputs are compared by relative RMS error with:
@@ -9,20 +9,24 @@ weighted loss over all four outputs are compared by relative RMS error with:
 
 Inputs mix decays near 1 (``log_decay`` about -1e-4) and near 0 (about -9), with beta up to 10. Tolerances: 1e-5
 for float32 inputs (the kernels use no TF32: they run no matrix products), 1e-2 for bfloat16. Prints a table and
-exits non-zero if any check fails.
+exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an error row (with
+the message, also in the JSON) and the other cases still run.
 
-    python scripts/check_scan_gpu.py [--quick] [--json results.json]
+    python scripts/check_scan_gpu.py [--backend triton|gluon|gluon-bwd] [--quick] [--json results.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+import traceback
 
 import torch
-from palimpsa.kernels import palimpsa_scan, triton_scan
+import triton
+from palimpsa.kernels import palimpsa_scan, scan, triton_scan
 from torch.utils.checkpoint import checkpoint
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
@@ -118,13 +122,13 @@ def relative_error(got, want):
     return (got - want).norm().item() / scale
 
 
-def check_case(name, inputs, tol, prior, cu_seqlens=None, with_naive=False):
+def check_case(name, inputs, tol, prior, cu_seqlens=None, with_naive=False, backend="triton"):
     """Rows ``(case, quantity, reference, error, tol, ok)`` for one set of inputs."""
     gen = torch.Generator(device="cuda").manual_seed(7)
     weights = [torch.randn(s, generator=gen, device="cuda", dtype=torch.float64) for s in shapes_of(inputs, cu_seqlens)]
     t0 = time.time()
-    got, got_grads = outputs_and_grads(inputs, lambda x: run_op(x, "triton", prior, cu_seqlens), weights)
-    t_triton = time.time() - t0
+    got, got_grads = outputs_and_grads(inputs, lambda x: run_op(x, backend, prior, cu_seqlens), weights)
+    t_kernel = time.time() - t0
     exact = {n: None if t is None else t.double() for n, t in inputs.items()}
     references = {"torch-f64": lambda x: run_checkpointed_torch(x, prior, cu_seqlens)}
     if with_naive:
@@ -141,7 +145,7 @@ def check_case(name, inputs, tol, prior, cu_seqlens=None, with_naive=False):
             if label in want_grads:
                 err = relative_error(got_grads[label], want_grads[label])
                 rows.append((name, "d" + label, ref_name, err, tol, err <= tol))
-        print(f"  {name}: triton fwd+bwd {t_triton:.1f} s (incl. compile), {ref_name} {t_ref:.1f} s", flush=True)
+        print(f"  {name}: {backend} fwd+bwd {t_kernel:.1f} s (incl. compile), {ref_name} {t_ref:.1f} s", flush=True)
         del want, want_grads
         torch.cuda.empty_cache()
     return rows
@@ -157,7 +161,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter sequences (4096 instead of 16384)")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--backend", default="triton", choices=("triton", "gluon", "gluon-bwd"),
+                        help="the path to check: the Triton kernels, the Gluon forward with the Triton backward, or "
+                             "the Gluon forward and backward (PALIMPSA_GLUON_BACKWARD=1)")
     args = parser.parse_args()
+    backend = args.backend
+    if backend == "gluon-bwd":
+        os.environ[scan.GLUON_BACKWARD_ENV] = "1"
+        backend = "gluon"
     long = 4096 if args.quick else 16384
     triton_scan.POISON_OUTPUTS = True  # every output starts NaN: an unwritten element fails the check
     f32, bf16 = torch.float32, torch.bfloat16
@@ -174,20 +185,30 @@ def main() -> int:
     cases.append(("varlen 1000/1/2002/1093 G2 f32 beta state",
                   make_inputs(1, 4096, 2, f32, n_states=len(bounds) - 1, seed=6), 1e-5, 0.7,
                   torch.tensor(bounds, dtype=torch.int32, device="cuda"), False))
-    rows = []
+    rows, errors = [], {}
     for name, inputs, tol, prior, cu_seqlens, with_naive in cases:
-        rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive)
+        try:
+            rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, backend)
+        except Exception as error:  # noqa: BLE001 - report a failing kernel and go on with the other cases
+            traceback.print_exc()
+            errors[name] = f"{type(error).__name__}: {error}"
+            rows.append((name, "error", args.backend, float("inf"), tol, False))
         torch.cuda.empty_cache()
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, no TF32 (no matrix products in the kernels)")
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
+          f"{args.backend}; no TF32 (no matrix products in the kernels)")
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:
         print(f"{case:44s} {label:11s} {ref:10s} {err:10.2e} {tol:7.0e}  {'yes' if ok else 'NO'}")
     failed = [r for r in rows if not r[5]]
     print(f"\n{len(rows) - len(failed)}/{len(rows)} checks passed")
+    for name, message in errors.items():
+        print(f"ERROR in {name}: {message}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([dict(zip(("case", "quantity", "reference", "error", "tol", "ok"), r)) for r in rows], f,
-                      indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__, "backend": args.backend, "errors": errors,
+                       "rows": [dict(zip(("case", "quantity", "reference", "error", "tol", "ok"), r)) for r in rows]},
+                      f, indent=1)
     return 1 if failed else 0
 
 

@@ -1,0 +1,325 @@
+"""PyTorch emulation of the Gluon scan's algorithm (rescaled states), forward and hand-written backward.
+
+This is the algorithm of ``kernels/gluon_scan.py`` written out in PyTorch, one token at a time and with the
+kernels' storage schedule, so that it can be proven against the sequential reference (``naive.py``) on the CPU
+before any GPU time is spent: in float64 the two agree to rounding, in float32 it shows the rounding the kernels
+will have. It is a test oracle, not a backend (it is slow and ``palimpsa_scan`` never dispatches to it).
+
+**Rescaled states** (gauge). Per head keep ``M' = e M`` and ``J' = e (I - I_prior)`` with a per-(token, head)
+scale ``e_t = 1 / A_t``, ``A_t`` the decay accumulated since the last reference token. Then::
+
+    M'_t = c_t M'_{t-1} + (e_t v_t) (x) k_t           c_t = e_t a_t / e_{t-1}
+    J'_t = c_t J'_{t-1} + (e_t beta_t) (x) k_t^2
+    D_t  = J'_t + e_t I_prior = e_t I_t,     M_t / I_t = M'_t / D_t     (exactly)
+
+Between references ``c_t = 1`` (one FFMA per state and token instead of two). With ``S_t = log e_t``: a token is a
+reference (``S_t = 0``, ``c_t = exp(log a_t - S_{t-1})``: a renormalising update) when ``S_{t-1} - log a_t``
+would pass ``tau``, at the last token of every chunk of ``CT`` tokens and at the sequence's last token; otherwise
+``S_t = S_{t-1} - log a_t`` and ``c_t = 1``. So the scale never exceeds ``e^tau`` (nothing overflows, nothing is
+ever divided by a decay: ``c`` is a decay, ``e`` a product of inverse decays bounded by ``e^tau``), and the states
+at chunk starts, at the end and in the checkpoints are the true ``(M, I)``. ``S`` accumulates in float64 (a scalar
+per head and token), so that each ``e_t`` is rounded once instead of ``S`` drifting by ``tau * 2^-24`` per token.
+
+**Pair-shared reciprocals.** On half of the state columns ``1 / D`` comes from one reciprocal per pair:
+``1 / D1 = D2 / (D1 D2)``, ``1 / D2 = D1 / (D1 D2)`` (three multiplies instead of a second MUFU reciprocal; with
+``D <= e^tau I`` the product cannot overflow). :func:`reciprocal_pairs` names the columns.
+
+**Backward.** The adjoints live in the same gauge (``dM' = dM / e``, ``dJ' = dI / e``), so the reverse step is::
+
+    w = q / D;  mu = M' / D;  dM'_t = c_{t+1} dM'_{t+1} + dy (x) w
+    dJ'_t = c_{t+1} dJ'_{t+1} - (dy (x) w) mu - (e_t du) (x) (q / D)^2
+    dv = e_t dM' k,  dbeta = e_t dJ' k^2,  dk = e_t (dM'^T v + 2 k (dJ'^T beta)),  dq = mu^T dy + 2 q e_t (du^T / D)
+
+and the decay gradient needs only the state of the same token (the identities of kernel-design.md, in gauge form:
+``a_t sum(dM_t M_{t-1}) = sum(dM'_t M'_t) - v . dv`` and ``a_t sum(dI_t (I_{t-1} - I_prior)) = sum(dJ'_t J'_t) -
+beta . dbeta``), so the previous state need not stay live. States are recomputed, never rebuilt backwards:
+checkpoints every ``CT`` tokens (written by the forward), a slab of every ``slab_every``-th state of a chunk
+(global memory in the kernel), every ``shared_every``-th state of a slab block (shared memory), and inside such a
+block of four tokens a two-slot schedule: walk to the middle and keep it, walk on to the last token, reverse it,
+walk from the middle to the one before, reverse it and the middle, then walk from the block start to the first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TAU = 16.0  # renormalise before the scale e = 1 / A passes e^TAU (kernel-design.md: 16-20)
+CHUNK_SIZE = 256  # CT: tokens per checkpoint
+SLAB_EVERY = 16  # backward: every 16th state of a chunk kept in the global slab
+SHARED_EVERY = 4  # backward: every 4th state of a slab block kept in shared memory
+
+
+def rescale_factors(log_decay: torch.Tensor, tau: float = TAU, chunk_size: int = CHUNK_SIZE):
+    """Carries ``c_t`` and scales ``e_t`` of one sequence, ``[T, H]`` each (float64), and the reference flags.
+
+    The rule of the kernels: per head a scalar walk over the tokens (``S`` in float64), reset at a reference.
+    """
+    length = log_decay.shape[0]
+    log_decay = log_decay.double()
+    scale = torch.zeros(log_decay.shape[1], dtype=torch.float64)
+    carries, scales, references = [], [], []
+    for t in range(length):
+        grown = scale - log_decay[t]
+        forced = t % chunk_size == chunk_size - 1 or t == length - 1
+        reference = (grown > tau) | forced
+        carries.append(torch.where(reference, (-grown).exp(), torch.ones_like(grown)))
+        scale = torch.where(reference, torch.zeros_like(grown), grown)
+        scales.append(scale.exp())
+        references.append(reference)
+    return torch.stack(carries), torch.stack(scales), torch.stack(references)
+
+
+def paired_columns(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The state columns that share a reciprocal, as two index tensors ``(lo, hi)`` of partners.
+
+    The kernels' thread owns runs of ``w = max(1, N // 32)`` columns in four tiles; tile 0 pairs with tile 1, i.e.
+    column ``n`` with ``(n // w) % 4 == 0`` pairs with ``n + w``; columns of tiles 2 and 3 take their own.
+    """
+    width = max(1, size // 32)
+    lo = torch.tensor([n for n in range(size) if (n // width) % 4 == 0 and n + width < size], dtype=torch.long)
+    return lo, lo + width
+
+
+def reciprocal_pairs(d: torch.Tensor, pairs: bool = True) -> torch.Tensor:
+    """``1 / d`` over the last dimension (``N`` states), one reciprocal per pair of :func:`paired_columns`."""
+    if not pairs:
+        return 1 / d
+    lo, hi = paired_columns(d.shape[-1])
+    r = 1 / d
+    shared = 1 / (d[..., lo] * d[..., hi])
+    r[..., lo] = d[..., hi] * shared
+    r[..., hi] = d[..., lo] * shared
+    return r
+
+
+class _Sequence:
+    """One sequence's inputs as ``[T, H, ...]`` views in the state dtype, ``k`` / ``q`` expanded to the heads."""
+
+    def __init__(self, v, k, q, log_decay, beta, importance_prior, dtype, tau, chunk_size, pairs):
+        heads = v.shape[1]
+        per_group = heads // k.shape[1]
+        self.v, self.log_decay = v.to(dtype), log_decay
+        self.beta = None if beta is None else beta.to(dtype)
+        self.k = k.to(dtype).repeat_interleave(per_group, dim=1)
+        self.q = q.to(dtype).repeat_interleave(per_group, dim=1)
+        self.prior, self.pairs, self.dtype = importance_prior, pairs, dtype
+        carries, scales, self.references = rescale_factors(log_decay, tau, chunk_size)
+        self.c, self.e = carries.to(dtype), scales.to(dtype)
+        self.updates = 0  # state updates run (the forward's and every recompute's), for the schedule's cost
+
+    def update(self, m, j, t):
+        """``(M'_t, J'_t)`` from ``(M'_{t-1}, J'_{t-1})``: one FFMA per state when ``c_t = 1``."""
+        self.updates += 1
+        c, e = self.c[t][:, None, None], self.e[t][:, None, None]
+        if not bool(self.references[t].any()):
+            c = None  # no head renormalises at t: the kernels' fast branch, no multiply by c
+        k = self.k[t][:, None, :]
+        write = (e * self.v[t][..., None]) * k
+        m = write + (m if c is None else c * m)
+        if self.beta is not None:
+            gain = (e * self.beta[t][..., None]) * (k * k)
+            j = gain + (j if c is None else c * j)
+        elif c is not None:
+            j = c * j
+        return m, j
+
+    def denominator(self, j, t):
+        return j + self.prior * self.e[t][:, None, None]
+
+    def walk(self, m, j, start, end):
+        """The state at token ``end - 1`` from the state at ``start - 1`` (``end == start``: unchanged)."""
+        for t in range(start, end):
+            m, j = self.update(m, j, t)
+        return m, j
+
+
+def _forward_one(seq: _Sequence, m, j, chunk_size):
+    """One sequence's forward from its true initial state: ``y``, ``u``, the final true state, checkpoints."""
+    ys, us, checkpoints = [], [], []
+    for t in range(seq.v.shape[0]):
+        if t % chunk_size == 0:  # a chunk start follows a reference token (or is the start): a true state
+            checkpoints.append((m.clone(), j.clone()))
+        m, j = seq.update(m, j, t)
+        r = reciprocal_pairs(seq.denominator(j, t), seq.pairs)
+        query = seq.q[t][:, None, :]
+        ys.append((m * r * query).sum(-1))
+        us.append(seq.e[t][:, None] * (r * query * query).sum(-1))
+    return torch.stack(ys), torch.stack(us), (m, j), checkpoints
+
+
+def _bounds(batch, length, cu_seqlens):
+    if cu_seqlens is None:
+        return [(b, 0, length) for b in range(batch)]
+    edges = cu_seqlens.tolist()
+    return [(0, s, e) for s, e in zip(edges, edges[1:])]
+
+
+def emulated_forward(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens=None, *, tau=TAU,
+                     chunk_size=CHUNK_SIZE, pairs=True, dtype=torch.float64):
+    """The forward, with ``palimpsa_scan``'s shapes (``cu_seqlens``: packed, ``B = 1``).
+
+    Returns ``y``, ``(M_T, I_T)``, ``u`` (all in ``dtype``), the checkpoints (a list per sequence of true
+    ``(M, J)`` at every chunk start) and the number of state updates.
+    """
+    batch, length, heads, head_dim = v.shape
+    state_size = k.shape[-1]
+    y = torch.zeros(batch, length, heads, head_dim, dtype=dtype)
+    u = torch.zeros_like(y)
+    finals_m, finals_i, checkpoints, updates = [], [], [], 0
+    for index, (b, start, end) in enumerate(_bounds(batch, length, cu_seqlens)):
+        seq = _Sequence(v[b, start:end], k[b, start:end], q[b, start:end], log_decay[b, start:end],
+                        None if beta is None else beta[b, start:end], importance_prior, dtype, tau, chunk_size,
+                        pairs)
+        m, j = _initial(initial_state, index, heads, head_dim, state_size, importance_prior, dtype)
+        y_s, u_s, (m, j), ck = _forward_one(seq, m, j, chunk_size)
+        y[b, start:end], u[b, start:end] = y_s, u_s
+        finals_m.append(m)
+        finals_i.append(j + importance_prior)
+        checkpoints.append(ck)
+        updates += seq.updates
+    return y, (torch.stack(finals_m), torch.stack(finals_i)), u, checkpoints, updates
+
+
+def _initial(initial_state, index, heads, head_dim, state_size, importance_prior, dtype):
+    """The true ``(M_0, J_0 = I_0 - I_prior)`` of sequence ``index``."""
+    if initial_state is None:
+        m = torch.zeros(heads, head_dim, state_size, dtype=dtype)
+        return m, torch.zeros_like(m)
+    m = initial_state[0][index].to(dtype)
+    j = torch.zeros_like(m) if initial_state[1] is None else initial_state[1][index].to(dtype) - importance_prior
+    return m, j
+
+
+class _Adjoint:
+    """The reverse walk's carried adjoints ``c_{t+1} dM'_{t+1}``, ``c_{t+1} dJ'_{t+1}`` and its outputs."""
+
+    def __init__(self, seq: _Sequence, dm, dj, dy, du):
+        self.seq, self.dm, self.dj, self.dy, self.du = seq, dm, dj, dy, du
+        length, heads, head_dim = seq.v.shape
+        zeros = torch.zeros
+        self.dv = zeros(length, heads, head_dim, dtype=seq.dtype)
+        self.dbeta = torch.zeros_like(self.dv)
+        self.dk = zeros(length, heads, seq.k.shape[-1], dtype=seq.dtype)
+        self.dq = torch.zeros_like(self.dk)
+        self.dlog_decay = zeros(length, heads, dtype=seq.dtype)
+        self.next = length  # the token the reverse step expects next: each is reversed once, in order
+
+    def reverse(self, m, j, t):
+        """The reverse step of token ``t`` from its own state ``(M'_t, J'_t)`` only."""
+        assert t == self.next - 1, f"token {t} reversed out of order (expected {self.next - 1})"
+        self.next = t
+        seq = self.seq
+        e = seq.e[t]
+        r = reciprocal_pairs(seq.denominator(j, t), seq.pairs)
+        query, key = seq.q[t][:, None, :], seq.k[t][:, None, :]
+        w = query * r
+        mu = m * r
+        gw = self.dy[t][..., None] * w
+        dm = self.dm + gw
+        dj = self.dj - gw * mu
+        self.dq[t] = (mu * self.dy[t][..., None]).sum(1)
+        if self.du is not None:  # u = e sum_N q^2 / D: its adjoint reaches J' through D
+            edu = (e[:, None] * self.du[t])[..., None]
+            dj = dj - edu * w * w
+            self.dq[t] += 2 * seq.q[t] * (edu * r).sum(1)
+        ev = e[:, None]
+        self.dv[t] = ev * (dm * key).sum(-1)
+        dk = (dm * seq.v[t][..., None]).sum(1)
+        decay = (dm * m).sum((1, 2)) - (seq.v[t] * self.dv[t]).sum(-1)
+        if seq.beta is not None:
+            self.dbeta[t] = ev * (dj * key * key).sum(-1)
+            dk = dk + 2 * seq.k[t] * (dj * seq.beta[t][..., None]).sum(1)
+            decay = decay - (seq.beta[t] * self.dbeta[t]).sum(-1)
+        self.dk[t] = e[:, None] * dk
+        self.dlog_decay[t] = decay + (dj * j).sum((1, 2))
+        carry = seq.c[t][:, None, None]
+        self.dm, self.dj = carry * dm, carry * dj
+
+
+def _reverse_block(seq: _Sequence, adjoint: _Adjoint, m, j, start, end, shared_every):
+    """Reverse tokens ``start .. end - 1`` from the state before ``start``.
+
+    A full block of four: two states live (the kernels' register budget). Walk to the middle and keep it, walk on
+    to the last token and reverse it, walk from the middle to the third and reverse it, reverse the middle, walk
+    from the block start to the first token and reverse it: 6 updates. A shorter block (a sequence's tail) walks
+    from the block start to each of its tokens in turn.
+    """
+    if end - start == shared_every == 4:
+        mm, jm = seq.walk(m, j, start, start + 2)
+        adjoint.reverse(*seq.walk(mm, jm, start + 2, start + 4), start + 3)
+        adjoint.reverse(*seq.walk(mm, jm, start + 2, start + 3), start + 2)
+        adjoint.reverse(mm, jm, start + 1)
+        adjoint.reverse(*seq.walk(m, j, start, start + 1), start)
+        return
+    for last in range(end - 1, start - 1, -1):
+        adjoint.reverse(*seq.walk(m, j, start, last + 1), last)
+
+
+def _keep_every(seq: _Sequence, m, j, start, end, every):
+    """Walk tokens ``start .. end - 1`` keeping the state before every ``every``-th one (the last kept state is
+    not walked on: nothing needs the state after ``end - 1``)."""
+    kept = []
+    for tb in range(start, end, every):
+        kept.append((m, j))
+        if tb + every < end:
+            m, j = seq.walk(m, j, tb, tb + every)
+    return kept
+
+
+def _backward_one(seq: _Sequence, checkpoints, adjoint: _Adjoint, chunk_size, slab_every, shared_every):
+    """Reverse one sequence chunk by chunk: checkpoint -> slab -> shared -> two register slots."""
+    length = seq.v.shape[0]
+    for i_c in range(len(checkpoints) - 1, -1, -1):
+        t0, t1 = i_c * chunk_size, min(i_c * chunk_size + chunk_size, length)
+        slab = _keep_every(seq, *checkpoints[i_c], t0, t1, slab_every)  # pass A: global memory in the kernels
+        for i_b in range(len(slab) - 1, -1, -1):
+            tb = t0 + i_b * slab_every
+            te = min(tb + slab_every, t1)
+            shared = _keep_every(seq, *slab[i_b], tb, te, shared_every)  # pass B
+            for i_s in range(len(shared) - 1, -1, -1):
+                ts = tb + i_s * shared_every
+                _reverse_block(seq, adjoint, *shared[i_s], ts, min(ts + shared_every, te), shared_every)
+
+
+def emulated_backward(v, k, q, log_decay, beta, importance_prior, initial_state, checkpoints, dy, dm_t, di_t, du,
+                      cu_seqlens=None, *, tau=TAU, chunk_size=CHUNK_SIZE, slab_every=SLAB_EVERY,
+                      shared_every=SHARED_EVERY, pairs=True, dtype=torch.float64):
+    """Gradients of ``v, k, q, log_decay, beta, M0, I0`` (None for absent inputs) from the forward's checkpoints
+    and the gradients of ``y``, ``M_T``, ``I_T``, ``u`` (each may be None), and the number of state updates the
+    recompute ran."""
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    grads = {name: torch.zeros(t.shape, dtype=dtype) for name, t in (("v", v), ("k", k), ("q", q),
+                                                                     ("log_decay", log_decay))}
+    grads["beta"] = None if beta is None else torch.zeros(beta.shape, dtype=dtype)
+    bounds = _bounds(batch, length, cu_seqlens)
+    n_states = len(bounds)
+    dm0 = torch.zeros(n_states, heads, head_dim, state_size, dtype=dtype)
+    di0 = torch.zeros_like(dm0)
+    updates = 0
+    for index, (b, start, end) in enumerate(bounds):
+        seq = _Sequence(v[b, start:end], k[b, start:end], q[b, start:end], log_decay[b, start:end],
+                        None if beta is None else beta[b, start:end], importance_prior, dtype, tau, chunk_size,
+                        pairs)
+        part = slice(start, end)
+        zeros = torch.zeros(heads, head_dim, state_size, dtype=dtype)
+        dm = zeros if dm_t is None else dm_t[index].to(dtype)  # the last token is a reference: e = 1
+        dj = zeros if di_t is None else di_t[index].to(dtype)
+        adjoint = _Adjoint(seq, dm, dj, torch.zeros(end - start, heads, head_dim, dtype=dtype) if dy is None
+                           else dy[b, part].to(dtype), None if du is None else du[b, part].to(dtype))
+        _backward_one(seq, checkpoints[index], adjoint, chunk_size, slab_every, shared_every)
+        assert adjoint.next == 0, "not every token was reversed"
+        updates += seq.updates
+        per_group = heads // groups
+        grads["v"][b, part] = adjoint.dv
+        grads["k"][b, part] = adjoint.dk.view(end - start, groups, per_group, state_size).sum(2)
+        grads["q"][b, part] = adjoint.dq.view(end - start, groups, per_group, state_size).sum(2)
+        grads["log_decay"][b, part] = adjoint.dlog_decay
+        if beta is not None:
+            grads["beta"][b, part] = adjoint.dbeta
+        dm0[index], di0[index] = adjoint.dm, adjoint.dj  # c_0 dM'_0: the initial state is a true state
+    has_m0 = initial_state is not None
+    has_i0 = has_m0 and initial_state[1] is not None
+    return ((grads["v"], grads["k"], grads["q"], grads["log_decay"], grads["beta"], dm0 if has_m0 else None,
+             di0 if has_i0 else None), updates)
+

@@ -1,0 +1,634 @@
+"""Gluon kernels of the Palimpsa scan for Hopper-class GPUs: rescaled states, pair-shared reciprocals, readout
+and row sums inside a warp; a forward, and a backward that is opt-in until a GPU run has checked it.
+
+The algorithm is the one ``kernels/emulation.py`` proves against the sequential reference (read its docstring
+first): per head keep ``M' = e M`` and ``J' = e (I - I_prior)``, so that between renormalisations a token costs
+one FFMA per state for each of ``M'`` and ``J'``, one add for ``D = J' + e I_prior``, a reciprocal (on half of the
+states one per pair: ``1 / D1 = D2 / (D1 D2)``) and two for the readout ``y = sum_N (M' / D) q``.
+
+Mapping (Gluon: the layouts are explicit, which plain Triton does not allow). A warp owns ``8`` channels of one
+head; a thread owns 2 channels x ``N / 8`` states, the ``N`` states of a channel spread over 8 lanes. The states
+are four register tiles ``[BV, N / 4]`` (tile ``t``, column ``j``: state ``n = N / 8 * (j // w) + t w + j % w``,
+``w = N / 32``), so a thread's states of one tile are ``w`` consecutive ones (one vector load of ``k``) and tiles
+0 and 1 are the pairs that share a reciprocal (``emulation.paired_columns``). The readout sums a thread's
+states in registers, then over 8 lanes with 3 shuffles per channel: no shared memory and no barrier per token.
+``k``, ``k^2`` and ``q`` come in float32 from a prologue (PyTorch, once per call, shared by every head of a
+group; packed ``[B, T, G, 3, N]`` so that one address serves all twelve vector loads of a token), so the inner
+loop converts nothing. The next token's inputs are loaded while the current one runs.
+
+The checkpoints (every ``CT`` tokens, the true ``(M, I)``) and final states have the Triton path's layout, so
+``triton_scan``'s backward runs on them unchanged, and the Gluon backward runs on the Triton forward's as well.
+The backward's own mapping and schedule are described above its kernel.
+
+**Version shim.** Everything Triton-version-dependent is in the block below: where ``GluonASTSource`` lives
+(exported from 3.9, private before) and whether Gluon is there at all. The kernel uses only the Gluon subset
+that is the same from 3.5 to 3.9 (``BlockedLayout`` with its four positional arguments, ``SliceLayout``,
+``arange``/``load``/``store``/``sum``/``where``/``exp``/``inline_asm_elementwise``, scalar ``if``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+
+import torch
+import triton
+
+from .emulation import TAU  # the algorithm's renormalisation threshold: one value for kernel and emulation
+
+# --- version shim: the one place that knows where Gluon's pieces live in each Triton version ---------------
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    try:
+        from triton.experimental.gluon import GluonASTSource  # Triton >= 3.9
+    except ImportError:
+        from triton.experimental.gluon._runtime import GluonASTSource  # Triton 3.5 - 3.8
+    GLUON_IMPORT_ERROR = None
+except ImportError as error:  # Triton < 3.5, or a build without Gluon: the Triton path is used instead
+    gluon = gl = GluonASTSource = None
+    GLUON_IMPORT_ERROR = f"{type(error).__name__}: {error}"
+# ------------------------------------------------------------------------------------------------------------
+
+WARPS = 1  # warps per program; a program owns 8 channels per warp
+BWD_BV = 4  # channels per backward program (one warp): the register budget of its two live states and adjoints
+
+
+def supported(v: torch.Tensor, k: torch.Tensor) -> str | None:
+    """None where the Gluon forward can run these inputs, else why not (the caller falls back to Triton)."""
+    if GLUON_IMPORT_ERROR is not None:
+        return f"Gluon is not importable ({GLUON_IMPORT_ERROR})"
+    if not v.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
+        return "Gluon kernels need a GPU (no interpreter)"
+    if torch.cuda.get_device_capability(v.device)[0] != 9:
+        return "the Gluon forward is written and tuned for Hopper (sm_90)"
+    if v.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"{v.dtype} inputs stay on the Triton path (float64 states)"
+    head_dim, state_size = v.shape[3], k.shape[3]
+    if head_dim % (8 * WARPS):
+        return f"P = {head_dim} is not a multiple of {8 * WARPS}"
+    if state_size < 32 or state_size & (state_size - 1):
+        return f"N = {state_size} is not a power of two >= 32"
+    return None
+
+
+if gluon is not None:
+
+    @gluon.jit
+    def _rcp(x):
+        """``1 / x`` as one ``rcp.approx.ftz.f32`` (1 ulp, one MUFU op; ``div.full.f32`` is 8 instructions)."""
+        return gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=gl.float32,
+                                         is_pure=True, pack=1)
+
+    @gluon.jit
+    def _load_token(v, kkq, g, beta, tok, i_h, i_g, o_v, o_n, W: gl.constexpr,
+                    H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr):
+        """Everything token ``tok`` needs: its log decay, the program's values and gains, and the four tiles'
+        columns of ``k``, ``k^2``, ``q``. Unmasked: callers clamp ``tok`` to the sequence, so a prefetch past its
+        end rereads the last token instead of zero-filling ~50 registers per token under a mask."""
+        b_la = gl.load(g + tok * H + i_h).to(gl.float64)
+        b_v = gl.load(v + (tok * H + i_h) * P + o_v).to(gl.float32)
+        if USE_BETA:
+            b_b = gl.load(beta + (tok * H + i_h) * P + o_v).to(gl.float32)
+        else:
+            b_b = b_v
+        p_k = kkq + (tok * G + i_g) * (3 * N) + o_n  # one base: k, k^2 and q at immediate offsets from it
+        p_s, p_q = p_k + N, p_k + 2 * N
+        return (b_la, b_v, b_b, gl.load(p_k), gl.load(p_k + W), gl.load(p_k + 2 * W), gl.load(p_k + 3 * W),
+                gl.load(p_s), gl.load(p_s + W), gl.load(p_s + 2 * W), gl.load(p_s + 3 * W),
+                gl.load(p_q), gl.load(p_q + W), gl.load(p_q + 2 * W), gl.load(p_q + 3 * W))
+
+    @gluon.jit
+    def _program(cu_seqlens, chunk_offsets, T, H: gl.constexpr, G: gl.constexpr, CT: gl.constexpr,
+                 IS_VARLEN: gl.constexpr):
+        """What a program owns (as ``triton_scan._program``): channel block ``i_v`` of (sequence, head) ``i_nh``,
+        the head's group, the sequence's first token ``bos``, its length and its first checkpoint ``boc``."""
+        i_v, i_nh = gl.program_id(0), gl.program_id(1)
+        i_n, i_h = i_nh // H, i_nh % H
+        if IS_VARLEN:
+            bos = gl.load(cu_seqlens + i_n).to(gl.int64)
+            T = (gl.load(cu_seqlens + i_n + 1).to(gl.int64) - bos).to(gl.int32)
+            boc = gl.load(chunk_offsets + i_n).to(gl.int64)
+        else:
+            bos = i_n.to(gl.int64) * T
+            boc = i_n.to(gl.int64) * gl.cdiv(T, CT)
+        return i_v, i_nh, i_h, i_h // (H // G), bos, T, boc
+
+    @gluon.jit
+    def _update(b_m, b_j, b_ev, b_eb, b_k, b_s, USE_BETA: gl.constexpr):
+        """The rescaled update of one tile: ``M' += (e v) k``, ``J' += (e beta) k^2`` (one FFMA each)."""
+        b_m = b_m + gl.expand_dims(b_ev, 1) * gl.expand_dims(b_k, 0)
+        if USE_BETA:
+            b_j = b_j + gl.expand_dims(b_eb, 1) * gl.expand_dims(b_s, 0)
+        return b_m, b_j
+
+    @gluon.jit
+    def _token(b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_sc, b_ip, x, y, u, tok, t, valid, i_h, o_v, T,
+               H: gl.constexpr, P: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr,
+               USE_UNCERTAINTY: gl.constexpr):
+        """Advance the rescaled state by token ``tok`` (inputs ``x`` from ``_load_token``), write its readout.
+        An invalid token (the empty half of the sequence's last pair) is the identity and writes nothing."""
+        b_la, b_v, b_b, k0, k1, k2, k3, s0, s1, s2, s3, q0, q1, q2, q3 = x
+        # a reference where the scale would pass e^TAU, at every chunk's end and at the sequence's end
+        b_grown = b_sc - gl.where(valid, b_la, 0.0)
+        is_ref = (b_grown > TAU_) | (t % CT == CT - 1) | (t == T - 1)
+        if is_ref:  # renormalise: both states times c = a_t / e_{t-1} (warp-uniform, rare on slow heads)
+            b_c = gl.exp((-b_grown).to(gl.float32))
+            b_m0, b_m1, b_m2, b_m3 = b_m0 * b_c, b_m1 * b_c, b_m2 * b_c, b_m3 * b_c
+            b_j0, b_j1, b_j2, b_j3 = b_j0 * b_c, b_j1 * b_c, b_j2 * b_c, b_j3 * b_c
+        b_sc = gl.where(is_ref, 0.0, b_grown)
+        b_e = gl.exp(b_sc.to(gl.float32))
+        b_w = gl.where(valid, b_e, 0.0)  # the write's scale: 0 makes an invalid token the identity
+        b_ev, b_eb = b_v * b_w, b_b * b_w
+        b_m0, b_j0 = _update(b_m0, b_j0, b_ev, b_eb, k0, s0, USE_BETA)
+        b_m1, b_j1 = _update(b_m1, b_j1, b_ev, b_eb, k1, s1, USE_BETA)
+        b_m2, b_j2 = _update(b_m2, b_j2, b_ev, b_eb, k2, s2, USE_BETA)
+        b_m3, b_j3 = _update(b_m3, b_j3, b_ev, b_eb, k3, s3, USE_BETA)
+        b_ipe = b_ip * b_e
+        b_d0, b_d1, b_d2, b_d3 = b_j0 + b_ipe, b_j1 + b_ipe, b_j2 + b_ipe, b_j3 + b_ipe
+        b_rp = _rcp(b_d0 * b_d1)  # tiles 0 and 1 share one reciprocal per pair of states
+        b_r0, b_r1 = b_d1 * b_rp, b_d0 * b_rp
+        b_r2, b_r3 = _rcp(b_d2), _rcp(b_d3)
+        b_acc = (b_m0 * b_r0) * gl.expand_dims(q0, 0) + (b_m1 * b_r1) * gl.expand_dims(q1, 0)
+        b_acc += (b_m2 * b_r2) * gl.expand_dims(q2, 0) + (b_m3 * b_r3) * gl.expand_dims(q3, 0)
+        o_y = (tok * H + i_h) * P + o_v
+        m_y = o_v < gl.where(valid, P, 0)
+        gl.store(y + o_y, gl.sum(b_acc, axis=1).to(y.dtype.element_ty), mask=m_y)
+        if USE_UNCERTAINTY:  # u = sum_N q^2 / I = e sum_N q^2 / D
+            b_uq = b_r0 * gl.expand_dims(q0 * q0, 0) + b_r1 * gl.expand_dims(q1 * q1, 0)
+            b_uq += b_r2 * gl.expand_dims(q2 * q2, 0) + b_r3 * gl.expand_dims(q3 * q3, 0)
+            gl.store(u + o_y, (gl.sum(b_uq, axis=1) * b_e).to(u.dtype.element_ty), mask=m_y)
+        return b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_sc
+
+    @gluon.jit
+    def _store_state(p_m, p_i, o_s0, b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_ip, W: gl.constexpr):
+        """Store a true state (``e = 1``): ``M = M'`` and ``I = J' + I_prior``."""
+        gl.store(p_m + o_s0, b_m0)
+        gl.store(p_m + o_s0 + W, b_m1)
+        gl.store(p_m + o_s0 + 2 * W, b_m2)
+        gl.store(p_m + o_s0 + 3 * W, b_m3)
+        gl.store(p_i + o_s0, b_j0 + b_ip)
+        gl.store(p_i + o_s0 + W, b_j1 + b_ip)
+        gl.store(p_i + o_s0 + 2 * W, b_j2 + b_ip)
+        gl.store(p_i + o_s0 + 3 * W, b_j3 + b_ip)
+
+    @gluon.jit
+    def palimpsa_gluon_fwd_kernel(
+        v, kkq, g, beta, m0, i0, ip, y, u, ck_m, ck_i, mT, iT, cu_seqlens, chunk_offsets, T,
+        H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, BV: gl.constexpr, CT: gl.constexpr,
+        TAU_: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
+        USE_INITIAL_IMPORTANCE: gl.constexpr, STORE_FINAL_STATE: gl.constexpr, STORE_CHECKPOINTS: gl.constexpr,
+        USE_UNCERTAINTY: gl.constexpr, IS_VARLEN: gl.constexpr,
+    ):
+        # a warp: 8 channels (2 per thread over 4 lanes) x N / 4 columns per tile (N / 32 per thread over 8 lanes)
+        W: gl.constexpr = N // 32
+        L: gl.constexpr = gl.BlockedLayout([2, W], [4, 8], [BV // 8, 1], [1, 0])
+        LV: gl.constexpr = gl.SliceLayout(1, L)
+        LN: gl.constexpr = gl.SliceLayout(0, L)
+
+        i_v, i_nh, i_h, i_g, bos, T, boc = _program(cu_seqlens, chunk_offsets, T, H, G, CT, IS_VARLEN)
+        o_v = i_v * BV + gl.arange(0, BV, layout=LV)
+        o_j = gl.arange(0, N // 4, layout=LN)
+        o_n = (o_j // W) * (4 * W) + o_j % W  # tile 0's state columns; tile t's are t * W further
+        o_s0 = gl.expand_dims(gl.arange(0, BV, layout=LV) * N, 1) + gl.expand_dims(o_n, 0)
+        o_state = (i_nh.to(gl.int64) * P + i_v * BV) * N
+        b_ip = gl.load(ip)
+
+        zero = gl.zeros([BV, N // 4], gl.float32, L)
+        b_m0, b_m1, b_m2, b_m3 = zero, zero, zero, zero
+        b_j0, b_j1, b_j2, b_j3 = zero, zero, zero, zero
+        if USE_INITIAL_STATE:
+            b_m0 = gl.load(m0 + o_state + o_s0).to(gl.float32)
+            b_m1 = gl.load(m0 + o_state + o_s0 + W).to(gl.float32)
+            b_m2 = gl.load(m0 + o_state + o_s0 + 2 * W).to(gl.float32)
+            b_m3 = gl.load(m0 + o_state + o_s0 + 3 * W).to(gl.float32)
+        if USE_INITIAL_IMPORTANCE:  # J' = I0 - I_prior at the start (e = 1)
+            b_j0 = gl.load(i0 + o_state + o_s0).to(gl.float32) - b_ip
+            b_j1 = gl.load(i0 + o_state + o_s0 + W).to(gl.float32) - b_ip
+            b_j2 = gl.load(i0 + o_state + o_s0 + 2 * W).to(gl.float32) - b_ip
+            b_j3 = gl.load(i0 + o_state + o_s0 + 3 * W).to(gl.float32) - b_ip
+
+        # the log-scale S = log e per head, in float64: each e_t = exp(S_t) is rounded once, S never drifts
+        b_sc = gl.to_tensor(0.0).to(gl.float64)
+        last = bos + T - 1
+        # two tokens per iteration, each one's inputs loaded two tokens ahead into its own registers (a
+        # loop-carried prefetch of one token would cost a register copy of every input per token)
+        x1 = _load_token(v, kkq, g, beta, bos, i_h, i_g, o_v, o_n, W, H, G, P, N, USE_BETA)
+        x2 = _load_token(v, kkq, g, beta, gl.minimum(bos + 1, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
+                         USE_BETA)
+        for i_c in range(gl.cdiv(T, CT)):
+            if STORE_CHECKPOINTS:  # a chunk start follows a reference token: M' and J' are the true states
+                o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
+                _store_state(ck_m + o_ck, ck_i + o_ck, o_s0, b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3,
+                             b_ip, W)
+            # CT is even, so only the sequence's last pair can be half empty
+            for t in range(i_c * CT, gl.minimum(i_c * CT + CT, T), 2):
+                tok = bos + t
+                b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_sc = _token(
+                    b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_sc, b_ip, x1, y, u, tok, t, t < T, i_h, o_v,
+                    T, H, P, CT, TAU_, USE_BETA, USE_UNCERTAINTY)
+                x1 = _load_token(v, kkq, g, beta, gl.minimum(tok + 2, last), i_h, i_g, o_v, o_n, W, H, G,
+                                 P, N, USE_BETA)
+                b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_sc = _token(
+                    b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_sc, b_ip, x2, y, u, tok + 1, t + 1,
+                    t + 1 < T, i_h, o_v, T, H, P, CT, TAU_, USE_BETA, USE_UNCERTAINTY)
+                x2 = _load_token(v, kkq, g, beta, gl.minimum(tok + 3, last), i_h, i_g, o_v, o_n, W, H, G,
+                                 P, N, USE_BETA)
+
+        if STORE_FINAL_STATE:  # the last token is a reference: the true states
+            _store_state(mT + o_state, iT + o_state, o_s0, b_m0, b_m1, b_m2, b_m3, b_j0, b_j1, b_j2, b_j3, b_ip,
+                         W)
+
+    # ---- backward ----------------------------------------------------------------------------------------------
+    # A warp owns BV = 4 channels of one head; a thread 2 channels x N / 16 states (one [4, N] tile per state),
+    # so that the walking state, the kept middle state of a 4-token block and the two adjoints fit the registers
+    # (4 x 16 values) with room to spare. No pair reciprocals here: one reciprocal per state and token is not what
+    # bounds the backward.
+
+    @gluon.jit
+    def _bwd_step(b_m, b_j, b_sc, v, kkq, g, beta, tok, t, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr,
+                  P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr):
+        """One recompute update (the forward's rule exactly, so the gauge of every token is the forward's):
+        returns the new state, its log-scale and the token's carry ``c`` and scale ``e``."""
+        b_la = gl.load(g + tok * H + i_h).to(gl.float64)
+        b_grown = b_sc - b_la
+        is_ref = (b_grown > TAU_) | (t % CT == CT - 1) | (t == T - 1)
+        b_c = gl.where(is_ref, gl.exp((-b_grown).to(gl.float32)), 1.0)
+        if is_ref:
+            b_m, b_j = b_m * b_c, b_j * b_c
+        b_sc = gl.where(is_ref, 0.0, b_grown)
+        b_e = gl.exp(b_sc.to(gl.float32))
+        p_k = kkq + (tok * G + i_g) * (3 * N) + o_n
+        b_v = gl.load(v + (tok * H + i_h) * P + o_v).to(gl.float32) * b_e
+        b_m = b_m + gl.expand_dims(b_v, 1) * gl.expand_dims(gl.load(p_k), 0)
+        if USE_BETA:
+            b_b = gl.load(beta + (tok * H + i_h) * P + o_v).to(gl.float32) * b_e
+            b_j = b_j + gl.expand_dims(b_b, 1) * gl.expand_dims(gl.load(p_k + N), 0)
+        return b_m, b_j, b_sc, b_c, b_e
+
+    @gluon.jit
+    def _bwd_walk(b_m, b_j, b_sc, start, end, v, kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr,
+                  G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr,
+                  USE_BETA: gl.constexpr):
+        """The state after tokens ``start .. end - 1`` (positions in the sequence), with the last one's c and e."""
+        b_c = gl.to_tensor(1.0)
+        b_e = gl.to_tensor(1.0)
+        for t in range(start, end):
+            b_m, b_j, b_sc, b_c, b_e = _bwd_step(b_m, b_j, b_sc, v, kkq, g, beta, bos + t, t, T, i_h, i_g, o_v, o_n,
+                                                 H, G, P, N, CT, TAU_, USE_BETA)
+        return b_m, b_j, b_sc, b_c, b_e
+
+    @gluon.jit
+    def _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta, tok, i_h,
+                     i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
+                     USE_BETA: gl.constexpr, USE_DU: gl.constexpr):
+        """The reverse step of token ``tok`` from its own rescaled state (``emulation._Adjoint.reverse``): writes
+        ``dv``, ``dbeta``, adds ``dk``, ``dq``, ``dlog_decay``; returns the adjoints carried to the token before."""
+        p_k = kkq + (tok * G + i_g) * (3 * N) + o_n
+        b_k = gl.expand_dims(gl.load(p_k), 0)
+        b_q = gl.expand_dims(gl.load(p_k + 2 * N), 0)
+        o_y = (tok * H + i_h) * P + o_v
+        b_dy = gl.load(dy + o_y).to(gl.float32)
+        b_r = _rcp(b_j + b_ip * b_e)
+        b_w = b_q * b_r
+        b_mu = b_m * b_r
+        b_gw = gl.expand_dims(b_dy, 1) * b_w
+        b_dm = b_dm + b_gw
+        b_dj = b_dj - b_gw * b_mu
+        b_dq = gl.sum(b_mu * gl.expand_dims(b_dy, 1), axis=0)
+        if USE_DU:  # u = e sum_N q^2 / D
+            b_edu = gl.expand_dims(gl.load(du + o_y).to(gl.float32) * b_e, 1)
+            b_dj = b_dj - b_edu * b_w * b_w
+            b_dq += 2 * gl.sum(b_edu * b_r, axis=0) * gl.load(p_k + 2 * N)
+        b_v = gl.load(v + o_y).to(gl.float32)
+        b_dv = gl.sum(b_dm * b_k, axis=1) * b_e
+        b_dk = gl.sum(b_dm * gl.expand_dims(b_v, 1), axis=0)
+        # the decay gradient from token t's own state (kernel-design.md's identities, gauge form)
+        b_da = gl.sum(gl.sum(b_dm * b_m + b_dj * b_j, axis=1) - b_v * b_dv, axis=0)
+        if USE_BETA:
+            b_b = gl.load(beta + o_y).to(gl.float32)
+            b_db = gl.sum(b_dj * gl.expand_dims(gl.load(p_k + N), 0), axis=1) * b_e
+            b_dk += 2 * gl.load(p_k) * gl.sum(b_dj * gl.expand_dims(b_b, 1), axis=0)
+            b_da -= gl.sum(b_b * b_db, axis=0)
+            gl.store(dbeta + o_y, b_db.to(dbeta.dtype.element_ty))
+        gl.store(dv + o_y, b_dv.to(dv.dtype.element_ty))
+        # relaxed: nothing here reads these sums back, and acq_rel would fence every atomic
+        gl.atomic_add(dk + (tok * G + i_g) * N + o_n, b_dk * b_e, sem="relaxed")
+        gl.atomic_add(dq + (tok * G + i_g) * N + o_n, b_dq, sem="relaxed")
+        gl.atomic_add(dg + tok * H + i_h, b_da, sem="relaxed")
+        if b_c != 1.0:  # a reference token: carry the adjoints into the previous token's gauge (warp-uniform)
+            b_dm, b_dj = b_dm * b_c, b_dj * b_c
+        return b_dm, b_dj
+
+    @gluon.jit
+    def _bwd_store_scale(p_s, b_sc):
+        """Store the float64 log-scale once per lane: a scalar store is issued by lane 0 only, and other lanes
+        reading it back would race with it (no warp-level fence between them)."""
+        LL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        gl.store(p_s + gl.arange(0, 32, layout=LL), gl.full([32], 0.0, gl.float64, LL) + b_sc)
+
+    @gluon.jit
+    def _bwd_load_scale(p_s):
+        """The log-scale stored by ``_bwd_store_scale``, each lane reading its own copy."""
+        LL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        return gl.max(gl.load(p_s + gl.arange(0, 32, layout=LL)), axis=0)
+
+    @gluon.jit
+    def _bwd_keep(b_m, b_j, b_sc, slot, count, start, EVERY: gl.constexpr, p_m, p_j, p_s, o_s, v, kkq, g, beta,
+                  bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
+                  BV: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr):
+        """Walk ``count`` groups of ``EVERY`` tokens from ``start``, keeping the state (and its log-scale) before
+        each group in scratch slots ``slot, slot + 1, ...`` (``emulation._keep_every``). Every thread reads back
+        only what it wrote itself (same layout; the scale one copy per lane), so no barrier is needed."""
+        for b in range(count):
+            gl.store(p_m + (slot + b) * BV * N + o_s, b_m)
+            gl.store(p_j + (slot + b) * BV * N + o_s, b_j)
+            _bwd_store_scale(p_s + (slot + b) * 32, b_sc)
+            if b < count - 1:
+                b_m, b_j, b_sc, _, _ = _bwd_walk(b_m, b_j, b_sc, start + EVERY * b, start + EVERY * b + EVERY, v,
+                                                 kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_,
+                                                 USE_BETA)
+
+    @gluon.jit
+    def palimpsa_gluon_bwd_kernel(
+        v, kkq, g, beta, ip, ck_m, ck_i, dy, du, dmT, diT, sc_m, sc_j, sc_s, dv, dk, dq, dg, dbeta, dm0, di0,
+        cu_seqlens, chunk_offsets, T,
+        H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, BV: gl.constexpr, CT: gl.constexpr,
+        TAU_: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
+        USE_INITIAL_IMPORTANCE: gl.constexpr, USE_FINAL_STATE_GRADIENT: gl.constexpr, USE_DU: gl.constexpr,
+        IS_VARLEN: gl.constexpr,
+    ):
+        # the schedule of emulation._backward_one: checkpoint -> every 16th state (slab) -> every 4th -> 2 slots
+        NB: gl.constexpr = CT // 16
+        L: gl.constexpr = gl.BlockedLayout([2, N // 16], [2, 16], [1, 1], [1, 0])
+        LV: gl.constexpr = gl.SliceLayout(1, L)
+        LN: gl.constexpr = gl.SliceLayout(0, L)
+
+        i_v, i_nh, i_h, i_g, bos, T, boc = _program(cu_seqlens, chunk_offsets, T, H, G, CT, IS_VARLEN)
+        o_v = i_v * BV + gl.arange(0, BV, layout=LV)
+        o_n = gl.arange(0, N, layout=LN)
+        o_s = gl.expand_dims(gl.arange(0, BV, layout=LV) * N, 1) + gl.expand_dims(o_n, 0)
+        o_state = (i_nh.to(gl.int64) * P + i_v * BV) * N
+        # this program's scratch: NB slab states, then 4 states of the current slab block (each [BV, N] + scale)
+        i_p = i_nh.to(gl.int64) * gl.num_programs(0) + i_v
+        o_sc = i_p * (NB + 4) * BV * N
+        o_ss = i_p * (NB + 4)
+        b_ip = gl.load(ip)
+
+        if USE_FINAL_STATE_GRADIENT:  # the last token is a reference (e = 1): the true adjoints
+            b_dm = gl.load(dmT + o_state + o_s)
+            b_dj = gl.load(diT + o_state + o_s)
+        else:
+            b_dm = gl.zeros([BV, N], gl.float32, L)
+            b_dj = gl.zeros([BV, N], gl.float32, L)
+
+        NT = gl.cdiv(T, CT)
+        for i_r in range(NT):
+            i_c = NT - 1 - i_r
+            t0 = i_c * CT
+            nb = gl.cdiv(gl.minimum(CT, T - t0), 16)
+            # pass A: the chunk from its checkpoint (a true state, e = 1), every 16th state into the slab
+            o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
+            b_m = gl.load(ck_m + o_ck + o_s)
+            b_j = gl.load(ck_i + o_ck + o_s) - b_ip
+            b_sc = gl.to_tensor(0.0).to(gl.float64)
+            _bwd_keep(b_m, b_j, b_sc, 0, nb, t0, 16, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * 32, o_s, v, kkq, g, beta,
+                      bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA)
+            for i_br in range(nb):
+                b = nb - 1 - i_br
+                tb = t0 + 16 * b
+                te = gl.minimum(tb + 16, T)
+                # pass B: the slab block from its state, every 4th state into the next four scratch slots
+                b_m = gl.load(sc_m + o_sc + b * BV * N + o_s)
+                b_j = gl.load(sc_j + o_sc + b * BV * N + o_s)
+                b_sc = _bwd_load_scale(sc_s + (o_ss + b) * 32)
+                ns = gl.cdiv(te - tb, 4)
+                _bwd_keep(b_m, b_j, b_sc, NB, ns, tb, 4, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * 32, o_s, v, kkq, g,
+                          beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA)
+                for i_sr in range(ns):
+                    s = ns - 1 - i_sr
+                    ts = tb + 4 * s
+                    n = gl.minimum(4, te - ts)
+                    b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
+                    b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
+                    b_s0 = _bwd_load_scale(sc_s + (o_ss + NB + s) * 32)
+                    if n == 4:  # two states live: the middle (token ts + 1) and the walking one
+                        b_mm, b_jm, b_sm, b_cm, b_em = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 2, v, kkq, g, beta, bos,
+                                                                 T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 4, v, kkq, g, beta, bos, T,
+                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
+                                                  dk, dq, dg, dbeta, bos + ts + 3, i_h, i_g, o_v, o_n, H, G, P, N,
+                                                  USE_BETA, USE_DU)
+                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 3, v, kkq, g, beta, bos, T,
+                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
+                                                  dk, dq, dg, dbeta, bos + ts + 2, i_h, i_g, o_v, o_n, H, G, P, N,
+                                                  USE_BETA, USE_DU)
+                        b_dm, b_dj = _bwd_reverse(b_mm, b_jm, b_cm, b_em, b_dm, b_dj, b_ip, v, kkq, beta, dy, du,
+                                                  dv, dk, dq, dg, dbeta, bos + ts + 1, i_h, i_g, o_v, o_n, H, G, P,
+                                                  N, USE_BETA, USE_DU)
+                        # the block start again from the scratch (an L1 hit) rather than live in registers
+                        b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
+                        b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
+                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 1, v, kkq, g, beta, bos, T,
+                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
+                                                  dk, dq, dg, dbeta, bos + ts, i_h, i_g, o_v, o_n, H, G, P, N,
+                                                  USE_BETA, USE_DU)
+                    else:  # a sequence's tail block: walk from the block start to each token in turn
+                        for i_l in range(n):
+                            last = ts + n - 1 - i_l
+                            b_m, b_j, _, b_c, b_e = _bwd_walk(b_m0, b_j0, b_s0, ts, last + 1, v, kkq, g, beta, bos,
+                                                              T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                            b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du,
+                                                      dv, dk, dq, dg, dbeta, bos + last, i_h, i_g, o_v, o_n, H, G,
+                                                      P, N, USE_BETA, USE_DU)
+
+        if USE_INITIAL_STATE:  # the start is a true state: the carried adjoints are dM0, dI0
+            gl.store(dm0 + o_state + o_s, b_dm)
+        if USE_INITIAL_IMPORTANCE:
+            gl.store(di0 + o_state + o_s, b_dj)
+
+FWD_POINTERS = ("v", "kkq", "g", "beta", "m0", "i0", "ip", "y", "u", "ck_m", "ck_i", "mT", "iT",
+                "cu_seqlens", "chunk_offsets")
+
+
+BWD_POINTERS = ("v", "kkq", "g", "beta", "ip", "ck_m", "ck_i", "dy", "du", "dmT", "diT", "sc_m", "sc_j", "sc_s", "dv",
+                "dk", "dq", "dg", "dbeta", "dm0", "di0", "cu_seqlens", "chunk_offsets")
+
+
+def _compile(kernel, pointers: tuple, types: dict, constexprs: dict, arch: int):
+    """``triton.compile`` of a Gluon kernel for ``sm_<arch>a`` without a GPU, every pointer 16-byte aligned (the
+    specialisation a launch with fresh PyTorch tensors gets)."""
+    from triton.backends.compiler import GPUTarget
+
+    signature = {name: types.get(name, "*fp32") for name in pointers}
+    signature["T"] = "i32"
+    signature.update({name: "constexpr" for name in constexprs})
+    attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
+    source = GluonASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": WARPS})
+
+
+def compile_backward(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
+                     state_size: int = 128, chunk_size: int = 256, use_beta: bool = True, use_initial_state=False,
+                     use_initial_importance=False, use_final_state_gradient=False, use_du=False, is_varlen=False,
+                     arch: int = 90):
+    """Compile the backward kernel for ``sm_<arch>a`` without a GPU (see :func:`compile_forward`)."""
+    constexprs = {"H": heads, "G": groups, "P": head_dim, "N": state_size, "BV": BWD_BV, "CT": chunk_size,
+                  "TAU_": TAU, "USE_BETA": use_beta, "USE_INITIAL_STATE": use_initial_state,
+                  "USE_INITIAL_IMPORTANCE": use_initial_importance,
+                  "USE_FINAL_STATE_GRADIENT": use_final_state_gradient, "USE_DU": use_du, "IS_VARLEN": is_varlen}
+    types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "du", "dv", "dbeta")}
+    types.update({"g": "*fp32", "sc_s": "*fp64", "cu_seqlens": "*i32", "chunk_offsets": "*i32"})
+    return _compile(palimpsa_gluon_bwd_kernel, BWD_POINTERS, types, constexprs, arch)
+
+
+def compile_forward(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
+                    state_size: int = 128, chunk_size: int = 256, use_beta: bool = True, use_initial_state=False,
+                    use_initial_importance=False, store_final_state=False, store_checkpoints=True,
+                    use_uncertainty=False, is_varlen=False, arch: int = 90):
+    """Compile the forward kernel for ``sm_<arch>a`` without a GPU (``triton.compile`` with a target), with the
+    specialisation a launch gets (16-byte aligned pointers). Returns the ``CompiledKernel`` (``asm['ptx']``,
+    ``asm['cubin']``)."""
+    constexprs = {"H": heads, "G": groups, "P": head_dim, "N": state_size, "BV": 8 * WARPS, "CT": chunk_size,
+                  "TAU_": TAU, "USE_BETA": use_beta, "USE_INITIAL_STATE": use_initial_state,
+                  "USE_INITIAL_IMPORTANCE": use_initial_importance, "STORE_FINAL_STATE": store_final_state,
+                  "STORE_CHECKPOINTS": store_checkpoints, "USE_UNCERTAINTY": use_uncertainty,
+                  "IS_VARLEN": is_varlen}
+    types = {"v": f"*{dtype}", "beta": f"*{dtype}", "y": f"*{dtype}", "u": f"*{dtype}", "g": "*fp32",
+             "cu_seqlens": "*i32", "chunk_offsets": "*i32"}
+    return _compile(palimpsa_gluon_fwd_kernel, FWD_POINTERS, types, constexprs, arch)
+
+def gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
+                  output_uncertainty, store_checkpoints, chunk_size):
+    """Launch the Gluon forward: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints, exactly as
+    ``triton_scan._forward`` returns them (same shapes, dtypes and checkpoint layout)."""
+    from . import triton_scan as ts
+
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    if chunk_size % 2:
+        raise ValueError(f"the Gluon forward walks tokens in pairs: chunk_size ({chunk_size}) must be even")
+    n_states = ts._n_states(batch, cu_seqlens)
+    device = v.device
+    ip = ts._prior_tensor(importance_prior, torch.float32, device)
+    offsets, n_chunks = ts._chunk_offsets(cu_seqlens, batch, length, chunk_size)
+    # the prologue: float32 k, k^2, q once per call, shared by the heads of a group, packed [B, T, G, 3, N]
+    k32 = k.float()
+    kkq = torch.stack((k32, k32 * k32, q.float()), dim=3)
+    y = ts._output(v.shape, v.dtype, device)
+    u = ts._output(v.shape, v.dtype, device) if output_uncertainty else None
+    final_shape, ck_shape = ts._output_shapes(v, k, cu_seqlens, n_chunks, store_checkpoints)
+    m_t = ts._output(final_shape, torch.float32, device) if output_final_state else None
+    i_t = ts._output(final_shape, torch.float32, device) if output_final_state else None
+    ck_m = torch.empty(ck_shape, dtype=torch.float32, device=device)
+    ck_i = torch.empty(ck_shape, dtype=torch.float32, device=device)
+    block_v = 8 * WARPS
+    grid = (head_dim // block_v, n_states * heads)
+    palimpsa_gluon_fwd_kernel[grid](
+        v, kkq, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, CT=chunk_size, TAU_=TAU,
+        USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=store_checkpoints,
+        USE_UNCERTAINTY=output_uncertainty, IS_VARLEN=cu_seqlens is not None, num_warps=WARPS,
+    )
+    return y, m_t, i_t, u, ck_m, ck_i
+
+
+
+def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, chunk_size):
+    """Launch the Gluon backward on the checkpoints of either forward: the gradients of ``v, k, q, log_decay,
+    beta, M0, I0`` (None where absent), as ``triton_scan._backward`` returns them."""
+    from . import triton_scan as ts
+
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    if chunk_size % 16:
+        raise ValueError(f"the Gluon backward keeps every 16th state: chunk_size ({chunk_size}) must divide by 16")
+    n_states = ts._n_states(batch, cu_seqlens)
+    offsets = ts._first_checkpoints(cu_seqlens, chunk_size)
+    device = v.device
+    grid = (head_dim // BWD_BV, n_states * heads)
+    use_final_grad = dm_t is not None or di_t is not None
+    if use_final_grad:
+        dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
+        di_t = torch.zeros_like(dm_t) if di_t is None else di_t
+        dm_t, di_t = dm_t.float().contiguous(), di_t.float().contiguous()
+    k32 = k.float()
+    kkq = torch.stack((k32, k32 * k32, q.float()), dim=3)
+    slots = chunk_size // 16 + 4  # per program: the slab of a chunk, then the 4 states of a slab block
+    sc_m = torch.empty(grid[0] * grid[1] * slots * BWD_BV * state_size, dtype=torch.float32, device=device)
+    sc_j = torch.empty_like(sc_m)
+    sc_s = torch.empty(grid[0] * grid[1] * slots * 32, dtype=torch.float64, device=device)  # a copy per lane
+    dv = ts._output(v.shape, v.dtype, device)
+    dbeta = None if beta is None else ts._output(beta.shape, beta.dtype, device)
+    dk = torch.zeros(k.shape, dtype=torch.float32, device=device)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=device)
+    dg = torch.zeros(log_decay.shape, dtype=torch.float32, device=device)
+    dm0 = None if m0 is None else ts._output(m0.shape, torch.float32, device)
+    di0 = None if i0 is None else ts._output(i0.shape, torch.float32, device)
+    palimpsa_gluon_bwd_kernel[grid](
+        v, kkq, log_decay, beta, ip, ck_m, ck_i, dy.contiguous(), None if du is None else du.contiguous(), dm_t,
+        di_t, sc_m, sc_j, sc_s, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=BWD_BV, CT=chunk_size, TAU_=TAU,
+        USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        USE_FINAL_STATE_GRADIENT=use_final_grad, USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None,
+        num_warps=1,
+    )
+    return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype), dbeta,
+            None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
+
+def _cuda_tool(name: str) -> str:
+    """A CUDA binary tool shipped inside the Triton wheel (``cuobjdump``, ``nvdisasm``)."""
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def resource_usage(compiled) -> dict:
+    """Registers, local memory (spills) and static shared memory of a compiled kernel, from its cubin
+    (``cuobjdump --dump-resource-usage``: no GPU and no driver needed)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        text = subprocess.run([_cuda_tool("cuobjdump"), "--dump-resource-usage", cubin.name], capture_output=True,
+                              text=True, check=True).stdout
+    found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", text))
+    return {"registers": int(found["REG"]), "stack": int(found["STACK"]), "shared": int(found["SHARED"]),
+            "local": int(found["LOCAL"])}
+
+
+def loop_instructions(compiled, tokens: int) -> dict:
+    """SASS opcode counts of the kernel's token loop, ``tokens`` per iteration (the largest innermost back-edge's
+    body: the forward's token loop, the backward's recompute walk; the renormalising branches inside it counted
+    apart), from ``nvdisasm``. Keys: ``opcodes`` (main path), ``branch`` (the renormalising branches),
+    ``tokens``."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        sass = subprocess.run([_cuda_tool("nvdisasm"), "-c", cubin.name], capture_output=True, text=True,
+                              check=True).stdout
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
+    # the token loop: the back-edge spanning the most instructions among the innermost ones (a back-edge whose
+    # range holds no other back-edge)
+    edges = [(labels[m.group(1)], i) for i, line in enumerate(lines)
+             if (m := re.search(r"BRA[^`]*`\((\.L_x_\d+)\)", line)) and labels.get(m.group(1), i) < i]
+    inner = [e for e in edges if not any(o != e and e[0] <= o[0] and o[1] <= e[1] for o in edges)]
+    start, end = max(inner, key=lambda e: e[1] - e[0])
+    # forward branches inside the loop that jump over a block: the renormalising multiplies
+    skipped = set()
+    for i in range(start, end):
+        m = re.search(r"BRA[^`]*`\((\.L_x_\d+)\)", lines[i])
+        if m and start < labels[m.group(1)] <= end and labels[m.group(1)] > i:
+            skipped.update(range(i + 1, labels[m.group(1)]))
+    opcodes, branch = {}, {}
+    for i in range(start, end + 1):
+        m = re.match(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-Z0-9_]*)", lines[i])
+        if m:
+            counts = branch if i in skipped else opcodes
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return {"opcodes": opcodes, "branch": branch, "tokens": tokens}

@@ -1,0 +1,150 @@
+"""The Gluon kernels' algorithm (rescaled states, pair-shared reciprocals, the blocked recompute schedule, the
+gauge-form decay gradient), emulated in PyTorch by ``kernels/emulation.py``, against the sequential reference.
+
+In float64 every output and every gradient must agree to rounding (1e-12): any algebra or indexing slip in the
+algorithm shows far above that. In float32 the emulation shows the rounding the kernels will have, which must stay
+inside the GPU check's float32 tolerance (1e-5).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from palimpsa.kernels import emulation, palimpsa_scan
+from scan_inputs import assert_close, make_inputs
+
+F64_TOL = 1e-12
+NAMES = ("v", "k", "q", "log_decay", "beta", "M0", "I0")
+# small schedule so that several chunks, slab blocks, shared blocks and every tail length occur at T <= 100
+SMALL = {"chunk_size": 16, "slab_every": 8, "shared_every": 4}
+
+
+def with_fast_decays(inputs: dict, seed: int) -> dict:
+    """A fifth of the decays near e^-10 (Mamba2's fastest heads), so that renormalisation happens often."""
+    gen = torch.Generator().manual_seed(seed)
+    log_decay = inputs["log_decay"]
+    pick = torch.rand(log_decay.shape, generator=gen, dtype=torch.float64)
+    fast = -10.0 + torch.rand(log_decay.shape, generator=gen, dtype=torch.float64)
+    inputs["log_decay"] = torch.where(pick < 0.2, fast, log_decay).to(log_decay.dtype)
+    return inputs
+
+
+def reference(inputs: dict, importance_prior: float, cu_seqlens, weights_seed: int = 5):
+    """Outputs ``[y, M_T, I_T, u]``, random output weights and the reference's gradients (naive, float64)."""
+    leaves = {n: t.detach().double().requires_grad_(True) for n, t in inputs.items() if t is not None}
+    full = {n: leaves.get(n) for n in inputs}
+    state = None if full["M0"] is None else (full["M0"], full["I0"])
+    y, (m, i), u = palimpsa_scan(full["v"], full["k"], full["q"], full["log_decay"], full["beta"],
+                                 importance_prior=importance_prior, initial_state=state, output_final_state=True,
+                                 output_uncertainty=True, cu_seqlens=cu_seqlens, backend="naive")
+    outputs = [y, m, i, u]
+    gen = torch.Generator().manual_seed(weights_seed)
+    weights = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outputs]
+    grads = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outputs, weights)), list(leaves.values()))
+    return [o.detach() for o in outputs], weights, dict(zip(leaves, grads))
+
+
+def emulate(inputs: dict, importance_prior: float, cu_seqlens, weights, *, dtype=torch.float64, **options):
+    """The emulation's outputs ``[y, M_T, I_T, u]``, gradients and state-update counts (forward, backward)."""
+    schedule = {n: options.pop(n) for n in ("slab_every", "shared_every") if n in options}
+    x = {n: None if t is None else t.detach() for n, t in inputs.items()}
+    state = None if x["M0"] is None else (x["M0"], x["I0"])
+    args = (x["v"], x["k"], x["q"], x["log_decay"], x["beta"], importance_prior, state)
+    y, (m, i), u, checkpoints, fwd_updates = emulation.emulated_forward(*args, cu_seqlens, dtype=dtype, **options)
+    grads, bwd_updates = emulation.emulated_backward(*args, checkpoints, *weights, cu_seqlens, dtype=dtype,
+                                                     **options, **schedule)
+    return [y, m, i, u], dict(zip(NAMES, grads)), (fwd_updates, bwd_updates)
+
+
+def check(inputs: dict, tol: float, *, importance_prior=0.7, cu_seqlens=None, **options):
+    want, weights, grads_want = reference(inputs, importance_prior, cu_seqlens)
+    got, grads_got, updates = emulate(inputs, importance_prior, cu_seqlens, weights, **options)
+    for name, g, w in zip(("y", "M_T", "I_T", "u"), got, want, strict=True):
+        assert_close(g, w, tol, name)
+    for name in NAMES:
+        assert (grads_got[name] is None) == (name not in grads_want), f"d{name} present where it should not be"
+        if name in grads_want:
+            assert_close(grads_got[name], grads_want[name], tol, f"d{name}")
+    return updates
+
+
+@pytest.mark.parametrize(
+    "length,groups,with_beta,with_state,tau",
+    [
+        (1, 1, True, True, 16.0),
+        (7, 2, False, True, 16.0),
+        (33, 2, True, False, 16.0),
+        (63, 2, True, True, 16.0),
+        (100, 1, True, True, 2.0),  # a small tau: renormalising updates between the forced ones too
+        (45, 2, True, True, 0.0),  # tau = 0: every token a reference, the plain (unrescaled) algorithm
+        (29, 1, True, True, math.inf),  # no renormalisation but the forced ones at chunk ends
+    ],
+    ids=["T1", "T7-G2-nobeta", "T33-G2-nostate", "T63-G2", "T100-tau2", "T45-tau0", "T29-tauinf"],
+)
+def test_emulation_matches_naive_forward_and_every_gradient(length, groups, with_beta, with_state, tau):
+    inputs = with_fast_decays(make_inputs(2, length, 4, groups, 8, 32, with_beta=with_beta, with_state=with_state,
+                                          seed=length), seed=length)
+    check(inputs, F64_TOL, tau=tau, **SMALL)
+
+
+def test_emulation_packed_sequences_with_states_and_no_initial_importance():
+    bounds = [0, 1, 17, 50, 53]  # lengths 1, 16 (one chunk exactly), 33 (three chunks, odd tail) and 3
+    inputs = with_fast_decays(make_inputs(1, 53, 4, 2, 8, 32, n_states=len(bounds) - 1, seed=3), seed=3)
+    check(inputs, F64_TOL, cu_seqlens=torch.tensor(bounds), **SMALL)
+    inputs["I0"] = None  # a carried Mamba2 state: I0 is the prior and gets no gradient
+    check(inputs, F64_TOL, cu_seqlens=torch.tensor(bounds), **SMALL)
+
+
+def test_emulation_with_the_kernels_schedule_and_both_reciprocal_forms():
+    """``CT = 256``, slab every 16, shared every 4 (the kernels' defaults) over two chunks and a tail; and the
+    same with one reciprocal per state (no pairs), which must agree just as well."""
+    inputs = with_fast_decays(make_inputs(1, 530, 2, 1, 4, 64, seed=9), seed=9)
+    for pairs in (True, False):
+        check(inputs, F64_TOL, pairs=pairs)
+
+
+def test_the_backward_recomputes_about_three_states_per_token():
+    """The blocked schedule's cost: 816 state updates per full chunk of 256 tokens (pass A 240, pass B 192,
+    the two-slot blocks 384), i.e. 3.19 per token, against 3.5 in the Triton backward."""
+    inputs = make_inputs(1, 512, 1, 1, 2, 16, seed=2)
+    fwd_updates, bwd_updates = check(inputs, F64_TOL)
+    assert fwd_updates == 512
+    assert bwd_updates == 2 * 816
+
+
+def test_rescale_factors_bound_the_scale_and_reproduce_the_decays():
+    """``e_t <= e^tau`` always; references at every chunk end and the sequence's end; renormalisation by the
+    threshold happens for fast decays and never for slow ones; ``c_t e_{t-1} / e_t`` is the decay ``a_t``."""
+    gen = torch.Generator().manual_seed(0)
+    log_decay = torch.cat([-10 + torch.rand(300, 1, generator=gen, dtype=torch.float64),
+                           -1e-3 * torch.rand(300, 1, generator=gen, dtype=torch.float64)], 1)
+    carries, scales, references = emulation.rescale_factors(log_decay, tau=16.0, chunk_size=64)
+    assert scales.max() <= math.exp(16.0) * (1 + 1e-12)
+    ends = [t for t in range(300) if t % 64 == 63] + [299]
+    assert references[ends].all()
+    others = [t for t in range(300) if t not in ends]
+    assert references[others, 0].float().mean() > 0.4  # e^-10 per token: a reference every second token
+    assert not references[others, 1].any()  # slow decays only renormalise where forced
+    assert (carries[~references] == 1).all()  # between references the update is one FFMA
+    previous = torch.cat([torch.ones(1, 2, dtype=torch.float64), scales[:-1]])
+    assert torch.allclose(carries * previous / scales, log_decay.exp(), rtol=1e-12, atol=0)
+
+
+def test_pair_shared_reciprocals_share_half_the_columns():
+    d = 0.5 + torch.rand(3, 128, dtype=torch.float64)
+    r = emulation.reciprocal_pairs(d)
+    assert torch.allclose(r, 1 / d, rtol=1e-14, atol=0)
+    lo, hi = emulation.paired_columns(128)
+    assert len(lo) == 32 and len(set(lo.tolist()) | set(hi.tolist())) == 64
+
+
+def test_float32_emulation_rounding_stays_inside_the_gpu_tolerance():
+    """States in float32, slow decays (~1e-4 per token, so the scale grows for thousands of tokens) and fast ones:
+    the rescaled algorithm's rounding stays below the 1e-5 float32 tolerance of ``check_scan_gpu.py``."""
+    inputs = make_inputs(1, 1500, 2, 1, 4, 32, seed=13)
+    gen = torch.Generator().manual_seed(13)
+    slow = -1e-4 * (1 + 9 * torch.rand(inputs["log_decay"].shape, generator=gen, dtype=torch.float64))
+    inputs["log_decay"] = torch.where(torch.arange(2) == 0, slow, inputs["log_decay"])  # head 1: mixed decays
+    check(inputs, 1e-5, dtype=torch.float32)
