@@ -103,8 +103,9 @@ def _gluon_configs(backend: str) -> dict:
 
 
 def _pick_backend(backend: str, v: torch.Tensor, k: torch.Tensor) -> str:
-    """``auto``: on CUDA tensors the Gluon forward (with the Triton backward) where it runs, else Triton; the
-    chunked PyTorch path elsewhere. ``PALIMPSA_SCAN_BACKEND`` overrides what ``auto`` picks."""
+    """``auto``: Triton on CUDA tensors, the chunked PyTorch path elsewhere. ``PALIMPSA_SCAN_BACKEND`` overrides
+    what ``auto`` picks (``gluon`` for the Gluon forward: correct on an H100, but slower than Triton so far, see
+    docs/kernels.md)."""
     if backend == "auto":
         backend = os.environ.get(BACKEND_ENV) or "auto"
         if backend not in BACKENDS:
@@ -112,7 +113,7 @@ def _pick_backend(backend: str, v: torch.Tensor, k: torch.Tensor) -> str:
     if backend == "auto":
         if not v.is_cuda or _triton_scan() is None:
             return "torch"
-        return "gluon" if _gluon_unsupported(v, k) is None else "triton"
+        return "triton"
     if backend in ("triton", "gluon") and _triton_scan() is None:
         raise RuntimeError(f"backend={backend!r} needs the triton package; use backend='torch'")
     if backend == "gluon" and (reason := _gluon_unsupported(v, k)) is not None:
@@ -166,9 +167,9 @@ def palimpsa_scan(
         cu_seqlens: ``[S + 1]`` cumulative sequence lengths of a packed batch (``B = 1``); the state restarts at
             every sequence start.
         backend: ``"auto"``, ``"torch"`` (chunked PyTorch), ``"naive"`` (sequential reference), ``"triton"`` or
-            ``"gluon"`` (the Gluon forward for Hopper GPUs with the Triton backward). ``auto`` picks ``gluon``
-            on CUDA tensors where it runs, else ``triton``, and ``torch`` off the GPU; the environment variable
-            ``PALIMPSA_SCAN_BACKEND`` overrides that choice.
+            ``"gluon"`` (the Gluon forward for Hopper GPUs with the Triton backward). ``auto`` picks ``triton``
+            on CUDA tensors and ``torch`` off the GPU; the environment variable ``PALIMPSA_SCAN_BACKEND``
+            overrides that choice.
 
     Returns:
         ``y`` ``[B, T, H, P]`` in ``v``'s dtype (no ``D`` skip term); then ``(M_T, I_T)`` in float32 (float64
