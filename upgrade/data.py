@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import random
 import re
 from array import array
@@ -357,6 +358,7 @@ class _SyntheticReader(_Reader):
                  label: str):
         self.label, self.task, self.count = label, section.task, section.documents
         self.tokenizer, self.seq_len, self.seed = tokenizer, seq_len, seed
+        self.pairs = section.pairs
         if self.task == "mqar-gap":
             if tokenizer is None:
                 raise PalimpsaError(f"{label}: mqar-gap documents need a tokenizer (their gap is haystack text)")
@@ -377,30 +379,53 @@ class _SyntheticReader(_Reader):
                 raise PalimpsaError(f"{label}: the vocabulary [{self.low}, {self.high}) is too small for mqar")
         elif tokenizer is None:
             raise PalimpsaError(f"{label}: {self.task} documents are text and need a tokenizer")
+        if self.pairs is not None and self.pairs[0] > self.max_pairs:
+            raise PalimpsaError(f"{label}: pairs {list(self.pairs)} asks for more than the {self.max_pairs} pairs "
+                                f"that fit in seq_len {seq_len} (and the free token ids); lower pairs")
 
     def __len__(self) -> int:
         return self.count
 
     def read(self, index: int, epoch: int = 0) -> Segments:
-        from .tasks import mqar_gap_samples, mqar_samples, niah_samples, passkey_samples
+        from .tasks import (
+            docstring_text,
+            fwpkm_niah_samples,
+            mqar_gap_samples,
+            mqar_samples,
+            niah_samples,
+            passkey_samples,
+            repeat_samples,
+        )
 
         rng = random.Random(_mix(self.seed, index) if epoch == 0 else _mix(self.seed, index, epoch))
         sample_seed = rng.randrange(1 << 31)
         if self.task == "mqar-gap":
-            pairs = rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
+            pairs = self._pairs(rng)
             length = rng.randint(4 * pairs, max(4 * pairs, self.seq_len - 1))
             return _answer_segments(mqar_gap_samples(self.filler, self.keys, self.values, [length], pairs, pairs, 1,
                                                      sample_seed)[0])
         if self.task == "mqar":
-            pairs = rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
+            pairs = self._pairs(rng)
             return _answer_segments(mqar_samples(self.high, [pairs], pairs, 1, sample_seed, reserved=self.low)[0])
         length = rng.randint(min(max(64, self.seq_len // 4), max(64, self.seq_len - 16)), max(64, self.seq_len - 16))
         depth = rng.random()
         if self.task == "passkey":
             sample = passkey_samples(self.tokenizer, [length], [depth], 1, sample_seed)[0]
+        elif self.task == "niah-fwpkm":
+            sample = fwpkm_niah_samples(self.tokenizer, docstring_text(), [length], [depth], 1, sample_seed)[0]
+        elif self.task == "repeat":
+            sample = repeat_samples(self.tokenizer, docstring_text(), [length], 1, sample_seed)[0]
         else:
             sample = niah_samples(self.tokenizer, [length], [depth], 1, sample_seed, distractors=rng.randint(0, 3))[0]
         return [(sample.prompt, False), (" " + sample.answer, True)]
+
+    def _pairs(self, rng: random.Random) -> int:
+        """Key-value pairs of one mqar document: log-uniform in ``pairs`` when given, else uniform in
+        ``[max_pairs / 4, max_pairs]`` (the first format's documents, unchanged)."""
+        if self.pairs is None:
+            return rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
+        low, high = self.pairs[0], min(self.pairs[1], self.max_pairs)
+        return min(high, int(math.exp(rng.uniform(math.log(low), math.log(high + 1)))))
 
 
 def _answer_segments(sample) -> Segments:

@@ -79,7 +79,11 @@ class SourceSection(Section):
     config: str | None = None
     split: str = "train"
     text_field: str = "text"
-    task: Literal["passkey", "niah", "mqar", "mqar-gap"] | None = Field(None, description="synthetic task")
+    task: Literal["passkey", "niah", "niah-fwpkm", "repeat", "mqar", "mqar-gap"] | None = Field(
+        None, description="synthetic task")
+    pairs: tuple[int, int] | None = Field(None, description="mqar and mqar-gap: the range of key-value pairs per "
+                                          "document, drawn log-uniformly (default: a quarter of the most that fit, "
+                                          "up to that most)")
     documents: int = Field(256, ge=1, description="synthetic documents per epoch (new ones every epoch)")
     weight: float = Field(1.0, gt=0, description="share of this source in the mixture")
     loss: Literal["all", "answer"] = Field("all", description="synthetic documents: loss on every token, or on the "
@@ -92,7 +96,10 @@ class SourceSection(Section):
         if self.type == "hf" and not self.name:
             raise ValueError("an hf source needs a dataset name")
         if self.type == "synthetic" and not self.task:
-            raise ValueError("a synthetic source needs a task (passkey, niah, mqar or mqar-gap)")
+            raise ValueError("a synthetic source needs a task (passkey, niah, niah-fwpkm, repeat, mqar or mqar-gap)")
+        if self.pairs is not None and (self.task not in ("mqar", "mqar-gap") or not 1 <= self.pairs[0]
+                                       <= self.pairs[1]):
+            raise ValueError("pairs [low, high] (1 <= low <= high) applies to the mqar and mqar-gap tasks")
         if self.loss == "answer" and self.type != "synthetic":
             raise ValueError(f"loss: answer needs a synthetic source (a {self.type} source has no answers)")
         return self

@@ -15,6 +15,7 @@ inputs. Formats follow the published protocols (see docs/evaluation.md):
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -39,14 +40,18 @@ class Sample:
 
 
 def _fill_to_length(tokenizer, prefix: str, needles: list[tuple[str, float]], suffix: str, length: int,
-                    haystack: str = FILLER) -> str:
+                    haystack: str | list[str] = FILLER) -> str:
     """``prefix`` + haystack sentences with each ``(needle, depth)`` inserted between sentences at its depth
     (0 = start, 1 = end) + ``suffix``, about ``length`` tokens in all: the haystack fills what the fixed parts
-    leave and errs below the target; when the fixed parts alone exceed it, one haystack sentence remains."""
+    leave and errs below the target; when the fixed parts alone exceed it, one haystack sentence remains.
+    ``haystack`` is text cut into sentences at ". ", or the pieces to use as they are."""
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    sentences = [s.strip().rstrip(".") + ". " for s in haystack.replace("\n", " ").split(". ") if s.strip()]
+    if isinstance(haystack, list):
+        sentences = haystack
+    else:
+        sentences = [s.strip().rstrip(".") + ". " for s in haystack.replace("\n", " ").split(". ") if s.strip()]
     fixed_text = prefix + "".join(n for n, _ in needles) + suffix
     budget = max(0, length - count(fixed_text))
     per_sentence = max(1.0, count("".join(sentences)) / len(sentences))
@@ -58,6 +63,15 @@ def _fill_to_length(tokenizer, prefix: str, needles: list[tuple[str, float]], su
             placed.insert(round(depth * len(parts)), needle)
         return prefix + "".join(placed) + suffix
 
+    if isinstance(haystack, list):
+        # Pieces of natural text: the most pieces that fit, found by bisection, so the prompt lands within one
+        # piece of the target length whatever the pieces' sizes.
+        low, high = 1, max(2, 2 * len(body))
+        whole = [sentences[i % len(sentences)] for i in range(high)]
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if count(assemble(whole[:middle])) <= length else (low, middle - 1)
+        return assemble(whole[:low])
     while len(body) > 1 and count(assemble(body)) > length:
         body = body[: max(1, int(len(body) * 0.95))]
     return assemble(body)
@@ -194,3 +208,118 @@ def default_long_text() -> str:
     from pydoc_data.topics import topics
 
     return "\n\n".join(topics[name] for name in sorted(topics))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Recall in natural text: the FwPKM form of NIAH, and repeat-after-gap. Training haystacks are the standard
+# library's docstrings; evaluation haystacks are pydoc_data.topics (held out of every training mixture).
+
+FWPKM_NEEDLES = 5
+KEY_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ"  # no I or O: they read as digits
+REPEAT_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
+
+
+@functools.cache
+def docstring_text(min_chars: int = 200) -> str:
+    """English prose that every Python installation ships and no evaluation uses: the standard library's longer
+    docstrings (test suites and the packages ``data.STDLIB_SKIP`` names left out), in sorted path order."""
+    import ast
+    import sysconfig
+    from pathlib import Path
+
+    skip = {"test", "tests", "idle_test", "idlelib", "lib2to3", "site-packages", "dist-packages", "__pycache__"}
+    root = Path(sysconfig.get_paths()["stdlib"])
+    texts = []
+    for path in sorted(root.rglob("*.py")):
+        if set(path.relative_to(root).parts[:-1]) & skip:
+            continue
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) >= min_chars:
+                    texts.append(" ".join(doc.split()))
+    return " ".join(texts)
+
+
+def _haystack_window(haystack: str, rng: random.Random, chars: int, piece_chars: int = 40) -> list[str]:
+    """About ``chars`` characters of ``haystack`` from a random word on (wrapping around), as pieces of at least
+    ``piece_chars`` characters cut at spaces: natural text has long sentences, and needles go between pieces, so
+    short pieces place them at the depth asked for and the prompt within a piece of its length. Words longer than
+    24 characters (rules, URLs, tables in docstrings) are left out."""
+    start = haystack.find(" ", rng.randrange(len(haystack))) + 1
+    words = [w for w in (haystack + " " + haystack)[start : start + chars].split(" ")[1:-1] if 0 < len(w) <= 24]
+    pieces, current = [], ""
+    for word in words:
+        current += word + " "
+        if len(current) >= piece_chars:
+            pieces.append(current)
+            current = ""
+    return pieces or [current or "... "]
+
+
+def fwpkm_niah_samples(tokenizer, haystack: str, lengths: list[int], depths: list[float], per_cell: int,
+                       seed: int, needles: int = FWPKM_NEEDLES) -> list[Sample]:
+    """NIAH in the FwPKM form: ``needles`` statements "The value of key ABCD is 123456." (4-character keys,
+    6-digit values) spread through a natural-text ``haystack``, the queried one at ``depth``, then the question;
+    the answer is the 6 digits."""
+    rng = random.Random(seed + 104729)
+    samples = []
+    for length in lengths:
+        for depth in depths:
+            for _ in range(per_cell):
+                keys = ["".join(rng.choices(KEY_ALPHABET, k=4)) for _ in range(needles)]
+                while len(set(keys)) < needles:
+                    keys[rng.randrange(needles)] = "".join(rng.choices(KEY_ALPHABET, k=4))
+                values = [str(rng.randint(100_000, 999_999)) for _ in keys]
+                placed = [(f"The value of key {keys[0]} is {values[0]}. ", depth)]
+                placed += [(f"The value of key {key} is {value}. ", rng.random())
+                           for key, value in zip(keys[1:], values[1:])]
+                question = f"\nWhat is the value of key {keys[0]}? The value of key {keys[0]} is"
+                text = _haystack_window(haystack, rng, 8 * length)
+                prompt = _fill_to_length(tokenizer, "", placed, question, length, haystack=text)
+                samples.append(Sample(prompt, values[0], length, depth))
+    return samples
+
+
+def repeat_samples(tokenizer, haystack: str, lengths: list[int], per_cell: int, seed: int,
+                   chars: int = 24) -> list[Sample]:
+    """Repeat-after-gap: a random ``chars``-character string to remember, a natural-text gap filling the prompt to
+    about ``length`` tokens, then the request; the answer is the string."""
+    rng = random.Random(seed + 15485863)
+    samples = []
+    for length in lengths:
+        for _ in range(per_cell):
+            secret = "".join(rng.choices(REPEAT_ALPHABET, k=chars))
+            text = _haystack_window(haystack, rng, 8 * length)
+            prompt = _fill_to_length(tokenizer, f"Remember this string: {secret}\n", [],
+                                     "\nRepeat the string you were asked to remember:", length, haystack=text)
+            samples.append(Sample(prompt, secret, length, 0.0))
+    return samples
+
+
+def mqar_interference_samples(filler_ids: list[int], keys: list[int], values: list[int], lengths: list[int],
+                              pairs: int, per_length: int, seed: int) -> list[MQARSample]:
+    """MQAR with an overwrite: pairs A ``k v``, then the same keys with new values (pairs B), a haystack gap, then
+    every key queried; the newest value is the target. Keys and values come from ids the haystack never uses."""
+    if pairs > len(keys) or 2 * pairs > len(values):
+        raise ValueError(f"mqar interference with {pairs} pairs needs {pairs} keys and {2 * pairs} values free of "
+                         f"the haystack; {len(keys)} and {len(values)} are")
+    rng = random.Random(seed + 7727)
+    samples = []
+    for length in lengths:
+        for _ in range(per_length):
+            chosen_keys = rng.sample(keys, pairs)
+            chosen = rng.sample(values, 2 * pairs)
+            old, new = chosen[:pairs], chosen[pairs:]
+            ids = [t for pair in zip(chosen_keys, old) for t in pair] + [t for pair in zip(chosen_keys, new)
+                                                                          for t in pair]
+            asked = rng.sample(range(pairs), pairs)
+            gap = max(0, length - len(ids) - 2 * len(asked))
+            offset = rng.randrange(len(filler_ids))
+            ids.extend(filler_ids[(offset + i) % len(filler_ids)] for i in range(gap))
+            samples.append(_queried(ids, chosen_keys, new, asked))
+    return samples

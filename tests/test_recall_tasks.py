@@ -1,0 +1,107 @@
+"""The recall tasks of the stronger base's pretraining: NIAH in the FwPKM form, repeat-after-gap, MQAR with a range
+of pairs and with an overwrite; as generators and as synthetic training documents with the answer-only loss."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from palimpsa.upgrade.data import DocumentSource
+from palimpsa.upgrade.recipe import SourceSection
+from palimpsa.upgrade.tasks import (
+    docstring_text,
+    fwpkm_niah_samples,
+    mqar_gap_setup,
+    mqar_interference_samples,
+    repeat_samples,
+)
+from transformers import AutoTokenizer
+
+VOCAB = 272
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_random):
+    return AutoTokenizer.from_pretrained(str(tiny_random))
+
+
+def test_docstring_haystack_is_prose_and_not_the_evaluation_text():
+    from pydoc_data.topics import topics
+
+    text = docstring_text()
+    assert len(text) > 500_000 and "\n" not in text
+    words = re.findall(r"[A-Za-z]+", text[:20000])
+    assert sum(w.lower() in {"the", "a", "of", "to", "is"} for w in words) / len(words) > 0.1  # English prose
+    held_out = " ".join(topics["assert"].split())[:200]
+    assert held_out not in text  # eval-model's haystack (pydoc_data.topics) is not in the training haystack
+
+
+def test_fwpkm_niah_needles_keys_values_depth_and_length(tok):
+    haystack = docstring_text()
+    for depth in (0.0, 0.5, 1.0):
+        samples = fwpkm_niah_samples(tok, haystack, [768], [depth], 4, seed=3)
+        for sample in samples:
+            needles = re.findall(r"The value of key ([A-Z]{4}) is (\d{6})\. ", sample.prompt)
+            assert len(needles) == 5 and len({k for k, _ in needles}) == 5
+            queried = sample.prompt.rsplit("value of key ", 1)[1][:4]
+            assert dict(needles)[queried] == sample.answer and sample.prompt.endswith(f"key {queried} is")
+            # the depth counts haystack text: take the other needles and the question out before measuring
+            text = sample.prompt[: sample.prompt.rindex("\nWhat is")]
+            for key, value in needles:
+                if key != queried:
+                    text = text.replace(f"The value of key {key} is {value}. ", "")
+            position = text.find(f"The value of key {queried} is") / len(text)
+            assert abs(position - depth) < 0.08
+            assert 700 <= len(tok(sample.prompt)["input_ids"]) <= 768
+    again = fwpkm_niah_samples(tok, haystack, [768], [0.5], 4, seed=3)
+    assert [s.prompt for s in again] == [s.prompt for s in fwpkm_niah_samples(tok, haystack, [768], [0.5], 4, 3)]
+    assert len({s.answer for s in again}) == 4
+
+
+def test_repeat_after_gap(tok):
+    for sample in repeat_samples(tok, docstring_text(), [512], 5, seed=1):
+        secret = re.match(r"Remember this string: ([a-z0-9]{24})\n", sample.prompt).group(1)
+        assert sample.answer == secret and secret not in sample.prompt[40:]
+        assert sample.prompt.endswith("Repeat the string you were asked to remember:")
+        assert 470 <= len(tok(sample.prompt)["input_ids"]) <= 512
+
+
+def test_mqar_interference_asks_for_the_newest_value(tok):
+    filler, keys, values = mqar_gap_setup(tok, VOCAB)
+    for sample in mqar_interference_samples(filler, keys, values, [200], 8, 3, seed=0):
+        ids = sample.input_ids
+        first, second = ids[:16], ids[16:32]
+        assert first[0::2] == second[0::2]  # the same keys, written twice
+        newest = dict(zip(second[0::2], second[1::2]))
+        oldest = dict(zip(first[0::2], first[1::2]))
+        assert set(newest.values()).isdisjoint(oldest.values())
+        for position, target in zip(sample.target_positions, sample.targets):
+            assert newest[ids[position]] == target == ids[position + 1]
+        assert len(ids) == 200
+
+
+@pytest.mark.parametrize("task, answer", [("niah-fwpkm", r" \d{6}"), ("repeat", r" [a-z0-9]{24}")])
+def test_text_recall_documents_train_on_their_answers(tok, task, answer):
+    section = SourceSection(type="synthetic", task=task, documents=4, loss="answer")
+    documents = DocumentSource([section], tok, seq_len=384, seed=0, vocab_size=VOCAB)
+    for _ in range(4):
+        doc = documents.next_document()
+        assert len(doc) <= 384
+        targets = "".join(chr(t) for t, keep in zip(doc, doc.targets) if keep)
+        assert re.fullmatch(answer, targets), targets
+        assert tok.decode(doc[:-1]).endswith(targets)
+
+
+def test_mqar_pairs_range(tok):
+    section = SourceSection(type="synthetic", task="mqar", documents=64, pairs=(4, 16))
+    documents = DocumentSource([section], tok, seq_len=512, seed=0, vocab_size=VOCAB)
+    counts = [(len(documents.next_document()) - 1) // 4 for _ in range(64)]
+    assert min(counts) >= 4 and max(counts) <= 16 and len(set(counts)) > 5
+    assert sum(c <= 8 for c in counts) > sum(c > 8 for c in counts) / 2  # log-uniform: the small end is well fed
+    with pytest.raises(ValueError, match="pairs"):
+        SourceSection(type="synthetic", task="passkey", pairs=(4, 8))
+    from palimpsa.upgrade.errors import PalimpsaError
+
+    with pytest.raises(PalimpsaError, match="more than the .* pairs that fit"):
+        DocumentSource([SourceSection(type="synthetic", task="mqar", pairs=(100, 200))], tok, seq_len=128,
+                       vocab_size=VOCAB)
