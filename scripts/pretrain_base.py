@@ -1,0 +1,253 @@
+"""Pretrain the long-context experiment's base (recipes/pretrain-base.yaml) in time-boxed pieces, check its recall
+bar, and write it as a bf16 mamba_ssm-format checkpoint with its card and training log.
+
+    python scripts/pretrain_base.py --minutes 9      # call again until it reports the base written
+
+1. Trains with ``finetune-model`` (resuming the run in ``--run-dir`` when it holds a checkpoint) until
+   ``train.max_steps`` or ``--minutes``, whichever comes first; on the time limit the run is interrupted (it
+   checkpoints every 500 steps, so at most that much is redone) and the script says how far it got.
+2. Once the run is complete: evaluates the recall bar on held-out haystacks, at 512 tokens (1x) and beyond (2x, 4x,
+   8x): passkey, NIAH in the FwPKM form and repeat-after-gap (greedy, exact), MQAR (32 pairs) and MQAR with a gap
+   (8 pairs) (argmax at every query). The bar: at least 0.90 on each at 1x.
+3. Writes ``--output``: ``config.json`` (mamba_ssm's format), ``model.safetensors`` in bf16 (shards of at most
+   15 MB), the tokenizer, ``README.md`` (the card, with the bar table), ``export_report.json`` (sha256 of every
+   file) and ``training/`` (metrics, recipe, summary).
+
+Extra ``KEY=VALUE`` arguments override the recipe (the same ones on every call of a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "pretrain-base.yaml"
+LENGTHS = [512, 1024, 2048, 4096]
+BAR = 0.90
+TASKS = ("passkey", "niah_fwpkm", "repeat", "mqar_32", "mqar_gap_8")
+
+
+def train(args) -> bool:
+    """Advance the run by at most ``args.minutes``; True once it has reached ``train.max_steps``."""
+    from palimpsa.upgrade.training import latest_checkpoint
+
+    run_dir = Path(args.run_dir)
+    if (run_dir / "final" / "config.json").is_file():
+        return True
+    command = [sys.executable, "-m", "palimpsa.upgrade.finetune", str(args.recipe), f"output_dir={run_dir}",
+               *args.overrides]
+    if (run_dir / "recipe.yaml").is_file() and latest_checkpoint(run_dir) is not None:
+        command.append("--resume")
+    print(f"pretrain_base: {' '.join(command)} (for at most {args.minutes:g} min)", flush=True)
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 60 * args.minutes
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(2)
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    checkpoint = latest_checkpoint(run_dir)
+    done = (run_dir / "final" / "config.json").is_file()
+    if not done:
+        step = json.loads((checkpoint / "trainer_state.json").read_text())["step"] if checkpoint else 0
+        print(f"pretrain_base: paused at step {step} (last checkpoint {checkpoint}); call again to go on", flush=True)
+    return done
+
+
+def evaluate_bar(model_dir: Path, samples: int, device: str) -> dict:
+    """Recall per task and length on haystacks no training document used (pydoc_data.topics, the passkey filler,
+    fresh seeds)."""
+    import torch
+    from palimpsa.upgrade.evaluation import greedy_answers, mqar_accuracy, passkey_correct
+    from palimpsa.upgrade.generation import load_model_and_tokenizer
+    from palimpsa.upgrade.tasks import (
+        default_long_text,
+        fwpkm_niah_samples,
+        mqar_gap_samples,
+        mqar_gap_setup,
+        mqar_samples,
+        mqar_token_range,
+        passkey_samples,
+        repeat_samples,
+    )
+
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    model = model.to(device).eval()
+    text = " ".join(default_long_text().split())
+    depths = [0.0, 0.25, 0.5, 0.75, 1.0]
+    per_depth = max(1, samples // len(depths))
+    seed = 10_000_019  # evaluation seeds, far from the training documents' counter-based seeds
+    result: dict[str, list[float]] = {}
+
+    def exact(prompts, check) -> float:
+        answers = greedy_answers(model, tokenizer, prompts, batch_size=16)
+        return sum(check(a, s.answer) for a, s in zip(answers, prompts)) / len(prompts)
+
+    def first_digits(completion: str, answer: str) -> bool:
+        return passkey_correct(completion, answer)
+
+    def repeated(completion: str, answer: str) -> bool:
+        return completion.strip().startswith(answer)
+
+    with torch.no_grad():
+        result["passkey"] = [exact(passkey_samples(tokenizer, [n], depths, per_depth, seed), first_digits)
+                             for n in LENGTHS]
+        result["niah_fwpkm"] = [exact(fwpkm_niah_samples(tokenizer, text, [n], depths, per_depth, seed + 1),
+                                      first_digits) for n in LENGTHS]
+        result["repeat"] = [exact(repeat_samples(tokenizer, text, [n], samples, seed + 2), repeated)
+                            for n in LENGTHS]
+        low, high = mqar_token_range(tokenizer, model.config.vocab_size)
+        accuracy = mqar_accuracy(model, mqar_samples(high, [32], 32, samples, seed + 3, reserved=low))
+        result["mqar_32"] = [accuracy[32]] + [None] * (len(LENGTHS) - 1)  # 32 pairs and queries fill 128 tokens
+        filler, keys, values = mqar_gap_setup(tokenizer, model.config.vocab_size)
+        result["mqar_gap_8"] = [mqar_accuracy(model, mqar_gap_samples(filler, keys, values, [n], 8, 8, samples,
+                                                                      seed + 4 + n))[8] for n in LENGTHS]
+    return {"lengths": list(LENGTHS), "samples_per_length": samples, "accuracy": result,
+            "bar": {task: result[task][0] >= BAR for task in TASKS}, "met": all(result[t][0] >= BAR for t in TASKS)}
+
+
+def bar_table(report: dict) -> str:
+    lines = ["| task | " + " | ".join(f"{n} ({n // 512}x)" for n in report["lengths"]) + " |",
+             "|---|" + "---|" * len(report["lengths"])]
+    for task in TASKS:
+        cells = ["-" if v is None else f"{v:.2f}" for v in report["accuracy"][task]]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def ship(run_dir: Path, output: Path, report: dict, summary: dict) -> None:
+    """The final model as a bf16 mamba_ssm checkpoint in safetensors shards of at most 15 MB, with card and log."""
+    import torch
+    from palimpsa.upgrade.export import export_model
+    from palimpsa.upgrade.integrity import file_manifest
+    from palimpsa.upgrade.saving import save_state_dict_sharded
+
+    with tempfile.TemporaryDirectory() as scratch:
+        plain = Path(scratch) / "mamba2"
+        export_model(run_dir, plain, to_mamba2=True, log=None)
+        state = torch.load(plain / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        config = json.loads((plain / "config.json").read_text())
+        staging = Path(scratch) / "base"
+        staging.mkdir()
+        if config.get("tie_embeddings", True):
+            state.pop("lm_head.weight", None)
+        names = save_state_dict_sharded({k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}, staging,
+                                        15 * 10**6, progress=False)
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        tokenizer_files = [p.name for p in (run_dir / "final").iterdir() if p.name.startswith(("tokenizer",
+                                                                                               "special_tokens"))]
+        for name in tokenizer_files:
+            shutil.copy2(run_dir / "final" / name, staging / name)
+        log = staging / "training"
+        log.mkdir()
+        shutil.copy2(run_dir / "metrics.jsonl", log / "metrics.jsonl")
+        shutil.copy2(run_dir / "recipe.yaml", log / "recipe.yaml")
+        (log / "summary.json").write_text(json.dumps({**summary, "bar": report}, indent=2) + "\n")
+        (staging / "README.md").write_text(card(config, report, summary))
+        files = [*names, "config.json", *tokenizer_files, "README.md"]
+        (staging / "export_report.json").write_text(json.dumps({"files": file_manifest(staging, files)}, indent=2)
+                                                    + "\n")
+        if output.exists():
+            shutil.rmtree(output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(staging, output)
+
+
+def card(config: dict, report: dict, summary: dict) -> str:
+    ssm = config["ssm_cfg"]
+    return f"""# recall-base: a 5.8M-parameter byte-level Mamba2 that recalls within its training length
+
+The base of the long-context experiment (`docs/results/longctx-protocol.md`). Mamba2, d_model {config['d_model']},
+{config['n_layer']} layers, d_state {ssm['d_state']}, headdim {ssm['headdim']}, expand {ssm['expand']},
+{summary['parameters']:,} parameters, byte-level tokenizer (257 ids, vocabulary padded to
+{summary['padded_vocab']}); mamba_ssm format, weights in bf16 safetensors. Not part of the installed package:
+it lives in the repository (`upgrade/assets/recall-base`) for the experiment and for users who want a small
+model that recalls.
+
+Pretrained from scratch by `scripts/pretrain_base.py` with `recipes/pretrain-base.yaml`: {summary['steps']} steps
+of 64 x 512 tokens ({summary['tokens'] / 1e9:.2f}B tokens), about a third the Python standard library's source and
+two thirds synthetic recall documents (passkey, NIAH in the FwPKM form over standard-library docstrings,
+repeat-after-gap, MQAR with 4-64 pairs, MQAR with a gap) with the loss on their answers; bf16, AdamW, cosine
+schedule; {summary['train_seconds'] / 60:.1f} minutes on {summary['device']}.
+
+## Recall (the bar: at least {BAR:.2f} on each task at 1x)
+
+Held-out haystacks (`pydoc_data.topics` for NIAH and repeat, never trained on), fresh seeds,
+{report['samples_per_length']} prompts per task and length, greedy decoding (exact) or the argmax at each MQAR
+query:
+
+{bar_table(report)}
+
+Bar {'met' if report['met'] else 'NOT met'}. `training/` holds the metrics, the recipe and this summary.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides (the same every call)")
+    parser.add_argument("--recipe", type=Path, default=RECIPE)
+    parser.add_argument("--run-dir", default=str(ROOT / "runs" / "pretrain-base"))
+    parser.add_argument("--output", type=Path, default=ROOT / "upgrade" / "assets" / "recall-base")
+    parser.add_argument("--minutes", type=float, default=9.0, help="training time this call (default 9)")
+    parser.add_argument("--samples", type=int, default=40, help="prompts per task and length for the bar")
+    parser.add_argument("--device", default=None, help="default: cuda when available")
+    parser.add_argument("--lengths", default=None, help="bar lengths, comma list (default 512,1024,2048,4096)")
+    args = parser.parse_args(argv)
+    if args.lengths:
+        LENGTHS[:] = [int(n) for n in args.lengths.split(",")]
+    started = time.perf_counter()
+    if not train(args):
+        return 0
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    run_dir = Path(args.run_dir)
+    report = evaluate_bar(run_dir / "final", args.samples, device)
+    print(bar_table(report), flush=True)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    import yaml
+
+    recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text())
+    steps = max(row["step"] for row in rows)
+    final_config = json.loads((run_dir / "final" / "config.json").read_text())
+    from palimpsa.upgrade.generation import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(run_dir / "final", need_tokenizer=False)
+    summary = {"steps": steps, "tokens": steps * recipe["data"]["batch_size"] * recipe["data"]["seq_len"],
+               "train_seconds": sum(_seconds(rows)), "parameters": sum(p.numel() for p in model.parameters()),
+               "padded_vocab": final_config["vocab_size"], "python": platform.python_version(),
+               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+               "final_eval": next((r for r in reversed(rows) if "eval_nll" in r), None)}
+    ship(run_dir, args.output, report, summary)
+    print(f"pretrain_base: wrote {args.output} (bar {'met' if report['met'] else 'NOT met'}) in "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+    return 0
+
+
+def _seconds(rows: list[dict]) -> list[float]:
+    """Training time from the logged throughput: tokens per logged window over tokens per second."""
+    times, last = [], 0
+    for row in rows:
+        if "tokens_per_s" in row and row["tokens_per_s"]:
+            window = (row["step"] - last) * row["tokens"]
+            times.append(window / row["tokens_per_s"])
+            last = row["step"]
+    return times
+
+
+if __name__ == "__main__":
+    sys.exit(main())
