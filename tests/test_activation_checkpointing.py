@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
-from palimpsa.kernels import palimpsa_scan, triton_scan  # noqa: E402
+from palimpsa.kernels import fused_recurrent, palimpsa_scan  # noqa: E402
 from palimpsa.upgrade import modeling  # noqa: E402
 from palimpsa.upgrade.configuration import PalimpsaConfig  # noqa: E402
 from palimpsa.upgrade.modeling import PalimpsaForCausalLM, enable_activation_checkpointing  # noqa: E402
@@ -26,14 +26,14 @@ def triton_forwards(monkeypatch):
     """Every scan in the model goes through the Triton kernels; returns the list of the Palimpsa layers' forward
     launches (the plain Mamba2 layer's scans, without beta, are not counted)."""
     launches = []
-    forward = triton_scan._forward
+    forward = fused_recurrent._forward
 
     def counted(*args, **kwargs):
         if args[4] is not None:
             launches.append(args[0].shape)
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(triton_scan, "_forward", counted)
+    monkeypatch.setattr(fused_recurrent, "_forward", counted)
     monkeypatch.setattr(modeling, "palimpsa_scan", functools.partial(palimpsa_scan, backend="triton"))
     # the plain layer takes the same scan too (not mamba_ssm's, whose TF32 sums differ from run to run)
     monkeypatch.setattr(modeling, "mamba_ssm_chunk_scan", lambda: None)
@@ -73,8 +73,8 @@ def test_checkpointing_gives_the_same_gradients(triton_forwards, keep_scan_outpu
 
 def test_packed_sequences_over_several_checkpoints(triton_forwards, monkeypatch):
     """Packed documents (``cu_seqlens``) across several scan checkpoints: kept outputs, same gradients."""
-    monkeypatch.setattr(triton_scan, "CHUNK_SIZE", 8)
-    monkeypatch.setattr(triton_scan, "BLOCK_SIZE", 4)
+    monkeypatch.setattr(fused_recurrent, "CHUNK_SIZE", 8)
+    monkeypatch.setattr(fused_recurrent, "BLOCK_SIZE", 4)
     model = tiny_model()
     ids = torch.randint(0, 64, (1, 21), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     cu_seqlens = torch.tensor([0, 5, 21], dtype=torch.int32, device=DEVICE)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from palimpsa.kernels import palimpsa_scan
+from palimpsa.kernels import ScanOutput, palimpsa_scan
 from scan_inputs import assert_close, make_inputs
 
 F64_TOL = 1e-10
@@ -134,19 +134,22 @@ def test_torch_matches_naive_at_chunk_multiples(length):
 
 
 def test_auto_is_torch_on_cpu_and_return_layout():
+    """The same three fields whatever is asked for: what was not asked for is None."""
     inputs = make_inputs(2, 40, 4, 2, 3, 4, seed=5)
     v, k, q, log_decay, beta, state = inputs_of(inputs)
     auto = palimpsa_scan(v, k, q, log_decay, beta, initial_state=state, backend="auto")
-    torch_y = palimpsa_scan(v, k, q, log_decay, beta, initial_state=state, backend="torch")
+    torch_y = palimpsa_scan(v, k, q, log_decay, beta, initial_state=state, backend="torch").y
     default = palimpsa_scan(v, k, q, log_decay, beta, initial_state=state)
-    assert isinstance(auto, torch.Tensor) and auto.shape == v.shape
-    assert torch.equal(auto, torch_y) and torch.equal(default, torch_y)
-    y, final = palimpsa_scan(v, k, q, log_decay, beta, initial_state=state, output_final_state=True)
-    assert torch.equal(y, torch_y) and final[0].shape == final[1].shape == (2, 4, 3, 4)
-    y, uncertainty = palimpsa_scan(v, k, q, log_decay, beta, initial_state=state, output_uncertainty=True)
-    assert torch.equal(y, torch_y) and uncertainty.shape == v.shape
+    assert isinstance(auto, ScanOutput) and auto.y.shape == v.shape
+    assert auto.final_state is None and auto.uncertainty is None
+    assert torch.equal(auto.y, torch_y) and torch.equal(default.y, torch_y)
+    y, final, uncertainty = palimpsa_scan(v, k, q, log_decay, beta, initial_state=state, output_final_state=True)
+    assert torch.equal(y, torch_y) and final[0].shape == final[1].shape == (2, 4, 3, 4) and uncertainty is None
+    y, final, uncertainty = palimpsa_scan(v, k, q, log_decay, beta, initial_state=state, output_uncertainty=True)
+    assert torch.equal(y, torch_y) and final is None and uncertainty.shape == v.shape
     y, final2, uncertainty2 = scan(inputs, "auto")
-    assert torch.equal(final2[0], final[0]) and torch.equal(final2[1], final[1])
+    assert torch.equal(final2[0], palimpsa_scan(v, k, q, log_decay, beta, initial_state=state,
+                                                output_final_state=True).final_state[0])
     assert torch.equal(uncertainty2, uncertainty)
 
 
@@ -176,7 +179,7 @@ def test_uncertainty_is_q_squared_over_naive_importance():
     _, _, uncertainty = scan(inputs, "naive", importance_prior=0.8)
     heads_per_group = v.shape[2] // k.shape[2]
     for t in range(v.shape[1]):
-        _, (_, importance_t) = palimpsa_scan(
+        _, (_, importance_t), _ = palimpsa_scan(
             v[:, : t + 1], k[:, : t + 1], q[:, : t + 1], log_decay[:, : t + 1], beta[:, : t + 1],
             importance_prior=0.8, initial_state=state, output_final_state=True, backend="naive",
         )
@@ -417,8 +420,8 @@ def packed_args():
 
 def test_valid_args_are_accepted():
     args = valid_args()
-    assert call(args).shape == args["v"].shape
-    assert call(packed_args(), cu_seqlens=torch.tensor([0, 2, 6])).shape == (1, 6, 4, 3)
+    assert call(args).y.shape == args["v"].shape
+    assert call(packed_args(), cu_seqlens=torch.tensor([0, 2, 6])).y.shape == (1, 6, 4, 3)
 
 
 @pytest.mark.parametrize(
@@ -482,4 +485,19 @@ def test_cu_seqlens_initial_state_needs_one_state_per_sequence():
     with pytest.raises(ValueError, match=r"initial state M0 must be \[2, 4, 3, 5\]"):
         call(args, cu_seqlens=torch.tensor([0, 2, 6]))
     args["initial_state"] = (inputs["M0"], inputs["I0"])
-    assert call(args, cu_seqlens=torch.tensor([0, 2, 6])).shape == (1, 6, 4, 3)
+    assert call(args, cu_seqlens=torch.tensor([0, 2, 6])).y.shape == (1, 6, 4, 3)
+
+
+def test_cu_seqlens_on_a_gpu_are_checked_without_reading_them_back(monkeypatch):
+    """On a CUDA tensor the bounds check is queued on the device (``torch._assert_async``): reading the values back
+    (``tolist``, ``item``) would make every packed call wait for the GPU. Here a CPU tensor stands in for a CUDA
+    one, and reading it back fails the test; ``_assert_async`` on a CPU tensor raises at once."""
+    from palimpsa.kernels import scan as scan_module
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: pytest.fail("cu_seqlens was read back to the host"))
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: pytest.fail("cu_seqlens was read back to the host"))
+    scan_module._check_bounds(torch.tensor([0, 2, 6]), 6)
+    for bad in (torch.tensor([1, 2, 6]), torch.tensor([0, 2, 5]), torch.tensor([0, 4, 2, 6])):
+        with pytest.raises(RuntimeError, match="rise strictly from 0"):
+            scan_module._check_bounds(bad, 6)

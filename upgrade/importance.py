@@ -143,7 +143,7 @@ def _layer_statistics(mixer, hidden_states: torch.Tensor, needle: tuple[int, int
     def final_state(start: int, end: int, state):
         return palimpsa_scan(value[:, start:end], inputs.keys[:, start:end], inputs.queries[:, start:end],
                              log_decay[:, start:end], beta[:, start:end], importance_prior=prior, initial_state=state,
-                             output_final_state=True, backend=backend)[1]
+                             output_final_state=True, backend=backend).final_state
 
     if needle is not None and needle[1] < length:
         after_needle = final_state(0, needle[1], None)

@@ -270,17 +270,17 @@ class Mamba2Mixer(nn.Module):
             memory, importance = (s.contiguous() for s in state)
             y = palimpsa_step(upcast(x_heads[:, 0]) * dt[:, 0, :, None], keys[:, 0], queries[:, 0], dt[:, 0] * A,
                               None if beta is None else beta[:, 0], (memory, importance),
-                              importance_prior=config.importance_prior if beta is not None else 1.0)[:, None]
+                              importance_prior=config.importance_prior if beta is not None else 1.0).y[:, None]
             cache.ssm[self.layer_idx] = (memory, importance)
         else:
-            y = palimpsa_scan(
+            y, final, _ = palimpsa_scan(
                 upcast(x_heads) * dt[..., None], keys, queries, dt * A, beta,
                 # A Mamba2 layer (no beta) is the scan with I == 1; the prior only exists in a Palimpsa layer.
                 importance_prior=config.importance_prior if beta is not None else 1.0,
                 initial_state=state, output_final_state=cache is not None, cu_seqlens=cu_seqlens,
             )
             if cache is not None:
-                y, (memory, importance) = y
+                memory, importance = final
                 keep_importance = isinstance(self, PalimpsaMixer)
                 cache.ssm[self.layer_idx] = (memory.detach(), importance.detach() if keep_importance else None)
         skip = upcast(self.D).view(-1, self.headdim) if config.D_has_hdim else upcast(self.D)[:, None]
@@ -560,7 +560,7 @@ def enable_activation_checkpointing(model: PalimpsaPreTrainedModel, keep_scan_ou
     and chunk checkpoints are kept from the forward and everything else in the block is recomputed, so the scan,
     the layer's costliest op, runs once per step instead of twice (the way selective checkpointing keeps
     attention's output). It costs the scan's output and checkpoints per upgraded layer (``L x H x P`` values and
-    ``2 x L / CT x H x P x N`` float32, ``CT`` = ``palimpsa.kernels.triton_scan.CHUNK_SIZE``; 0.31 GiB at 8k
+    ``2 x L / CT x H x P x N`` float32, ``CT`` = ``palimpsa.kernels.fused_recurrent.CHUNK_SIZE``; 0.31 GiB at 8k
     tokens for a mamba2-2.7b layer). Where the scan does not run through Triton (CPU tensors) the policy finds
     nothing to keep and the blocks are recomputed in full.
 

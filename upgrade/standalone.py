@@ -29,7 +29,7 @@ def _body(source: str) -> str:
 
 
 def modeling_source() -> str:
-    parts = [_body((_KERNELS / name).read_text()) for name in ("naive.py", "chunk.py", "scan.py", "step.py")]
+    parts = [_body((_KERNELS / name).read_text()) for name in ("naive.py", "torch_chunk.py", "scan.py", "step.py")]
     parts.append("\n\nclass PalimpsaError(Exception):\n    pass\n")
     parts.append(_body((_UPGRADE / "integrity.py").read_text()))
     parts.append(_body((_UPGRADE / "modeling.py").read_text()))

@@ -656,7 +656,7 @@ def _scan_op_fake(v, k, q, log_decay, beta, m0, i0, cu_seqlens, importance_prior
 SAVE_UNDER_CHECKPOINTING = (torch.ops.palimpsa.triton_scan_forward.default,)
 
 
-def triton_palimpsa_scan(
+def fused_recurrent_palimpsa_scan(
     v: torch.Tensor,
     k: torch.Tensor,
     q: torch.Tensor,
@@ -719,7 +719,7 @@ def triton_palimpsa_scan(
     return y, (m_t, i_t) if output_final_state else None, u if output_uncertainty else None
 
 
-def triton_palimpsa_step(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty):
+def fused_recurrent_palimpsa_step(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty):
     """Decoding step on CUDA; see :func:`palimpsa.kernels.palimpsa_step`."""
     memory, importance = state
     batch, heads, head_dim = v.shape

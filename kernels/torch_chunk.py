@@ -27,7 +27,7 @@ def _decay_matrix(cum: torch.Tensor) -> torch.Tensor:
     return torch.where(causal, diff, torch.full_like(diff, float("-inf"))).exp()
 
 
-def chunk_palimpsa_scan(
+def torch_chunk_palimpsa_scan(
     v: torch.Tensor,
     k: torch.Tensor,
     q: torch.Tensor,

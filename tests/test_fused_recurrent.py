@@ -16,7 +16,7 @@ triton = pytest.importorskip("triton")
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
-from palimpsa.kernels import palimpsa_scan, palimpsa_step, triton_scan  # noqa: E402
+from palimpsa.kernels import fused_recurrent, palimpsa_scan, palimpsa_step  # noqa: E402
 from scan_inputs import assert_close  # noqa: E402
 from scan_inputs import make_inputs as random_scan_inputs  # noqa: E402
 
@@ -27,7 +27,7 @@ SMALL = {"chunk_size": 8, "block_size": 4}  # several chunks and blocks even at 
 
 @pytest.fixture(autouse=True)
 def _poison_outputs(monkeypatch):
-    monkeypatch.setattr(triton_scan, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(fused_recurrent, "POISON_OUTPUTS", True)
 
 
 def make_inputs(batch, length, groups, *, heads=4, head_dim=8, state_size=16, **options) -> dict:
@@ -42,16 +42,12 @@ def run(inputs: dict, backend: str, *, importance_prior=1.0, cu_seqlens=None, fi
     state = None if inputs["M0"] is None else (inputs["M0"], inputs["I0"])
     args = (inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"])
     if backend == "triton" and triton_options:
-        y, final, u = triton_scan.triton_palimpsa_scan(*args, importance_prior, state, final_state, uncertainty,
-                                                      cu_seqlens, **triton_options)
+        y, final, u = fused_recurrent.fused_recurrent_palimpsa_scan(*args, importance_prior, state, final_state,
+                                                                    uncertainty, cu_seqlens, **triton_options)
     else:
-        out = palimpsa_scan(*args, importance_prior=importance_prior, initial_state=state,
-                            output_final_state=final_state, output_uncertainty=uncertainty, cu_seqlens=cu_seqlens,
-                            backend=backend)
-        out = out if isinstance(out, tuple) else (out,)
-        y, rest = out[0], list(out[1:])
-        final = rest.pop(0) if final_state else None
-        u = rest.pop(0) if uncertainty else None
+        y, final, u = palimpsa_scan(*args, importance_prior=importance_prior, initial_state=state,
+                                    output_final_state=final_state, output_uncertainty=uncertainty,
+                                    cu_seqlens=cu_seqlens, backend=backend)
     return [y, *(final if final_state else ()), *([u] if uncertainty else [])]
 
 
@@ -133,13 +129,14 @@ def test_float32_and_bfloat16_inputs():
 
 def test_no_gradient_needed_stores_no_checkpoints(monkeypatch):
     stored = []
-    forward = triton_scan._forward
-    monkeypatch.setattr(triton_scan, "_forward", lambda *args: stored.append(args[11]) or forward(*args))
+    forward = fused_recurrent._forward
+    monkeypatch.setattr(fused_recurrent, "_forward", lambda *args: stored.append(args[11]) or forward(*args))
     inputs = make_inputs(1, 9, 1, seed=41)
     with torch.no_grad():
-        y = palimpsa_scan(inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], backend="triton")
+        y = palimpsa_scan(inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"],
+                          backend="triton").y
     exact = {n: None if t is None else t.detach() for n, t in inputs.items()}
-    want = palimpsa_scan(exact["v"], exact["k"], exact["q"], exact["log_decay"], exact["beta"], backend="naive")
+    want = palimpsa_scan(exact["v"], exact["k"], exact["q"], exact["log_decay"], exact["beta"], backend="naive").y
     assert_close(y, want, F64_TOL, "y")
     assert y.grad_fn is None
     assert stored == [False]
@@ -171,7 +168,7 @@ def test_the_operators_pass_torch_opcheck():
     import json
 
     checks = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-    configs = (json.dumps(triton_scan.FWD_CONFIG), json.dumps(triton_scan.BWD_CONFIG))
+    configs = (json.dumps(fused_recurrent.FWD_CONFIG), json.dumps(fused_recurrent.BWD_CONFIG))
     inputs = make_inputs(2, 9, 1, seed=3)
     args = [inputs[n] for n in ("v", "k", "q", "log_decay", "beta", "M0", "I0")]
     result = torch.library.opcheck(torch.ops.palimpsa.triton_scan_forward.default,
@@ -188,11 +185,11 @@ def test_the_operators_pass_torch_opcheck():
 def test_backward_splits_channels_finer_on_small_grids(monkeypatch):
     """Under two waves of 4-channel programs (B = 1 at 2.7b shapes: 1280 on 132 SMs) the backward takes 2."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(triton_scan, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(fused_recurrent, "_sm_count", lambda device: 132)
     cuda = torch.device("cuda")
-    assert triton_scan._backward_config(1, 80, 64, cuda)["BV"] == triton_scan.SMALL_GRID_BV == 2
-    assert triton_scan._backward_config(4, 80, 64, cuda) == triton_scan.BWD_CONFIG
-    assert triton_scan._backward_config(1, 80, 64, torch.device("cpu")) == triton_scan.BWD_CONFIG
+    assert fused_recurrent._backward_config(1, 80, 64, cuda)["BV"] == fused_recurrent.SMALL_GRID_BV == 2
+    assert fused_recurrent._backward_config(4, 80, 64, cuda) == fused_recurrent.BWD_CONFIG
+    assert fused_recurrent._backward_config(1, 80, 64, torch.device("cpu")) == fused_recurrent.BWD_CONFIG
 
 
 def test_bad_block_size_and_unroll_raise():
@@ -217,9 +214,9 @@ def test_step_matches_scan_token_by_token(with_beta):
             args = (inputs["v"][:, t], inputs["k"][:, t], inputs["q"][:, t], inputs["log_decay"][:, t],
                     None if inputs["beta"] is None else inputs["beta"][:, t])
             if use_kernel:
-                y, u = triton_scan.triton_palimpsa_step(*args, state, 0.7, True)
+                y, u = fused_recurrent.fused_recurrent_palimpsa_step(*args, state, 0.7, True)
             else:
-                y, u = palimpsa_step(*args, state, importance_prior=0.7, output_uncertainty=True)
+                y, _, u = palimpsa_step(*args, state, importance_prior=0.7, output_uncertainty=True)
             assert_close(y, y_scan[:, t], F64_TOL, f"y[{t}]")
             assert_close(u, u_scan[:, t], F64_TOL, f"u[{t}]")
         assert_close(state[0], m_scan, F64_TOL, "M")
