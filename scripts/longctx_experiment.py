@@ -110,7 +110,7 @@ def nll_windows(model, ids: torch.Tensor, window: int, count: int, batch: int) -
 
 def evaluate(name: str, source: str, args, text_ids: torch.Tensor) -> dict:
     from palimpsa.upgrade.evaluation import EvalSettings, evaluate_model
-    from palimpsa.upgrade.generation import load_model_and_tokenizer
+    from palimpsa.upgrade.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(source)
     model = model.to(args.device).eval()

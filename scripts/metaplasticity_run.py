@@ -77,8 +77,8 @@ def passkey_by_length(model, tokenizer, lengths: list[int], samples: int, device
 
 
 def evaluate(source: Path, args, probe) -> dict:
-    from palimpsa.upgrade.generation import load_model_and_tokenizer
     from palimpsa.upgrade.importance import inspect_importance
+    from palimpsa.upgrade.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(source)
     model = model.to(args.device).eval()

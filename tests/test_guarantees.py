@@ -118,9 +118,9 @@ def upgraded(tmp_path_factory, tiny_random) -> Path:
 def kill_while_writing(root: Path, source: Path) -> tuple[list[str], subprocess.CompletedProcess]:
     """SIGKILL upgrade-model while it writes its output (its weight writer made to wait, in the same entry point a
     user runs), then run upgrade-model again to the same output. Returns what the killed run left and the rerun."""
-    waiting = ("import sys, time\nimport palimpsa.upgrade.pipeline as pipeline\n"
+    waiting = ("import sys, time\nimport palimpsa.upgrade.model_directory as model_directory\n"
                "def wait(*args, **kwargs):\n    time.sleep(600)\n"
-               "pipeline.save_state_dict_sharded = wait\nfrom palimpsa.upgrade.cli import upgrade_main\n"
+               "model_directory.save_state_dict_sharded = wait\nfrom palimpsa.upgrade.cli import upgrade_main\n"
                "sys.argv[0] = 'upgrade-model'\nupgrade_main()\n")
     args = [str(source), "--layers", "2", "--skip-verify", "-q", "-o", str(root / "out")]
     process = subprocess.Popen([sys.executable, "-c", waiting, *args], cwd=root, env=ENV, stdout=subprocess.DEVNULL,
@@ -442,7 +442,7 @@ def dead_pid() -> int:
 
 
 def test_interrupted_and_stale_staging_are_removed(upgraded, tmp_path, monkeypatch, capsys):
-    from palimpsa.upgrade import export as export_module
+    from palimpsa.upgrade import model_directory
 
     stale = tmp_path / f".out.partial-{dead_pid()}"
     stale.mkdir()
@@ -453,7 +453,7 @@ def test_interrupted_and_stale_staging_are_removed(upgraded, tmp_path, monkeypat
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(export_module, "save_state_dict_sharded", interrupted)
+    monkeypatch.setattr(model_directory, "save_state_dict_sharded", interrupted)
     code, _, stderr = run_main(export_main, "export-model", [str(upgraded), "-o", str(tmp_path / "out")],
                                monkeypatch, capsys)
     assert code == 130 and last_line(stderr) == "export-model: interrupted; nothing was written"

@@ -27,8 +27,8 @@ import palimpsa.upgrade  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from palimpsa.upgrade import upgrade_model  # noqa: E402
 from palimpsa.upgrade.evaluation import nll_by_position  # noqa: E402
-from palimpsa.upgrade.generation import load_model_and_tokenizer  # noqa: E402
 from palimpsa.upgrade.lm_eval_adapter import PalimpsaLM  # noqa: E402
+from palimpsa.upgrade.loading import load_model_and_tokenizer  # noqa: E402
 
 ADAPTER = Path(palimpsa.upgrade.__file__).resolve().parent / "lm_eval_adapter.py"
 TASKS = Path(__file__).resolve().parent / "data" / "lm_eval_task"

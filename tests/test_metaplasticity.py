@@ -51,7 +51,7 @@ def _set_gains(model, gain: float) -> None:
 # --- the new gain at init ------------------------------------------------------------------------------------------
 
 def test_default_init_matches_the_base_and_the_first_formats_start_within_the_verification_tolerance():
-    from palimpsa.upgrade.generation import load_plain_mamba2
+    from palimpsa.upgrade.loading import load_mamba2
     from palimpsa.upgrade.pipeline import upgrade_model
     from palimpsa.upgrade.surgery import convert_layers
     from transformers import AutoTokenizer
@@ -63,12 +63,12 @@ def test_default_init_matches_the_base_and_the_first_formats_start_within_the_ve
     assert verification["at_zero"]["relative_diff"] <= 1e-5
 
     ids = _probe_ids(AutoTokenizer.from_pretrained(EMBEDDED))
-    old = load_plain_mamba2(EMBEDDED)
+    old, _ = load_mamba2(EMBEDDED)
     old.config.beta_form = "linear-dt"  # the first format's layers at its default start, 1e-4
     convert_layers(old, list(range(5)), beta_init=1e-4)
     with torch.no_grad():
         new_logits, old_logits = result.model.eval()(ids).logits, old.eval()(ids).logits
-        base = load_plain_mamba2(EMBEDDED)(ids).logits
+        base = load_mamba2(EMBEDDED)[0](ids).logits
     assert _kl(base, new_logits) < 1e-3 and _kl(old_logits, new_logits) < 1e-3
     assert (new_logits.argmax(-1) == base.argmax(-1)).float().mean() >= 0.99
     assert (new_logits - base).abs().max() > 1e-4  # beta is in the model, just small

@@ -261,10 +261,10 @@ def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
 
 
 def _load_model(path: Path, plain: bool = False):
-    from palimpsa.upgrade.generation import load_plain_mamba2
+    from palimpsa.upgrade.loading import load_mamba2
     from palimpsa.upgrade.modeling import PalimpsaForCausalLM
 
-    return load_plain_mamba2(path) if plain else PalimpsaForCausalLM.from_pretrained(str(path))
+    return load_mamba2(path)[0] if plain else PalimpsaForCausalLM.from_pretrained(str(path))
 
 
 def test_nan_loss_stops_with_the_last_good_checkpoint(tmp_path, monkeypatch, tiny_random):

@@ -31,7 +31,8 @@ from huggingface_hub.errors import (
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from .configuration import PalimpsaConfig
+from .configuration import PalimpsaConfig, padded_vocab_size, padding_multiple
+from .dtypes import SAFETENSORS_FLOATS, dtype_name
 from .errors import PalimpsaError, checked_number
 from .integrity import check_model_directory, check_weight
 
@@ -53,7 +54,6 @@ WEIGHT_CHOICES = (  # in order of preference: safetensors first, pickles only wh
 # mamba_ssm Mamba2 options that only matter for initialisation or speed, never for what the layer computes.
 _INERT_SSM_OPTIONS = {"layer", "dt_min", "dt_max", "dt_init_floor", "A_init_range", "use_mem_eff_path",
                       "chunk_size", "sequence_parallel", "process_group", "device", "dtype"}
-_SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 _SSM_OPTIONS = {"d_state", "d_conv", "expand", "headdim", "d_ssm", "ngroups", "D_has_hdim", "rmsnorm",
                 "norm_before_gate", "dt_limit", "bias", "conv_bias", "activation"} | _INERT_SSM_OPTIONS
 
@@ -81,12 +81,12 @@ class Checkpoint:
             with _open_safetensors(first) as handle:
                 name = next((n for n in handle.keys() if "embedding" in n), None) or next(iter(handle.keys()))
                 code = handle.get_slice(name).get_dtype()
-            if code not in _SAFETENSORS_DTYPES:
+            if code not in SAFETENSORS_FLOATS:
                 raise PalimpsaError(f"{first} stores {name} as {code}; only float32/float16/bfloat16 are supported")
-            return _SAFETENSORS_DTYPES[code]
+            return SAFETENSORS_FLOATS[code]
         name, tensor = next(iter(_load_pickle(first).items()))
         if not tensor.is_floating_point():
-            raise PalimpsaError(f"{first} stores {name} as {str(tensor.dtype).removeprefix('torch.')}; only "
+            raise PalimpsaError(f"{first} stores {name} as {dtype_name(tensor.dtype)}; only "
                                 "float32/float16/bfloat16 are supported")
         return tensor.dtype
 
@@ -120,21 +120,9 @@ def _checked_cast(name: str, tensor: torch.Tensor, dtype: torch.dtype | None, pa
         return tensor
     cast = tensor.to(dtype)
     if not torch.isfinite(cast).all():
-        raise PalimpsaError(f"{path}: weight {name} exceeds the range of {str(dtype).removeprefix('torch.')}; "
+        raise PalimpsaError(f"{path}: weight {name} exceeds the range of {dtype_name(dtype)}; "
                             "choose --dtype bfloat16 or float32")
     return cast
-
-
-def is_palimpsa_directory(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a local model directory whose ``config.json`` says ``model_type: palimpsa``."""
-    config_path = Path(path).expanduser() / "config.json"
-    if not config_path.is_file():
-        return False
-    try:
-        raw = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    return isinstance(raw, dict) and raw.get("model_type") == "palimpsa"
 
 
 def load_checkpoint(
@@ -179,12 +167,17 @@ def load_checkpoint(
     checkpoint_format, config = config_from_dict(raw, source)
     weight_files = _weight_files(directory, source)
     check_model_directory(directory)  # an exported checkpoint lists its files' sha256: a flipped byte stops here
-    tokenizer_files = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
+    tokenizer_files = tokenizer_files_in(directory)
     for key, value in special_token_ids(tokenizer_files).items():
         setattr(config, key, value)
     if path.is_dir():  # a local base is recorded by absolute path, so that later tools find it from anywhere
         config.base_model = str(directory.resolve())
     return Checkpoint(source, directory, checkpoint_format, config, weight_files, tokenizer_files, revision)
+
+
+def tokenizer_files_in(directory: Path) -> list[Path]:
+    """The tokenizer files (``TOKENIZER_FILES``) that ``directory`` holds."""
+    return [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
 
 
 def special_token_ids(tokenizer_files: list[Path]) -> dict[str, int]:
@@ -266,6 +259,25 @@ class _Fields:
         return f"{self.source}: config.json's {self.prefix}{key}"
 
 
+def mamba_ssm_config(config: PalimpsaConfig) -> dict:
+    """``config``'s Mamba2 part as mamba_ssm's ``MambaConfig`` writes its ``config.json`` (what
+    :func:`config_from_dict` reads back): the beta fields have no place in it."""
+    ssm_cfg = {"layer": "Mamba2", "d_state": config.d_state, "d_conv": config.d_conv, "expand": config.expand,
+               "headdim": config.headdim, "ngroups": config.ngroups, "D_has_hdim": config.D_has_hdim,
+               "rmsnorm": config.rmsnorm, "norm_before_gate": config.norm_before_gate, "bias": config.bias,
+               "conv_bias": config.conv_bias, "chunk_size": config.chunk_size}
+    if config.d_ssm is not None:
+        ssm_cfg["d_ssm"] = config.d_ssm
+    if config.dt_limit is not None:
+        ssm_cfg["dt_limit"] = list(config.dt_limit)
+    vocab = config.base_vocab_size or config.vocab_size
+    return {"d_model": config.d_model, "d_intermediate": 0, "n_layer": config.n_layer, "vocab_size": vocab,
+            "ssm_cfg": ssm_cfg, "attn_layer_idx": [], "attn_cfg": {}, "rms_norm": config.rms_norm,
+            "residual_in_fp32": config.residual_in_fp32, "fused_add_norm": True,
+            "pad_vocab_size_multiple": padding_multiple(config.vocab_size, vocab),
+            "tie_embeddings": config.tie_word_embeddings}
+
+
 def _config_from_mamba_ssm(raw: dict, source: str) -> PalimpsaConfig:
     if not isinstance(raw.get("ssm_cfg") or {}, dict):
         raise PalimpsaError(f"{source}: config.json's ssm_cfg must be an object of layer options")
@@ -291,7 +303,7 @@ def _config_from_mamba_ssm(raw: dict, source: str) -> PalimpsaConfig:
     return _build_config(
         source,
         d_model=top.integer("d_model"), n_layer=top.integer("n_layer"),
-        vocab_size=-(-vocab // multiple) * multiple, base_vocab_size=vocab,
+        vocab_size=padded_vocab_size(vocab, multiple), base_vocab_size=vocab,
         d_state=layer_options.integer("d_state", 128), d_conv=layer_options.integer("d_conv", 4),
         expand=layer_options.integer("expand", 2), headdim=layer_options.integer("headdim", 64),
         d_ssm=layer_options.integer("d_ssm", None), ngroups=layer_options.integer("ngroups", 1),

@@ -244,8 +244,9 @@ def verify_parser() -> argparse.ArgumentParser:
 def run_verify(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
+    from .dtypes import dtype_name
     from .equivalence import probe_from_text, run_sweep, sweep_dtype
-    from .generation import load_model_and_tokenizer, load_plain_mamba2
+    from .loading import load_mamba2, load_model_and_tokenizer
     from .plots import plot_sweep
     from .saving import check_writable, write_json_atomic
     from .verify import probe_input_ids
@@ -263,7 +264,7 @@ def run_verify(argv: list[str] | None = None) -> int:
     base = None
     if base_source:
         try:
-            base = load_plain_mamba2(base_source).to(dtype)
+            base = load_mamba2(base_source, dtype)[0]
         except PalimpsaError as error:
             if args.base:
                 raise
@@ -272,7 +273,7 @@ def run_verify(argv: list[str] | None = None) -> int:
     probe = (probe_from_text(Path(args.probe), tokenizer, args.probe_batch, args.probe_length) if args.probe
              else probe_input_ids(vocab, args.probe_batch, args.probe_length, args.seed))
     print(f"model {args.model}: Palimpsa layers {model.config.upgraded_layers}, own beta scale "
-          f"{model.config.beta_scale:g}, {str(dtype).removeprefix('torch.')}; probe {tuple(probe.shape)} "
+          f"{model.config.beta_scale:g}, {dtype_name(dtype)}; probe {tuple(probe.shape)} "
           f"{'from ' + args.probe if args.probe else 'random tokens'}; base {base_source if base else 'not loaded'}")
     result = run_sweep(model, probe, base, args.decades, progress=True)
     header = f"{'beta scale':>11} {'max|diff|':>10} {'relative':>10} {'mean KL':>10} {'top-1':>7}"
@@ -359,7 +360,7 @@ def run_eval(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     from .evaluation import TASKS, EvalSettings, evaluate_model, text_token_ids, write_outputs
-    from .generation import load_model_and_tokenizer, resolve_device
+    from .loading import load_model_and_tokenizer, resolve_device
     from .saving import check_writable
 
     args = eval_parser().parse_args(argv)
@@ -445,7 +446,6 @@ def inspect_parser() -> argparse.ArgumentParser:
 def run_inspect(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
-    from .generation import load_model_and_tokenizer, resolve_device
     from .importance import (
         head_table,
         inspect_importance,
@@ -454,6 +454,7 @@ def run_inspect(argv: list[str] | None = None) -> int:
         summary_table,
         task_probe,
     )
+    from .loading import load_model_and_tokenizer, resolve_device
     from .saving import check_writable, write_json_atomic
 
     args = inspect_parser().parse_args(argv)

@@ -15,6 +15,23 @@ BETA_FORMS = ("log-relative", "linear-dt")
 """How a Palimpsa layer's gain is parameterised (see ``PalimpsaMixer``). ``log-relative``: a per-head log gain
 relative to the head's forgetting rate (since format 2); ``linear-dt``: the first format's plain per-head gain times
 ``dt``, kept so that models written by palimpsa 0.1 load and compute what they did."""
+
+
+def padded_vocab_size(vocab_size: int, multiple: int) -> int:
+    """The embedding's row count: the tokenizer's vocabulary rounded up to a multiple of mamba_ssm's
+    ``pad_vocab_size_multiple`` (``PalimpsaConfig.vocab_size``; the unpadded size is ``base_vocab_size``)."""
+    return -(-vocab_size // multiple) * multiple
+
+
+def padding_multiple(padded: int, vocab_size: int) -> int:
+    """A ``pad_vocab_size_multiple`` under which :func:`padded_vocab_size` turns ``vocab_size`` into ``padded``, for
+    a mamba_ssm ``config.json`` written back: the usual multiples first, else ``padded`` itself."""
+    for multiple in (16, 8, 32, 64, 128, 4, 2):
+        if padded_vocab_size(vocab_size, multiple) == padded:
+            return multiple
+    return padded if padded != vocab_size else 1
+
+
 # Sizes that must be positive integers: a zero divides by zero below, a negative one fails deep inside torch.
 _POSITIVE_SIZES = ("d_model", "n_layer", "vocab_size", "d_state", "d_conv", "expand", "headdim", "ngroups",
                    "chunk_size", "beta_rank")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from .dtypes import dtype_name, parse_dtype
 from .errors import PalimpsaError
 from .verify import compare_logits, probe_logits
 
@@ -33,13 +34,13 @@ class SweepResult:
 
     @property
     def limit_ok(self) -> bool:
-        tolerance = ZERO_TOLERANCE[getattr(torch, self.dtype)]
+        tolerance = ZERO_TOLERANCE[parse_dtype(self.dtype)]
         slope_ok = self.slope is not None and SLOPE_RANGE[0] <= self.slope <= SLOPE_RANGE[1]
         return slope_ok and self.at_zero <= tolerance
 
     def as_dict(self) -> dict:
         return {"slope": self.slope, "slope_range": list(SLOPE_RANGE), "fitted_scales": self.fitted_scales,
-                "at_zero": self.at_zero, "zero_tolerance": ZERO_TOLERANCE[getattr(torch, self.dtype)],
+                "at_zero": self.at_zero, "zero_tolerance": ZERO_TOLERANCE[parse_dtype(self.dtype)],
                 "limit_ok": self.limit_ok, "dtype": self.dtype, "own_scale": self.own_scale, "table": self.rows}
 
 
@@ -88,7 +89,7 @@ def run_sweep(model, probe: torch.Tensor, base=None, decades: int = 8, progress:
         rows.append(row)
     at_zero = rows[-1]["relative_diff"]
     slope, fitted = fit_slope([r["scale"] for r in rows], [r["max_abs_diff"] for r in rows], rows[-1]["max_abs_diff"])
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    dtype = dtype_name(next(model.parameters()).dtype)
     return SweepResult(rows, slope, fitted, at_zero, dtype, own_scale)
 
 
@@ -108,7 +109,7 @@ def probe_from_text(path: Path, tokenizer, batch: int, length: int) -> torch.Ten
 def sweep_dtype(model, choice: str) -> torch.dtype:
     """float64 when asked, or when ``auto`` and a float64 copy takes under a third of this machine's memory."""
     if choice != "auto":
-        return getattr(torch, choice)
+        return parse_dtype(choice)
     needed = sum(p.numel() for p in model.parameters()) * 8
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

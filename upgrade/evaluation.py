@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .errors import PalimpsaError
+from .generation import left_padded
 from .modeling import PalimpsaCache
 from .saving import write_json_atomic, write_text_atomic
 from .tasks import Sample, default_long_text, mqar_samples, niah_samples, passkey_samples
@@ -65,11 +66,9 @@ def nll_by_position(model, ids: torch.Tensor, segment_length: int, progress: boo
 
 @torch.no_grad()
 def greedy_answers(model, tokenizer, samples: list[Sample], batch_size: int, progress: bool = False) -> list[str]:
-    """Greedy completions (left-padded batches) long enough for each sample's answer."""
+    """Greedy completions (left-padded batches, on a copy of ``tokenizer``) long enough for each sample's answer."""
     device = next(model.parameters()).device
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = left_padded(tokenizer)
     order = sorted(range(len(samples)), key=lambda i: samples[i].length)
     results: dict[int, str] = {}
     for first in tqdm(range(0, len(order), batch_size), desc="generating", disable=not progress, leave=False):

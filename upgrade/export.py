@@ -11,24 +11,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from .checkpoint import TOKENIZER_FILES
+from . import run_layout
+from .checkpoint import mamba_ssm_config, tokenizer_files_in
+from .dtypes import dtype_name, parse_dtype
 from .errors import PalimpsaError
-from .integrity import check_model_directory, file_manifest
+from .loading import load_mamba2, load_palimpsa
+from .model_directory import finish_model_directory, report_header, write_model_directory
 from .modeling import PalimpsaForCausalLM
-from .saving import (
-    atomic_directory,
-    check_output_directory,
-    copy_files,
-    model_state_for_saving,
-    parse_size,
-    save_state_dict_sharded,
-)
-from .standalone import AUTO_MAP, write_standalone_code
+from .saving import atomic_directory, check_output_directory, parse_size, write_json_atomic
+from .standalone import AUTO_MAP, standalone_code
 from .verify import compare_logits, probe_input_ids, probe_logits
 
 
@@ -52,12 +47,9 @@ def resolve_export_source(source: str | Path) -> tuple[Path, str]:
             kind = f"a {model_type!r} model" if model_type else "a checkpoint without model_type (mamba_ssm format?)"
             raise PalimpsaError(f"{source} holds {kind}, not a Palimpsa model; upgrade it first with upgrade-model")
         return path, "model"
-    if (path / "final").is_dir():
-        return resolve_export_source(path / "final")
-    steps = sorted(p for p in (path / "checkpoints").glob("step-*/model")  # complete checkpoints only
-                   if not p.parent.name.endswith(".partial") and (p / "config.json").is_file())
-    if steps:
-        return resolve_export_source(steps[-1])
+    model = run_layout.run_model(path)
+    if model is not None:
+        return resolve_export_source(model)
     raise PalimpsaError(f"{source} holds no model: expected config.json, adapter_config.json, final/ or "
                         "checkpoints/step-*/model")
 
@@ -86,11 +78,7 @@ def load_export_source(directory: Path, kind: str, merge_lora: bool, dtype: torc
         base_dir, base_kind = resolve_export_source(base_path)
         base = load_export_source(base_dir, base_kind, False, dtype)
         return PeftModel.from_pretrained(base, str(directory)).merge_and_unload()
-    check_model_directory(directory)
-    try:
-        return PalimpsaForCausalLM.from_pretrained(str(directory), dtype=dtype or "auto")
-    except (OSError, ValueError) as error:
-        raise PalimpsaError(f"cannot load {directory}: {str(error).splitlines()[0]}") from None
+    return load_palimpsa(directory, dtype)
 
 
 def _export_sources(source: str | Path, directory: Path, kind: str) -> list[Path]:
@@ -105,23 +93,22 @@ def _export_sources(source: str | Path, directory: Path, kind: str) -> list[Path
 
 
 def _tokenizer_files(directory: Path, kind: str) -> list[Path]:
-    found = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
+    found = tokenizer_files_in(directory)
     if not found and kind == "adapter":
         base = _read_json(directory / "adapter_config.json").get("base_model_name_or_path", "")
-        base_dir = Path(base)
-        found = [base_dir / name for name in TOKENIZER_FILES if (base_dir / name).is_file()]
+        found = tokenizer_files_in(Path(base))
     return found
 
 
-def _known_summaries(directory: Path) -> tuple[str | None, dict | None]:
-    """The recipe (YAML text) and evaluation summary of the run the model came from, when present."""
-    recipe = evaluation = None
-    for folder in (directory, directory.parent, directory.parent.parent, directory.parent.parent.parent):
-        if recipe is None and (folder / "recipe.yaml").is_file():
-            recipe = (folder / "recipe.yaml").read_text()
-        if evaluation is None and (folder / "eval_summary.json").is_file():
-            evaluation = _read_json(folder / "eval_summary.json")
-    return recipe, evaluation
+def _run_summaries(directory: Path) -> tuple[str | None, dict | None]:
+    """The recipe (YAML text) and latest evaluation of the training run the model directory belongs to, when it
+    belongs to one that has them."""
+    run = run_layout.run_of(directory)
+    if run is None:
+        return None, None
+    recipe, evaluation = run / run_layout.RECIPE, run / run_layout.EVAL_SUMMARY
+    return (recipe.read_text() if recipe.is_file() else None,
+            _read_json(evaluation) if evaluation.is_file() else None)
 
 
 def export_model(
@@ -138,8 +125,6 @@ def export_model(
     log: Callable[[str], None] | None = None,
 ) -> dict:
     """Export ``source`` to ``output`` and return the export report (also written as export_report.json)."""
-    from .pipeline import parse_dtype
-
     say = log or (lambda _line: None)
     started = time.perf_counter()
     output = Path(output).expanduser()
@@ -154,14 +139,13 @@ def export_model(
         f"{', standalone code' if standalone else ''})")
     model = load_export_source(directory, kind, merge_lora, target_dtype).eval()
     config = model.config
-    recipe, evaluation = _known_summaries(directory)
+    recipe, evaluation = _run_summaries(directory)
     report = {
-        "palimpsa_version": _version(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **report_header(),
         "source": str(directory),
         "source_kind": kind,
         "format": "mamba_ssm" if to_mamba2 else "palimpsa",
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": dtype_name(next(model.parameters()).dtype),
         "upgraded_layers": list(config.upgraded_layers),
         "beta": {"form": config.beta_form, "init": config.beta_init, "rank": config.beta_rank,
                  "scale": config.beta_scale, "importance_prior": config.importance_prior},
@@ -170,25 +154,24 @@ def export_model(
         "evaluation": evaluation,
     }
     tokenizer_files = _tokenizer_files(directory, kind)
+
+    def card(finished: dict) -> str:
+        return export_card(finished, recipe)
+
     with atomic_directory(output, force) as staging:
         if to_mamba2:
-            names, report["to_mamba2"] = _write_mamba2(model, staging, config)
+            report["to_mamba2"] = _write_mamba2(model, staging, config)
+            finish_model_directory(staging, ["config.json", "pytorch_model.bin"], report_name="export_report.json",
+                                   report=report, tokenizer=tokenizer_files, card=card)
         else:
-            names = save_state_dict_sharded(model_state_for_saving(model), staging, max_shard, progress=progress)
-            config.architectures = [type(model).__name__]
-            config.dtype = next(model.parameters()).dtype
             if standalone:
-                names += write_standalone_code(staging)
                 config.auto_map = dict(AUTO_MAP)
-            config.save_pretrained(staging)
-            names.append("config.json")
-            _generation_config(config).save_pretrained(staging)
-            names.append("generation_config.json")
-        names += copy_files(tokenizer_files, staging)
-        report["files"] = file_manifest(staging, names)
-        report["seconds"] = round(time.perf_counter() - started, 2)
-        (staging / "README.md").write_text(export_card(report, recipe))
-        (staging / "export_report.json").write_text(json.dumps(report, indent=2) + "\n")
+            write_model_directory(staging, config, model.state_dict(), report_name="export_report.json",
+                                  report=report, tokenizer=tokenizer_files, card=card, generation_config=True,
+                                  code=standalone_code() if standalone else None, max_shard_size=max_shard,
+                                  progress=progress)
+    report["seconds"] = round(time.perf_counter() - started, 2)  # known only now: rewrite the one small file
+    write_json_atomic(output / "export_report.json", report)
     say(f"done in {report['seconds']:.1f} s: {output}")
     if to_mamba2:
         diff = report["to_mamba2"]
@@ -197,59 +180,20 @@ def export_model(
     return report
 
 
-def _generation_config(config):
-    from transformers import GenerationConfig
-
-    pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
-    return GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=pad)
-
-
-def _write_mamba2(model: PalimpsaForCausalLM, directory: Path, config) -> tuple[list[str], dict]:
-    """mamba_ssm format: ``config.json`` as ``MambaConfig`` writes it and ``pytorch_model.bin`` without beta."""
-    from .checkpoint import load_checkpoint
-    from .modeling import model_from_state_dict
-
+def _write_mamba2(model: PalimpsaForCausalLM, directory: Path, config) -> dict:
+    """mamba_ssm format: ``config.json`` as ``MambaConfig`` writes it and ``pytorch_model.bin`` without beta; returns
+    what dropping beta costs, measured on the checkpoint read back as a user would."""
     state = {name: tensor for name, tensor in model.state_dict().items() if ".beta_" not in name}
     if config.tie_word_embeddings:
         state["lm_head.weight"] = state["backbone.embedding.weight"]
-    vocab = config.base_vocab_size or config.vocab_size
-    ssm_cfg = {"layer": "Mamba2", "d_state": config.d_state, "d_conv": config.d_conv, "expand": config.expand,
-               "headdim": config.headdim, "ngroups": config.ngroups, "D_has_hdim": config.D_has_hdim,
-               "rmsnorm": config.rmsnorm, "norm_before_gate": config.norm_before_gate, "bias": config.bias,
-               "conv_bias": config.conv_bias, "chunk_size": config.chunk_size}
-    if config.d_ssm is not None:
-        ssm_cfg["d_ssm"] = config.d_ssm
-    if config.dt_limit is not None:
-        ssm_cfg["dt_limit"] = list(config.dt_limit)
-    raw = {"d_model": config.d_model, "d_intermediate": 0, "n_layer": config.n_layer, "vocab_size": vocab,
-           "ssm_cfg": ssm_cfg, "attn_layer_idx": [], "attn_cfg": {}, "rms_norm": config.rms_norm,
-           "residual_in_fp32": config.residual_in_fp32, "fused_add_norm": True,
-           "pad_vocab_size_multiple": _padding_multiple(config.vocab_size, vocab),
-           "tie_embeddings": config.tie_word_embeddings}
-    (directory / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+    (directory / "config.json").write_text(json.dumps(mamba_ssm_config(config), indent=2) + "\n")
     torch.save({name: tensor.detach().contiguous() for name, tensor in state.items()},
                directory / "pytorch_model.bin")
-    # Measure what dropping beta costs by reading the written checkpoint back, as a user would.
-    written = load_checkpoint(directory)
-    mamba2 = model_from_state_dict(written.config, written.load_state_dict(progress=False), str(directory)).eval()
-    probe = probe_input_ids(vocab, 2, 64, seed=0)
+    mamba2, _ = load_mamba2(directory)
+    probe = probe_input_ids(config.base_vocab_size or config.vocab_size, 2, 64, seed=0)
     comparison = compare_logits(probe_logits(model, probe), probe_logits(mamba2, probe)).as_dict()
     comparison["probe"] = "2 x 64 random tokens"
-    return ["config.json", "pytorch_model.bin"], comparison
-
-
-def _padding_multiple(padded: int, vocab: int) -> int:
-    """A ``pad_vocab_size_multiple`` that reproduces ``padded`` from ``vocab``."""
-    for multiple in (16, 8, 32, 64, 128, 4, 2):
-        if -(-vocab // multiple) * multiple == padded:
-            return multiple
-    return padded if padded != vocab else 1
-
-
-def _version() -> str:
-    from .pipeline import _package_version
-
-    return _package_version()
+    return comparison
 
 
 def export_card(report: dict, recipe: str | None) -> str:

@@ -2,68 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import copy
 
 import torch
 
 from .errors import PalimpsaError
+from .loading import load_model_and_tokenizer
 
 
-def resolve_device(name: str, option: str = "--device") -> str:
-    """``auto`` -> ``cuda`` when there is a GPU, else ``cpu``; a named device must exist on this machine."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError, TypeError):
-        raise PalimpsaError(f"{option} {name!r} is not a device; give cpu, cuda, cuda:N or auto") from None
-    if device.type not in ("cpu", "cuda"):
-        raise PalimpsaError(f"{option} {name!r}: only cpu and cuda devices are supported")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise PalimpsaError(f"{option} {name}: this machine has {torch.cuda.device_count()} CUDA device(s); give "
-                            "cpu or auto")
-    return str(device)
-
-
-def load_plain_mamba2(source: str | Path):
-    """A Mamba2 checkpoint in either format, through the loader (no layer upgraded)."""
-    return _load_plain_mamba2(source)[0]
-
-
-def _load_plain_mamba2(source: str | Path):
-    """The model and the local directory it came from (the hub snapshot for a hub id)."""
-    from .checkpoint import load_checkpoint
-    from .modeling import model_from_state_dict
-
-    checkpoint = load_checkpoint(source)
-    model = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False), str(source))
-    return model.eval(), checkpoint.directory
-
-
-def load_model_and_tokenizer(source: str | Path, need_tokenizer: bool = True):
-    """A Palimpsa model directory through ``from_pretrained``, or any Mamba2 checkpoint through the loader; and
-    its tokenizer (None when not needed and absent)."""
-    from transformers import AutoTokenizer
-
-    from .checkpoint import is_palimpsa_directory
-    from .modeling import PalimpsaForCausalLM
-
-    path = Path(source).expanduser()
-    if is_palimpsa_directory(path):
-        try:
-            model = PalimpsaForCausalLM.from_pretrained(str(path)).eval()
-        except (OSError, ValueError) as error:
-            raise PalimpsaError(f"cannot load {source}: {str(error).splitlines()[0]}") from None
-        directory = path
-    else:  # the tokenizer lies where the loader found the checkpoint (a hub id resolves to its snapshot)
-        model, directory = _load_plain_mamba2(source)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    except (OSError, ValueError, TypeError):
-        if need_tokenizer:
-            raise PalimpsaError(f"{source} has no tokenizer files; copy the base model's tokenizer into it") from None
-        tokenizer = None
-    return model, tokenizer
+def left_padded(tokenizer):
+    """A copy of ``tokenizer`` that pads on the left, with EOS as its padding token when it has none: what batched
+    generation needs. A copy, so that the caller's tokenizer (one a trainer saves, say) stays as it was."""
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 @torch.no_grad()
@@ -79,9 +33,7 @@ def generate_text(source, prompts: list[str], *, max_new_tokens: int = 64, tempe
     model, tokenizer = load_model_and_tokenizer(source)
     if beta_scale is not None:
         model.set_beta_scale(beta_scale)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = left_padded(tokenizer)
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     encoded = [tokenizer(prompt)["input_ids"] or ([start] if start is not None else []) for prompt in prompts]
     if not all(encoded):

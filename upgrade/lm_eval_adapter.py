@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .dtypes import DTYPES, parse_dtype
 from .errors import PalimpsaError, checked_number
 
 try:  # lm_eval is optional: without it this module still imports, and register() says how to install it.
@@ -51,8 +52,6 @@ except ImportError as _error:  # pragma: no cover - exercised only where lm_eval
 
 MODEL_NAME = "palimpsa"
 INSTALL_HINT = "lm_eval is not installed: pip install lm-eval"
-DTYPES = {"float32": torch.float32, "float": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-          "half": torch.float16, "float64": torch.float64, "double": torch.float64}
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ class PalimpsaLM(_Base):
             logger.warning("palimpsa: ignoring model argument %s=%r", key, value)
         from transformers import AutoTokenizer
 
-        from .generation import load_model_and_tokenizer, resolve_device
+        from .loading import load_model_and_tokenizer, resolve_device
 
         # every number is checked before the model is loaded (the values come typed, or as text, from --model_args)
         if isinstance(batch_size, str) and batch_size.startswith("auto"):
@@ -96,10 +95,10 @@ class PalimpsaLM(_Base):
         self.max_gen_toks = checked_number(max_gen_toks, "palimpsa: max_gen_toks", int, low=1)
         if beta_scale is not None:
             beta_scale = checked_number(beta_scale, "palimpsa: beta_scale", low=0)
-        target_dtype = None if dtype in (None, "auto") else dtype if isinstance(dtype, torch.dtype) else DTYPES.get(
-            str(dtype).lower())
-        if dtype not in (None, "auto") and target_dtype is None:
-            raise PalimpsaError(f"palimpsa: unknown dtype {dtype!r}; use one of {sorted(DTYPES)} or auto")
+        try:
+            target_dtype = None if dtype in (None, "auto") else parse_dtype(dtype)
+        except PalimpsaError:
+            raise PalimpsaError(f"palimpsa: unknown dtype {dtype!r}; use one of {', '.join(DTYPES)} or auto") from None
         self._device = torch.device(resolve_device("auto" if device is None else str(device), "palimpsa: device"))
 
         if isinstance(pretrained, (str, Path)):

@@ -5,31 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
 
 from .checkpoint import Checkpoint, load_checkpoint
 from .configuration import PalimpsaConfig
+from .dtypes import dtype_name, parse_dtype
 from .errors import MAX_SEED, PalimpsaError, checked_number
-from .integrity import file_manifest
+from .model_directory import report_header, write_model_directory
 from .modeling import PalimpsaForCausalLM, model_from_state_dict
-from .saving import (
-    atomic_directory,
-    check_output_directory,
-    copy_files,
-    model_state_for_saving,
-    parse_size,
-    save_state_dict_sharded,
-    write_json_atomic,
-)
+from .saving import atomic_directory, check_output_directory, parse_size, write_json_atomic
 from .surgery import convert_layers, count_new_parameters, parse_layer_spec, spread_layers
 from .verify import EXACT_TOLERANCE, compare_logits, probe_input_ids, probe_logits
-
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
 
 
 @dataclass
@@ -39,14 +27,6 @@ class UpgradeResult:
     source_directory: Path  # where the source checkpoint (and its tokenizer) lies, after any hub download
     output: Path | None = None
     files: list[str] = field(default_factory=list)
-
-
-def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
-    if name is None or isinstance(name, torch.dtype):
-        return name
-    if name.lower() not in DTYPES:
-        raise PalimpsaError(f"--dtype {name!r} is not one of {', '.join(DTYPES)}")
-    return DTYPES[name.lower()]
 
 
 def upgrade_model(
@@ -161,7 +141,9 @@ def upgrade_model(
     if output is not None:
         say(f"writing {output} ...")
         with atomic_directory(output, force) as staging:
-            result.files = write_upgraded_model(model, checkpoint, report, staging, max_shard, progress)
+            result.files = write_model_directory(
+                staging, model.config, model.state_dict(), report_name="upgrade_report.json", report=report,
+                tokenizer=checkpoint.tokenizer_files, card=model_card, max_shard_size=max_shard, progress=progress)
         result.output = output
     report["seconds"] = round(time.perf_counter() - started, 2)
     if output is not None:  # the elapsed time is known only now; rewrite the one small file atomically
@@ -209,8 +191,8 @@ def plan_lines(checkpoint: Checkpoint, chosen, strategy, stored, target, beta_in
         f"{beta_rank}, per-head gain",
         f"  beta        gain {beta_init:g} at init (importance per unit of forgetting, log-parameterised), "
         "importance prior 1, scale 1",
-        f"  dtype       {_dtype_name(target)}" + (" (from the checkpoint)" if target == stored else
-                                                    f" (converted from {_dtype_name(stored)})"),
+        f"  dtype       {dtype_name(target)}" + (" (from the checkpoint)" if target == stored else
+                                                    f" (converted from {dtype_name(stored)})"),
         "  verify      " + (f"probe {probe_batch} x {probe_length} tokens against the base model" if verify
                              else "skipped (--skip-verify)"),
         f"  output      {output if output is not None else '(none: in memory)'}"
@@ -225,24 +207,12 @@ def _parameter_count(config: PalimpsaConfig) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _package_version() -> str:
-    try:
-        return version("palimpsa")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def build_report(checkpoint: Checkpoint, model: PalimpsaForCausalLM, chosen, strategy, layer_request, stored,
                  target, new_parameters, verification) -> dict:
     config = model.config
     total = sum(p.numel() for p in model.parameters())
     return {
-        "palimpsa_version": _package_version(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **report_header(),
         "source": checkpoint.source,
         "revision": checkpoint.revision,
         "format": checkpoint.format,
@@ -250,30 +220,14 @@ def build_report(checkpoint: Checkpoint, model: PalimpsaForCausalLM, chosen, str
         "upgraded_layers": chosen,
         "layer_request": layer_request if isinstance(layer_request, (int, str)) else list(layer_request),
         "strategy": strategy,
-        "dtype": _dtype_name(target),
-        "source_dtype": _dtype_name(stored),
+        "dtype": dtype_name(target),
+        "source_dtype": dtype_name(stored),
         "beta": {"form": config.beta_form, "init": config.beta_init, "rank": config.beta_rank,
                  "scale": config.beta_scale, "importance_prior": config.importance_prior},
         "parameters": {"base": total - new_parameters, "new": new_parameters, "total": total},
         "verification": verification,
         "tokenizer_files": [p.name for p in checkpoint.tokenizer_files],
     }
-
-
-def write_upgraded_model(model: PalimpsaForCausalLM, checkpoint: Checkpoint, report: dict, directory: Path,
-                         max_shard: int, progress: bool) -> list[str]:
-    """Weights, config.json, tokenizer files, README.md (model card) and upgrade_report.json into ``directory``."""
-    config = model.config
-    config.architectures = [type(model).__name__]
-    config.dtype = next(model.parameters()).dtype
-    files = save_state_dict_sharded(model_state_for_saving(model), directory, max_shard, progress=progress)
-    config.save_pretrained(directory)
-    files.append("config.json")
-    files += copy_files(checkpoint.tokenizer_files, directory)
-    report["files"] = file_manifest(directory, files)
-    (directory / "README.md").write_text(model_card(report))
-    write_json_atomic(directory / "upgrade_report.json", report)
-    return files + ["README.md", "upgrade_report.json"]
 
 
 def model_card(report: dict) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .dtypes import SAFETENSORS_CODES
 from .errors import PalimpsaError
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -133,11 +134,6 @@ def atomic_directory(output: Path, force: bool) -> Iterator[Path]:
         raise
 
 
-_SAFETENSORS_CODES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-                      torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
-                      torch.uint8: "U8", torch.bool: "BOOL"}
-
-
 def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
     """Write a safetensors file tensor by tensor, so that no second copy of the shard is ever built in memory.
 
@@ -147,10 +143,10 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: di
     header: dict[str, object] = {"__metadata__": metadata}
     offset = 0
     for name, tensor in tensors.items():
-        if tensor.dtype not in _SAFETENSORS_CODES:
+        if tensor.dtype not in SAFETENSORS_CODES:
             raise PalimpsaError(f"cannot store {name} of dtype {tensor.dtype} in safetensors")
         nbytes = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": _SAFETENSORS_CODES[tensor.dtype], "shape": list(tensor.shape),
+        header[name] = {"dtype": SAFETENSORS_CODES[tensor.dtype], "shape": list(tensor.shape),
                         "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode()
@@ -193,17 +189,3 @@ def save_state_dict_sharded(state: dict[str, torch.Tensor], directory: Path, max
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
         names.append("model.safetensors.index.json")
     return names
-
-
-def model_state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's tensors with a tied head left out (it is re-tied at load)."""
-    state = model.state_dict()
-    if getattr(model.config, "tie_word_embeddings", False):
-        state.pop("lm_head.weight", None)
-    return state
-
-
-def copy_files(files: list[Path], directory: Path) -> list[str]:
-    for path in files:
-        shutil.copy2(path, directory / path.name)
-    return [path.name for path in files]

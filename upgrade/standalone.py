@@ -43,8 +43,6 @@ def config_source() -> str:
     return (_UPGRADE / "configuration.py").read_text()
 
 
-def write_standalone_code(directory: Path) -> list[str]:
-    """Write the two modeling files into ``directory``; the caller adds ``AUTO_MAP`` to ``config.json``."""
-    (directory / CONFIG_FILE).write_text(config_source())
-    (directory / MODELING_FILE).write_text(modeling_source())
-    return [CONFIG_FILE, MODELING_FILE]
+def standalone_code() -> dict[str, str]:
+    """The two files, name -> text; whoever writes them adds ``AUTO_MAP`` to ``config.json``."""
+    return {CONFIG_FILE: config_source(), MODELING_FILE: modeling_source()}

@@ -1,19 +1,9 @@
 """The fine-tuning loop: recipe -> model + trainable selection -> data -> accelerate training with checkpoints.
 
-Run layout (``output_dir``)::
-
-    recipe.yaml            the resolved recipe (a resumed run must match it)
-    metrics.jsonl          one object per logged step: step, loss, lr, tokens_per_s, grad_norm, ... and eval rows
-    tensorboard/           TensorBoard event files (logging.tensorboard)
-    checkpoints/step-NNNNNNN/
-        state/             accelerate state: model, optimizer, scheduler, RNG
-        trainer_state.json step, data position, and the sha256 of every file under state/
-        model/             a loadable model directory (LoRA merged)
-    final/                 the exported final model (from_pretrained / export-model load it)
-
-Checkpoints and final/ are written under ``.partial`` names and renamed when complete; a partial one is removed
-when its writing fails or is interrupted, or (after SIGKILL) when the next run starts. ``--resume`` takes the newest
-checkpoint that loads whole and falls back to an older one, with a warning, when it does not.
+The run's directory (``output_dir``) is laid out as :mod:`~palimpsa.upgrade.run_layout` describes. Checkpoints and
+final/ are written under ``.partial`` names and renamed when complete; a partial one is removed when its writing
+fails or is interrupted, or (after SIGKILL) when the next run starts. ``--resume`` takes the newest checkpoint that
+loads whole and falls back to an older one, with a warning, when it does not.
 """
 
 from __future__ import annotations
@@ -31,15 +21,17 @@ from pathlib import Path
 import torch
 import yaml
 
-from .checkpoint import is_palimpsa_directory
-from .configuration import PalimpsaConfig
+from . import run_layout
+from .configuration import PalimpsaConfig, padded_vocab_size
+from .dtypes import parse_dtype
 from .errors import PalimpsaError
 from .integrity import check_files, file_manifest
+from .loading import is_palimpsa_directory, load_mamba2, load_palimpsa
+from .model_directory import report_header, write_model_directory
 from .modeling import PalimpsaForCausalLM, enable_activation_checkpointing, palimpsa_mixers_of
 from .recipe import Recipe
+from .run_layout import complete_checkpoints, latest_checkpoint
 from .saving import check_writable, write_text_atomic
-
-CHECKPOINT_PREFIX = "step-"
 
 
 class NonFiniteLoss(PalimpsaError):
@@ -66,7 +58,7 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
     from .pipeline import upgrade_model
 
     section = recipe.model
-    dtype = getattr(torch, section.dtype)
+    dtype = parse_dtype(section.dtype)
     if section.scratch is not None:
         return new_mamba2(recipe).to(dtype).train(), None
     path = Path(section.path).expanduser()
@@ -74,21 +66,14 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
     if is_palimpsa_directory(path):
         if section.upgrade_layers and not plain:
             raise PalimpsaError(f"{section.path} is a Palimpsa model already; remove model.upgrade_layers")
-        model = PalimpsaForCausalLM.from_pretrained(str(path), dtype=dtype)
-        tokenizer_dir = path
+        model, tokenizer_dir = load_palimpsa(path, dtype), path
     else:
         if not section.upgrade_layers:
             raise PalimpsaError(f"{section.path} is not a Palimpsa model; set model.upgrade_layers (e.g. 8) to "
                                 "upgrade it first (or none to fine-tune it as a plain Mamba2), or upgrade it with "
                                 "upgrade-model")
         if plain:  # a plain Mamba2 fine-tune (the baseline arm)
-            from .checkpoint import load_checkpoint
-            from .modeling import model_from_state_dict
-
-            checkpoint = load_checkpoint(section.path)
-            model = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False),
-                                          str(section.path)).to(dtype)
-            tokenizer_dir = checkpoint.directory
+            model, tokenizer_dir = load_mamba2(section.path, dtype)
         else:
             result = upgrade_model(section.path, section.upgrade_layers, dtype=section.dtype,
                                    beta_init=section.beta_init, beta_rank=section.beta_rank, log=log)
@@ -110,7 +95,7 @@ def new_mamba2(recipe: Recipe) -> PalimpsaForCausalLM:
     config = PalimpsaConfig(
         d_model=scratch.d_model, n_layer=scratch.n_layer, d_state=scratch.d_state, headdim=scratch.headdim,
         expand=scratch.expand, ngroups=scratch.ngroups, d_conv=scratch.d_conv, chunk_size=scratch.chunk_size,
-        tie_word_embeddings=scratch.tie_word_embeddings, vocab_size=-(-vocab // multiple) * multiple,
+        tie_word_embeddings=scratch.tie_word_embeddings, vocab_size=padded_vocab_size(vocab, multiple),
         base_vocab_size=vocab, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
         base_model=None)
     return PalimpsaForCausalLM(config)
@@ -258,20 +243,6 @@ def lr_factor(step: int, recipe: Recipe) -> float:
     progress = min(1.0, (step - schedule.warmup_steps) / max(1, total - schedule.warmup_steps))
     shape = 0.5 * (1 + math.cos(math.pi * progress)) if schedule.type == "cosine" else 1 - progress
     return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * shape
-
-
-def complete_checkpoints(output_dir: Path) -> list[Path]:
-    """The run's renamed (so completely written) checkpoints, oldest first."""
-    folder = output_dir / "checkpoints"
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.glob(f"{CHECKPOINT_PREFIX}*") if (p / "trainer_state.json").is_file()
-                  and not p.name.endswith(".partial"))
-
-
-def latest_checkpoint(output_dir: Path) -> Path | None:
-    complete = complete_checkpoints(output_dir)
-    return complete[-1] if complete else None
 
 
 def _problem(error: Exception) -> str:
@@ -578,7 +549,7 @@ class Trainer:
     def _remove_partial_directories(self) -> None:
         """What a killed run was writing (``checkpoints/step-N.partial``, ``final.partial``): never complete, and
         never read, so removed before this run writes its own."""
-        for partial in [*self.output_dir.glob(f"checkpoints/{CHECKPOINT_PREFIX}*.partial"),
+        for partial in [*self.output_dir.glob(f"{run_layout.CHECKPOINTS}/{run_layout.CHECKPOINT_PREFIX}*.partial"),
                         self.output_dir / "final.partial"]:
             shutil.rmtree(partial, ignore_errors=True)
 
@@ -597,7 +568,7 @@ class Trainer:
         under ``step-N.partial`` (removed if this fails or is interrupted) and renamed when complete."""
         accelerator = self.accelerator
         folder = self.output_dir / "checkpoints"
-        final = folder / f"{CHECKPOINT_PREFIX}{step:07d}"
+        final = run_layout.checkpoint_directory(self.output_dir, step)
         partial = folder / f"{final.name}.partial"
         if self.is_main:
             shutil.rmtree(partial, ignore_errors=True)
@@ -658,22 +629,12 @@ class Trainer:
         return self.accelerator.get_state_dict(self.model)
 
     def _save_model_directory(self, state: dict[str, torch.Tensor], directory: Path) -> None:
-        from .integrity import file_manifest
-        from .saving import save_state_dict_sharded
-
         model = self.accelerator.unwrap_model(self.model)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         directory.mkdir(parents=True)
-        config = base.config
-        config.architectures = ["PalimpsaForCausalLM"]
-        if config.tie_word_embeddings:
-            state = {k: v for k, v in state.items() if k != "lm_head.weight"}
-        names = save_state_dict_sharded(state, directory, 5 * 10**9, progress=False)
-        config.save_pretrained(directory)
-        names.append("config.json")
-        self.tokenizer.save_pretrained(str(directory))
-        report = {"files": file_manifest(directory, names), "recipe": self.recipe.model_dump(mode="json")}
-        (directory / "export_report.json").write_text(json.dumps(report, indent=2) + "\n")
+        write_model_directory(directory, base.config, state, report_name="export_report.json",
+                              report={**report_header(), "recipe": self.recipe.model_dump(mode="json")},
+                              tokenizer=self.tokenizer)
 
     def export_final(self, checkpoint: Path) -> Path:
         """``output_dir/final``: the last checkpoint's model directory, copied atomically."""
