@@ -24,8 +24,8 @@ import time
 import torch
 from palimpsa.kernels import fused_recurrent
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM
-from palimpsa.upgrade.modeling import enable_activation_checkpointing
-from palimpsa.upgrade.surgery import spread_layers
+from palimpsa.upgrade.convert.surgery import spread_layers
+from palimpsa.upgrade.model.modeling import enable_activation_checkpointing
 
 
 def build(config: PalimpsaConfig, device: str, dtype: torch.dtype) -> PalimpsaForCausalLM:
@@ -86,7 +86,7 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
 
 def check_fused_mamba2() -> str:
     """Plain Mamba2 layers run mamba_ssm's fused scan when importable: check it against palimpsa_scan's path."""
-    from palimpsa.upgrade import modeling
+    from palimpsa.upgrade.model import modeling
 
     if modeling.mamba_ssm_chunk_scan() is None:
         return "mamba_ssm not importable: plain Mamba2 layers use palimpsa_scan (the same in both models)"

@@ -40,7 +40,7 @@ def mamba_ssm_config(d_model: int, n_layer: int, vocab_size: int, ssm_cfg: dict,
 
 def random_mamba2_state_dict(raw_config: dict, seed: int) -> dict[str, torch.Tensor]:
     """Random Mamba2 weights (mamba_ssm initialisation, larger-than-default projections so that layers matter)."""
-    from palimpsa.upgrade.checkpoint import config_from_dict
+    from palimpsa.upgrade.convert.checkpoint import config_from_dict
 
     _, config = config_from_dict(raw_config)
     torch.manual_seed(seed)

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import palimpsa.upgrade  # noqa: E402,F401
 from checkpoints import write_mamba_ssm, write_transformers  # noqa: E402
-from palimpsa.upgrade.loading import load_mamba2  # noqa: E402
+from palimpsa.upgrade.convert.loading import load_mamba2  # noqa: E402
 
 
 def transformers_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:

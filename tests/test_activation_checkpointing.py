@@ -14,9 +14,9 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
 from palimpsa.kernels import fused_recurrent, palimpsa_scan  # noqa: E402
-from palimpsa.upgrade import modeling  # noqa: E402
-from palimpsa.upgrade.configuration import PalimpsaConfig  # noqa: E402
-from palimpsa.upgrade.modeling import PalimpsaForCausalLM, enable_activation_checkpointing  # noqa: E402
+from palimpsa.upgrade.model import modeling  # noqa: E402
+from palimpsa.upgrade.model.configuration import PalimpsaConfig  # noqa: E402
+from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM, enable_activation_checkpointing  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -25,8 +25,8 @@ import torch
 from checkpoints import write_mamba_ssm, write_transformers
 from make_tiny_checkpoint import write_byte_tokenizer
 from palimpsa.upgrade import PalimpsaForCausalLM, PalimpsaMixer
-from palimpsa.upgrade.checkpoint import load_checkpoint
-from palimpsa.upgrade.modeling import model_from_state_dict
+from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+from palimpsa.upgrade.model.modeling import model_from_state_dict
 from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM

@@ -1,4 +1,4 @@
-"""Tests of the fine-tuning data pipeline (``palimpsa.upgrade.data``).
+"""Tests of the fine-tuning data pipeline (``palimpsa.upgrade.train.data``).
 
 Oracles: the documents written here (tokenised independently with the byte-level tokenizer of the random tiny
 test model, ``tiny_random``: ids 0-255 are the bytes, 256 ends a text), a fresh ``DocumentSource`` replaying the
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaError, PalimpsaForCausalLM
-from palimpsa.upgrade import data as data_module
-from palimpsa.upgrade.data import Batch, DocumentSource, TokenStream, build_data, pack_documents
-from palimpsa.upgrade.modeling import PalimpsaCache
-from palimpsa.upgrade.recipe import DataSection, SourceSection
+from palimpsa.upgrade.model.cache import PalimpsaCache
+from palimpsa.upgrade.train import data as data_module
+from palimpsa.upgrade.train.data import Batch, DocumentSource, TokenStream, build_data, pack_documents
+from palimpsa.upgrade.train.recipe import DataSection, SourceSection
 from transformers import AutoTokenizer
 
 VOCAB = 272  # the byte vocabulary (257) padded to a multiple of 16, as the tiny models have it

@@ -23,17 +23,11 @@ from pathlib import Path
 import pytest
 import torch
 from palimpsa.upgrade import PalimpsaForCausalLM, PalimpsaMixer, upgrade_model
-from palimpsa.upgrade.cli import verify_main
-from palimpsa.upgrade.equivalence import (
-    SLOPE_RANGE,
-    ZERO_TOLERANCE,
-    fit_slope,
-    run_sweep,
-    sweep_scales,
-)
-from palimpsa.upgrade.integrity import file_manifest
-from palimpsa.upgrade.tasks import default_long_text
-from palimpsa.upgrade.verify import probe_input_ids
+from palimpsa.upgrade.cli.verify_equivalence import main as verify_main
+from palimpsa.upgrade.convert.compare import probe_input_ids
+from palimpsa.upgrade.evaluate.equivalence import SLOPE_RANGE, ZERO_TOLERANCE, fit_slope, run_sweep, sweep_scales
+from palimpsa.upgrade.evaluate.tasks import default_long_text
+from palimpsa.upgrade.io.manifest import file_manifest
 
 PREFIX = "verify-equivalence: error: "
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

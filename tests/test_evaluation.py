@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from checkpoints import TINY_RANDOM_NAME
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM, upgrade_model
-from palimpsa.upgrade.cli import eval_main
-from palimpsa.upgrade.evaluation import mqar_accuracy, niah_correct, nll_by_position, passkey_correct
-from palimpsa.upgrade.modeling import PalimpsaCache
-from palimpsa.upgrade.tasks import default_long_text, mqar_samples, niah_samples, passkey_samples
+from palimpsa.upgrade.cli.eval_model import main as eval_main
+from palimpsa.upgrade.evaluate.evaluation import mqar_accuracy, niah_correct, nll_by_position, passkey_correct
+from palimpsa.upgrade.evaluate.tasks import default_long_text, mqar_samples, niah_samples, passkey_samples
+from palimpsa.upgrade.model.cache import PalimpsaCache
 from transformers import AutoTokenizer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 from palimpsa.upgrade import PalimpsaError, PalimpsaForCausalLM, upgrade_model
-from palimpsa.upgrade.checkpoint import load_checkpoint
-from palimpsa.upgrade.cli import export_main
-from palimpsa.upgrade.export import export_model, resolve_export_source
-from palimpsa.upgrade.generation import generate_text
-from palimpsa.upgrade.integrity import SKIP_CHECKSUMS_ENV
-from palimpsa.upgrade.modeling import model_from_state_dict
-from palimpsa.upgrade.verify import probe_input_ids
+from palimpsa.upgrade.cli.export_model import main as export_main
+from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+from palimpsa.upgrade.convert.compare import probe_input_ids
+from palimpsa.upgrade.evaluate.generation import generate_text
+from palimpsa.upgrade.export.export import export_model, resolve_export_source
+from palimpsa.upgrade.io.manifest import SKIP_CHECKSUMS_ENV
+from palimpsa.upgrade.model.modeling import model_from_state_dict
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 

@@ -17,8 +17,9 @@ import palimpsa.upgrade
 import pytest
 import torch
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM, upgrade_model
-from palimpsa.upgrade.generation import generate_text
-from palimpsa.upgrade.modeling import PalimpsaCache, PalimpsaMixer
+from palimpsa.upgrade.evaluate.generation import generate_text
+from palimpsa.upgrade.model.cache import PalimpsaCache
+from palimpsa.upgrade.model.modeling import PalimpsaMixer
 
 TINY = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
 VOCAB = 64

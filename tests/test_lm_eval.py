@@ -1,4 +1,4 @@
-"""Tests of the lm-evaluation-harness adapter (``palimpsa.upgrade.lm_eval_adapter``); skipped without lm_eval.
+"""Tests of the lm-evaluation-harness adapter (``palimpsa.upgrade.evaluate.lm_eval_adapter``); skipped without lm_eval.
 
 Oracle: direct computation with the model (one full forward, log-softmax of the scored tokens; ``model.generate``
 on each prompt alone). The adapter must reproduce it whatever the batching, padding and segmenting; and lm_eval's
@@ -26,11 +26,12 @@ lm_eval = pytest.importorskip("lm_eval")
 import palimpsa.upgrade  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from palimpsa.upgrade import upgrade_model  # noqa: E402
-from palimpsa.upgrade.evaluation import nll_by_position  # noqa: E402
-from palimpsa.upgrade.lm_eval_adapter import PalimpsaLM  # noqa: E402
-from palimpsa.upgrade.loading import load_model_and_tokenizer  # noqa: E402
+from palimpsa.upgrade.convert.loading import load_model_and_tokenizer  # noqa: E402
+from palimpsa.upgrade.evaluate.evaluation import nll_by_position  # noqa: E402
+from palimpsa.upgrade.evaluate.lm_eval_adapter import PalimpsaLM  # noqa: E402
 
-ADAPTER = Path(palimpsa.upgrade.__file__).resolve().parent / "lm_eval_adapter.py"
+PACKAGE = Path(palimpsa.upgrade.__file__).resolve().parent
+ADAPTER, COMMAND = PACKAGE / "evaluate" / "lm_eval_adapter.py", PACKAGE / "cli" / "palimpsa_lm_eval.py"
 TASKS = Path(__file__).resolve().parent / "data" / "lm_eval_task"
 BETA_SCALE = 1000.0  # the upgraded tiny model's beta_init is 1e-3: scale it up so the Palimpsa layers matter
 
@@ -286,16 +287,16 @@ def test_simple_evaluate_on_local_tasks(model_dir):
 
 
 def test_command_line_runs_a_local_task(model_dir, tmp_path, monkeypatch):
-    """The documented command: ``python -m palimpsa.upgrade.lm_eval_adapter run --model palimpsa ...`` (run
-    in-process here, through the module's ``main``, to spare a second start of Python and torch)."""
-    from palimpsa.upgrade import lm_eval_adapter
+    """The documented command: ``palimpsa-lm-eval run --model palimpsa ...`` (run in-process here, through the
+    console script's ``main``, to spare a second start of Python and torch)."""
+    from palimpsa.upgrade.cli import palimpsa_lm_eval
 
     monkeypatch.setattr(sys, "argv", [
-        "lm_eval_adapter", "run", "--model", "palimpsa", "--model_args",
+        "palimpsa-lm-eval", "run", "--model", "palimpsa", "--model_args",
         f"pretrained={model_dir},device=cpu,dtype=float32,batch_size=4,beta_scale=1.0", "--tasks", "palimpsa_tiny_mc",
         "--include_path", str(TASKS), "--limit", "2", "--output_path", str(tmp_path / "out")])
     with pytest.raises(SystemExit) as exit_info:  # as the console script exits: 0, or 2 with a one-line error
-        lm_eval_adapter.main()
+        palimpsa_lm_eval.main()
     assert exit_info.value.code == 0
     [result_file] = (tmp_path / "out").rglob("results_*.json")
     results = json.loads(result_file.read_text())["results"]["palimpsa_tiny_mc"]
@@ -310,13 +311,20 @@ def test_module_imports_without_lm_eval(monkeypatch):
     for name in [name for name in sys.modules if name == "lm_eval" or name.startswith("lm_eval.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval...` now raises ImportError
-    spec = importlib.util.spec_from_file_location("palimpsa.upgrade._lm_eval_adapter_without_lm_eval", ADAPTER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_without_lm_eval("palimpsa.upgrade.evaluate._lm_eval_adapter_without_lm_eval", ADAPTER)
     assert module._IMPORT_ERROR is not None
     with pytest.raises(ImportError, match="pip install lm-eval"):
         module.register()
     with pytest.raises(ImportError, match="pip install lm-eval"):
         module.PalimpsaLM("anything")
+    command = load_without_lm_eval("palimpsa.upgrade.cli._palimpsa_lm_eval_without_lm_eval", COMMAND)
     with pytest.raises(SystemExit, match="pip install lm-eval"):
-        module.main()
+        command.main()
+
+
+def load_without_lm_eval(name: str, path: Path):
+    """The module at ``path``, executed afresh as ``name`` (while ``lm_eval`` cannot be imported)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

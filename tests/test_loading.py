@@ -15,11 +15,11 @@ import pytest
 import torch
 from checkpoints import hub_cache_layout, write_mamba_ssm, write_transformers
 from huggingface_hub import constants
-from palimpsa.upgrade.checkpoint import TOKENIZER_FILES, load_checkpoint
+from palimpsa.upgrade.convert.checkpoint import TOKENIZER_FILES, load_checkpoint
+from palimpsa.upgrade.convert.surgery import parse_layer_spec, spread_layers
 from palimpsa.upgrade.errors import PalimpsaError
-from palimpsa.upgrade.modeling import model_from_state_dict
-from palimpsa.upgrade.saving import parse_size, save_state_dict_sharded
-from palimpsa.upgrade.surgery import parse_layer_spec, spread_layers
+from palimpsa.upgrade.io.shards import parse_size, save_state_dict_sharded
+from palimpsa.upgrade.model.modeling import model_from_state_dict
 from safetensors.torch import load_file, save_file
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -510,7 +510,7 @@ def test_inert_ssm_options_are_accepted(tmp_path):
 
 
 def test_already_palimpsa(tmp_path):
-    from palimpsa.upgrade.pipeline import upgrade_model
+    from palimpsa.upgrade.convert.upgrade import upgrade_model
 
     source = write_mamba_ssm(tmp_path / "m", n_layer=2)
     upgrade_model(source, 1, output=tmp_path / "up", verify=False)

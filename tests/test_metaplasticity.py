@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from palimpsa.upgrade.modeling import PalimpsaForCausalLM
+from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def _kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> float:
 
 
 def _probe_ids(tokenizer, length: int = 256) -> torch.Tensor:
-    from palimpsa.upgrade.tasks import passkey_samples
+    from palimpsa.upgrade.evaluate.tasks import passkey_samples
 
     sample = passkey_samples(tokenizer, [length], [0.3], 1, seed=4)[0]
     return tokenizer(sample.prompt + " " + sample.answer, return_tensors="pt")["input_ids"]
@@ -51,9 +51,9 @@ def _set_gains(model, gain: float) -> None:
 # --- the new gain at init ------------------------------------------------------------------------------------------
 
 def test_default_init_matches_the_base_and_the_first_formats_start_within_the_verification_tolerance():
-    from palimpsa.upgrade.loading import load_mamba2
-    from palimpsa.upgrade.pipeline import upgrade_model
-    from palimpsa.upgrade.surgery import convert_layers
+    from palimpsa.upgrade.convert.loading import load_mamba2
+    from palimpsa.upgrade.convert.surgery import convert_layers
+    from palimpsa.upgrade.convert.upgrade import upgrade_model
     from transformers import AutoTokenizer
 
     result = upgrade_model(EMBEDDED, 5, probe_length=128)  # every layer, the default init, verified
@@ -79,10 +79,10 @@ def test_a_loss_that_rewards_importance_grows_the_gain_100x_within_200_steps_at_
     against a teacher that is the same model at gain 10: the loss can only fall by raising the gain, so this is
     the case 'when the loss rewards it'. The log gain, moved by Adam at optim.gain_lr, gets there; a linear gain
     moved at the learning rate could not (1e-3 per step from 1e-3)."""
-    from palimpsa.upgrade.data import build_data
-    from palimpsa.upgrade.pipeline import upgrade_model
-    from palimpsa.upgrade.recipe import Recipe
-    from palimpsa.upgrade.training import lr_factor, parameter_groups, select_trainable
+    from palimpsa.upgrade.convert.upgrade import upgrade_model
+    from palimpsa.upgrade.train.data import build_data
+    from palimpsa.upgrade.train.recipe import Recipe
+    from palimpsa.upgrade.train.trainer import lr_factor, parameter_groups, select_trainable
     from transformers import AutoTokenizer
 
     recipe = Recipe.model_validate({
@@ -141,7 +141,7 @@ def test_a_first_format_model_loads_and_reproduces_the_logits_it_was_saved_with(
 
 
 def test_a_new_config_keeps_its_form_through_save_and_load(tmp_path):
-    from palimpsa.upgrade.configuration import PalimpsaConfig
+    from palimpsa.upgrade.model.configuration import PalimpsaConfig
 
     config = PalimpsaConfig(d_model=32, n_layer=2, vocab_size=64, d_state=8, headdim=8, upgraded_layers=[1])
     config.save_pretrained(tmp_path)
@@ -157,7 +157,7 @@ def test_a_new_config_keeps_its_form_through_save_and_load(tmp_path):
 
 @pytest.fixture(scope="module")
 def embedded_upgraded(tmp_path_factory) -> Path:
-    from palimpsa.upgrade.pipeline import upgrade_model
+    from palimpsa.upgrade.convert.upgrade import upgrade_model
 
     output = tmp_path_factory.mktemp("inspect") / "upgraded"
     upgrade_model(EMBEDDED, "1,3", output=output, verify=False)
@@ -178,7 +178,7 @@ def _independent_importance(mixer, hidden: torch.Tensor, prior: float) -> torch.
 
 
 def test_inspect_importance_sits_at_the_prior_after_an_upgrade_and_leaves_it_with_a_large_gain(embedded_upgraded):
-    from palimpsa.upgrade.importance import inspect_importance, layer_summary, task_probe
+    from palimpsa.upgrade.evaluate.importance import inspect_importance, layer_summary, task_probe
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(embedded_upgraded)
@@ -243,7 +243,7 @@ def test_inspect_importance_command(embedded_upgraded, tmp_path):
 
 
 def test_inspect_importance_on_the_users_text_with_a_needle(embedded_upgraded, tmp_path):
-    from palimpsa.upgrade.cli import run_inspect
+    from palimpsa.upgrade.cli.inspect_importance import run as run_inspect
 
     text = tmp_path / "notes.txt"
     text.write_text("Some notes. " * 20 + "The vault code is 4417. " + "More notes follow here. " * 20)
@@ -259,8 +259,8 @@ def test_inspect_importance_on_the_users_text_with_a_needle(embedded_upgraded, t
 # --- eval-model --beta-scale --------------------------------------------------------------------------------------
 
 def test_eval_model_at_beta_scale_zero_reproduces_the_source_mamba2(tiny_random, tmp_path, capsys):
-    from palimpsa.upgrade.cli import run_eval
-    from palimpsa.upgrade.pipeline import upgrade_model
+    from palimpsa.upgrade.cli.eval_model import run as run_eval
+    from palimpsa.upgrade.convert.upgrade import upgrade_model
 
     upgraded = tmp_path / "upgraded"
     model = upgrade_model(tiny_random, 2, verify=False).model
@@ -287,9 +287,9 @@ def test_eval_model_at_beta_scale_zero_reproduces_the_source_mamba2(tiny_random,
 # --- the gate at init ---------------------------------------------------------------------------------------------
 
 def test_the_gate_gets_gradients_at_init_and_adam_moves_it_at_its_learning_rate(tiny_random):
-    from palimpsa.upgrade.pipeline import upgrade_model
-    from palimpsa.upgrade.recipe import Recipe
-    from palimpsa.upgrade.training import parameter_groups, select_trainable
+    from palimpsa.upgrade.convert.upgrade import upgrade_model
+    from palimpsa.upgrade.train.recipe import Recipe
+    from palimpsa.upgrade.train.trainer import parameter_groups, select_trainable
 
     recipe = Recipe.model_validate({"output_dir": "unused", "model": {"path": str(tiny_random)},
                                     "data": {"path": str(tiny_random)}, "train": {"max_steps": 1},

@@ -1,4 +1,4 @@
-"""Tests of the model (``palimpsa.upgrade.modeling``) and of layer surgery.
+"""Tests of the model (``palimpsa.upgrade.model``) and of layer surgery.
 
 Oracles:
 - transformers' ``Mamba2ForCausalLM`` (pure-PyTorch CPU path) on the same weights, for the options it can express;
@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from checkpoints import write_mamba_ssm, write_transformers
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM
-from palimpsa.upgrade.checkpoint import load_checkpoint
+from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+from palimpsa.upgrade.convert.surgery import convert_layers, count_new_parameters
 from palimpsa.upgrade.errors import PalimpsaError
-from palimpsa.upgrade.modeling import Mamba2Mixer, PalimpsaMixer, model_from_state_dict
-from palimpsa.upgrade.surgery import convert_layers, count_new_parameters
+from palimpsa.upgrade.model.modeling import Mamba2Mixer, PalimpsaMixer, model_from_state_dict
 from transformers import AutoModelForCausalLM, Mamba2Config, Mamba2ForCausalLM
 
 BETA_PARAMS = {"beta_down.weight", "beta_up.weight", "beta_up.bias", "beta_log_gain"}

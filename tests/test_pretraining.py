@@ -19,9 +19,9 @@ from pathlib import Path
 import palimpsa.upgrade
 import pytest
 import torch
-from palimpsa.upgrade.data import DocumentSource, Prefetcher, TokenStream
-from palimpsa.upgrade.recipe import SourceSection, load_recipe
-from palimpsa.upgrade.tasks import mqar_gap_samples, mqar_gap_setup
+from palimpsa.upgrade.evaluate.tasks import mqar_gap_samples, mqar_gap_setup
+from palimpsa.upgrade.train.data import DocumentSource, Prefetcher, TokenStream
+from palimpsa.upgrade.train.recipe import SourceSection, load_recipe
 from transformers import AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,8 +146,8 @@ def test_prefetcher_raises_the_thread_error():
 
 def test_upgrade_layers_none_fine_tunes_a_plain_mamba2(tmp_path):
     from checkpoints import tiny_random_mamba2
-    from palimpsa.upgrade.modeling import PalimpsaForCausalLM
-    from palimpsa.upgrade.training import Trainer
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
+    from palimpsa.upgrade.train.trainer import Trainer
 
     base = tiny_random_mamba2(tmp_path / "base")
     run = tmp_path / "run"
@@ -158,7 +158,7 @@ def test_upgrade_layers_none_fine_tunes_a_plain_mamba2(tmp_path):
     Trainer(recipe, log=lambda _line: None).run()
     final = PalimpsaForCausalLM.from_pretrained(str(run / "final"))
     assert final.config.upgraded_layers == [] and not any(".beta_" in n for n, _ in final.named_parameters())
-    before = palimpsa.upgrade.checkpoint.load_checkpoint(base).load_state_dict(progress=False)
+    before = palimpsa.upgrade.convert.checkpoint.load_checkpoint(base).load_state_dict(progress=False)
     after = final.state_dict()
     moved = [name for name, tensor in before.items() if name in after and not torch.equal(tensor, after[name])]
     assert moved  # every parameter was trainable: the weights changed
@@ -240,7 +240,7 @@ def test_experiment_renders_the_shipped_report(tmp_path):
 
 
 def test_eval_model_mqar_gap(tmp_path):
-    from palimpsa.upgrade.cli import run_eval
+    from palimpsa.upgrade.cli.eval_model import run as run_eval
 
     assert run_eval([str(EMBEDDED), "--tasks", "mqar-gap", "--lengths", "48,96", "--samples", "1",
                      "--mqar-gap-pairs", "4", "--output", str(tmp_path), "--device", "cpu"]) == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from palimpsa.upgrade.errors import PalimpsaError
-from palimpsa.upgrade.recipe import load_recipe
+from palimpsa.upgrade.train.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "recipes" / "tiny-cpu.yaml"
@@ -124,7 +124,7 @@ def _upgraded_tiny(path: Path = EMBEDDED):
 @pytest.mark.parametrize("mode, groups", [("beta", {"beta"}), ("upgraded", {"beta", "upgraded"}),
                                           ("all", {"beta", "other"})])
 def test_selection_modes(mode, groups, tiny_random):
-    from palimpsa.upgrade.training import select_trainable
+    from palimpsa.upgrade.train.trainer import select_trainable
 
     model = _upgraded_tiny(tiny_random)
     selection = select_trainable(model, load_recipe(TINY, [f"trainable.mode={mode}"]))
@@ -144,19 +144,19 @@ def test_selection_modes(mode, groups, tiny_random):
 def test_gradient_checkpointing_follows_the_recipe(keep, monkeypatch, tiny_random):
     """model.gradient_checkpointing turns activation checkpointing on; model.keep_scan_outputs picks whether the
     Palimpsa scan's outputs are kept (tests/test_activation_checkpointing.py checks what each choice computes)."""
-    from palimpsa.upgrade import training
+    from palimpsa.upgrade.train import trainer
 
     calls = []
-    monkeypatch.setattr(training, "enable_activation_checkpointing",
+    monkeypatch.setattr(trainer, "enable_activation_checkpointing",
                         lambda model, keep_scan_outputs: calls.append(keep_scan_outputs))
     recipe = load_recipe(TINY, [f"model.path={tiny_random}", "model.upgrade_layers=2",
                                 "model.gradient_checkpointing=true", f"model.keep_scan_outputs={str(keep).lower()}"])
-    model, _ = training.load_model_for_training(recipe, log=lambda line: None)
+    model, _ = trainer.load_model_for_training(recipe, log=lambda line: None)
     assert calls == [keep] and model.training
 
 
 def test_patterns_that_match_nothing_are_errors(tiny_random):
-    from palimpsa.upgrade.training import attach_lora, select_trainable
+    from palimpsa.upgrade.train.trainer import attach_lora, select_trainable
 
     model = _upgraded_tiny(tiny_random)
     recipe = load_recipe(TINY, ["trainable.mode=patterns", "trainable.patterns=['*.mixer.in_projection*']"])
@@ -172,7 +172,7 @@ def test_patterns_that_match_nothing_are_errors(tiny_random):
 
 
 def test_lr_schedule_shapes():
-    from palimpsa.upgrade.training import lr_factor
+    from palimpsa.upgrade.train.trainer import lr_factor
 
     recipe = load_recipe(TINY, ["train.max_steps=100", "schedule.warmup_steps=10", "schedule.min_lr_ratio=0.1"])
     assert lr_factor(0, recipe) == pytest.approx(0.1) and lr_factor(9, recipe) == pytest.approx(1.0)
@@ -191,8 +191,8 @@ def _metrics(run: Path) -> list[dict]:
 def test_tiny_recipe_trains_loss_falls_and_only_the_selection_moves(tmp_path, tiny_random):
     """On the random tiny model, where beta alone has much to gain within 30 steps (the pretrained default's
     loss is already near its floor on this data, so a falling-loss check there would measure batch noise)."""
-    from palimpsa.upgrade.modeling import PalimpsaForCausalLM
-    from palimpsa.upgrade.training import Trainer
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
+    from palimpsa.upgrade.train.trainer import Trainer
 
     run = tmp_path / "run"
     recipe = load_recipe(TINY, fast(tiny_random) + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=30",
@@ -232,8 +232,8 @@ def test_tiny_recipe_trains_loss_falls_and_only_the_selection_moves(tmp_path, ti
 def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
     """trainable.mode lora on a plain Mamba2 (the control arm: the adapters of beta+lora, no beta): only the
     adapters of lora.layers train, and the saved model is the plain Mamba2 with them merged."""
-    from palimpsa.upgrade.checkpoint import load_checkpoint
-    from palimpsa.upgrade.training import Trainer, attach_lora, lora_layers, select_trainable
+    from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+    from palimpsa.upgrade.train.trainer import Trainer, attach_lora, lora_layers, select_trainable
 
     run = tmp_path / "run"
     recipe = load_recipe(TINY, fast(tiny_random) + [
@@ -261,14 +261,14 @@ def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
 
 
 def _load_model(path: Path, plain: bool = False):
-    from palimpsa.upgrade.loading import load_mamba2
-    from palimpsa.upgrade.modeling import PalimpsaForCausalLM
+    from palimpsa.upgrade.convert.loading import load_mamba2
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
 
     return load_mamba2(path)[0] if plain else PalimpsaForCausalLM.from_pretrained(str(path))
 
 
 def test_nan_loss_stops_with_the_last_good_checkpoint(tmp_path, monkeypatch, tiny_random):
-    from palimpsa.upgrade.training import NonFiniteLoss, Trainer
+    from palimpsa.upgrade.train.trainer import NonFiniteLoss, Trainer
 
     run = tmp_path / "run"
     recipe = load_recipe(TINY, fast(tiny_random) + [f"output_dir={run}", "trainable.mode=beta",
@@ -309,7 +309,7 @@ def test_sigkill_then_resume_continues_the_same_loss_trajectory(tmp_path, state_
     overrides = fast(tiny_random) + ["trainable.mode=beta+lora", "train.max_steps=12", "train.log_every=1",
                                      "checkpoint.every=4", f"data.state_passing={str(state_passing).lower()}"]
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    command = [sys.executable, "-m", "palimpsa.upgrade.finetune", str(TINY), *overrides]
+    command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides]
     with ThreadPoolExecutor(1) as pool:  # the uninterrupted reference run, alongside the one to kill
         reference_run = pool.submit(subprocess.run, [*command, f"output_dir={reference}"], capture_output=True,
                                     text=True, env=ENV)
@@ -330,7 +330,7 @@ def test_sigkill_then_resume_continues_the_same_loss_trajectory(tmp_path, state_
 
 
 def test_resume_refuses_a_changed_recipe_and_a_fresh_run_refuses_an_old_one(tmp_path, tiny_random):
-    from palimpsa.upgrade.training import Trainer
+    from palimpsa.upgrade.train.trainer import Trainer
 
     run = tmp_path / "run"
     overrides = fast(tiny_random)
@@ -353,14 +353,14 @@ def test_yaml_no_reads_as_mixed_precision_no():
 def test_two_processes_equal_one_with_gradient_accumulation(tmp_path, tiny_random):
     """Data-parallel training (two CPU processes, gloo) at the same global batch as one process accumulating two
     micro-batches gives the same weights: each process takes its own share of the one seeded stream."""
-    from palimpsa.upgrade.modeling import PalimpsaForCausalLM
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
 
     overrides = fast(tiny_random) + ["trainable.mode=upgraded", "train.max_steps=2", "optim.grad_clip=null"]
     single, double = run_together(
-        ([sys.executable, "-m", "palimpsa.upgrade.finetune", str(TINY), *overrides, "train.grad_accum=2",
+        ([sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides, "train.grad_accum=2",
           f"output_dir={tmp_path / 'one'}"], ENV),
         ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-          "-m", "palimpsa.upgrade.finetune", str(TINY), *overrides, f"output_dir={tmp_path / 'two'}"],
+          "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides, f"output_dir={tmp_path / 'two'}"],
          {**ENV, "ACCELERATE_USE_CPU": "true"}))
     assert single.returncode == 0, single.stderr[-2000:]
     assert double.returncode == 0, double.stderr[-2000:]
@@ -374,10 +374,10 @@ def test_two_processes_equal_one_with_gradient_accumulation(tmp_path, tiny_rando
 def test_pretraining_from_scratch_exports_a_mamba_ssm_checkpoint(tmp_path):
     """recipes/pretrain-tiny.yaml's path at toy size: a new Mamba2 trains, its loss falls, and export-model
     --to-mamba2 writes a checkpoint that the loader reads back with the same logits."""
-    from palimpsa.upgrade.checkpoint import load_checkpoint
-    from palimpsa.upgrade.export import export_model
-    from palimpsa.upgrade.modeling import PalimpsaForCausalLM, model_from_state_dict
-    from palimpsa.upgrade.training import Trainer
+    from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+    from palimpsa.upgrade.export.export import export_model
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM, model_from_state_dict
+    from palimpsa.upgrade.train.trainer import Trainer
 
     recipe = load_recipe(ROOT / "recipes" / "pretrain-tiny.yaml", [
         f"output_dir={tmp_path / 'run'}", f"data.tokenizer={ROOT / 'upgrade/assets/tiny-mamba2'}",

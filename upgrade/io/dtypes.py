@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import PalimpsaError
+from ..errors import PalimpsaError
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,

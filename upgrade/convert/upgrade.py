@@ -9,15 +9,16 @@ from pathlib import Path
 
 import torch
 
+from ..errors import MAX_SEED, PalimpsaError, checked_number
+from ..io.dtypes import dtype_name, parse_dtype
+from ..io.model_directory import report_header, write_model_directory
+from ..io.output import atomic_directory, check_output_directory, write_json_atomic
+from ..io.shards import parse_size
+from ..model.configuration import PalimpsaConfig
+from ..model.modeling import PalimpsaForCausalLM, model_from_state_dict
 from .checkpoint import Checkpoint, load_checkpoint
-from .configuration import PalimpsaConfig
-from .dtypes import dtype_name, parse_dtype
-from .errors import MAX_SEED, PalimpsaError, checked_number
-from .model_directory import report_header, write_model_directory
-from .modeling import PalimpsaForCausalLM, model_from_state_dict
-from .saving import atomic_directory, check_output_directory, parse_size, write_json_atomic
+from .compare import EXACT_TOLERANCE, compare_logits, probe_input_ids, probe_logits
 from .surgery import convert_layers, count_new_parameters, parse_layer_spec, spread_layers
-from .verify import EXACT_TOLERANCE, compare_logits, probe_input_ids, probe_logits
 
 
 @dataclass

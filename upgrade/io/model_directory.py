@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
-from .integrity import file_manifest
-from .saving import save_state_dict_sharded, write_json_atomic
+from .manifest import file_manifest
+from .output import write_json_atomic
+from .shards import save_state_dict_sharded
 
 DEFAULT_SHARD_SIZE = 5 * 10**9
 ARCHITECTURE = "PalimpsaForCausalLM"

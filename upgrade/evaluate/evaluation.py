@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .errors import PalimpsaError
+from ..errors import PalimpsaError
+from ..io.output import write_json_atomic, write_text_atomic
+from ..model.cache import PalimpsaCache
 from .generation import left_padded
-from .modeling import PalimpsaCache
-from .saving import write_json_atomic, write_text_atomic
 from .tasks import Sample, default_long_text, mqar_samples, niah_samples, passkey_samples
 
 TASKS = ("nll-position", "passkey", "niah", "mqar", "mqar-gap")

@@ -1,15 +1,15 @@
 """An lm-evaluation-harness (``lm_eval``) model for Palimpsa and Mamba2 models, registered as ``"palimpsa"``.
 
 lm_eval is not a dependency of this package: install it separately (``pip install lm-eval``). Then either run its
-command line through this module, which registers the model first::
+command line as ``palimpsa-lm-eval`` (``palimpsa.upgrade.cli.palimpsa_lm_eval``), which registers the model first::
 
-    python -m palimpsa.upgrade.lm_eval_adapter run --model palimpsa \\
+    palimpsa-lm-eval run --model palimpsa \\
         --model_args pretrained=DIR,device=cpu,dtype=float32,batch_size=4,beta_scale=1.0 --tasks hellaswag
 
 (every argument is lm_eval's own, as for ``lm_eval``), or from Python::
 
     import lm_eval
-    import palimpsa.upgrade.lm_eval_adapter  # registers "palimpsa" with lm_eval
+    import palimpsa.upgrade.evaluate.lm_eval_adapter  # registers "palimpsa" with lm_eval
 
     lm_eval.simple_evaluate(model="palimpsa", model_args="pretrained=DIR", tasks=["hellaswag"])
 
@@ -39,8 +39,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .dtypes import DTYPES, parse_dtype
-from .errors import PalimpsaError, checked_number
+from ..errors import PalimpsaError, checked_number
+from ..io.dtypes import DTYPES, parse_dtype
 
 try:  # lm_eval is optional: without it this module still imports, and register() says how to install it.
     from lm_eval.api.model import TemplateLM as _Base
@@ -84,7 +84,7 @@ class PalimpsaLM(_Base):
             logger.warning("palimpsa: ignoring model argument %s=%r", key, value)
         from transformers import AutoTokenizer
 
-        from .loading import load_model_and_tokenizer, resolve_device
+        from ..convert.loading import load_model_and_tokenizer, resolve_device
 
         # every number is checked before the model is loaded (the values come typed, or as text, from --model_args)
         if isinstance(batch_size, str) and batch_size.startswith("auto"):
@@ -240,7 +240,7 @@ class PalimpsaLM(_Base):
 
     @torch.no_grad()
     def _score_batch(self, rows) -> list[tuple[float, bool]]:
-        from .modeling import PalimpsaCache
+        from ..model.cache import PalimpsaCache
 
         results: dict[int, tuple[float, bool]] = {}
         live = []
@@ -346,26 +346,5 @@ def register() -> type:
     return PalimpsaLM
 
 
-if _IMPORT_ERROR is None and __name__ != "__main__":  # under -m, main() registers the importable class instead
+if _IMPORT_ERROR is None:  # importing this module is how a Python user makes "palimpsa" known to lm_eval
     register()
-
-
-def main() -> None:
-    """``python -m palimpsa.upgrade.lm_eval_adapter [lm_eval arguments]``: lm_eval's command line with
-    ``--model palimpsa`` available; a mistake in our model's arguments or files is one line and exit status 2."""
-    if _IMPORT_ERROR is not None:
-        sys.exit(f"error: {INSTALL_HINT}")
-    from lm_eval.__main__ import cli_evaluate
-    from palimpsa.upgrade.cli import guarded
-    from palimpsa.upgrade.lm_eval_adapter import register as register_importable
-
-    def run(_argv) -> int:
-        register_importable()
-        cli_evaluate()
-        return 0
-
-    guarded(run, "palimpsa-lm-eval")()
-
-
-if __name__ == "__main__":
-    main()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import PalimpsaError
+from ..errors import PalimpsaError
 
 REPORT_FILES = ("export_report.json", "upgrade_report.json")
 SKIP_CHECKSUMS_ENV = "PALIMPSA_SKIP_CHECKSUMS"

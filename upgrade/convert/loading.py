@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
+from ..errors import PalimpsaError
+from ..model.modeling import PalimpsaForCausalLM, model_from_state_dict
 from .checkpoint import load_checkpoint
-from .errors import PalimpsaError
-from .modeling import PalimpsaForCausalLM, model_from_state_dict
 
 
 def is_palimpsa_directory(path: str | os.PathLike) -> bool:

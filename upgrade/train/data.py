@@ -16,8 +16,8 @@ Sources (``data.sources``, or ``data.path`` for one local source):
 - ``stdlib``: the source of Python's standard library, one document per ``.py`` file (test suites, ``idlelib``,
   ``lib2to3``, ``site-packages`` and caches left out), in sorted path order; about 12 MB on Python 3.11. Always
   installed, so a from-scratch pretraining corpus needs no download; it depends on the Python version.
-- ``synthetic``: ``documents`` seeded documents per epoch from :mod:`palimpsa.upgrade.tasks`, generated on demand
-  and new in every epoch (the seed includes the epoch), so repeated epochs never repeat a document: passkey
+- ``synthetic``: ``documents`` seeded documents per epoch from :mod:`palimpsa.upgrade.evaluate.tasks`, generated on
+  demand and new in every epoch (the seed includes the epoch), so repeated epochs never repeat a document: passkey
   and niah (0 to 3 distractor needles) as ``prompt + " " + answer`` text of ``seq_len // 4`` to ``seq_len - 16``
   tokens (at least 64); mqar as token ids (``k v`` pairs then the queried keys each followed by its value) of at
   most ``seq_len`` tokens, drawn from the tokenizer's range below the model's vocabulary, special tokens left out;
@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .errors import PalimpsaError
+from ..errors import PalimpsaError
 
 if TYPE_CHECKING:
     from .recipe import DataSection, SourceSection
@@ -360,7 +360,7 @@ class _SyntheticReader(_Reader):
         if self.task == "mqar-gap":
             if tokenizer is None:
                 raise PalimpsaError(f"{label}: mqar-gap documents need a tokenizer (their gap is haystack text)")
-            from .tasks import mqar_gap_setup
+            from ..evaluate.tasks import mqar_gap_setup
 
             self.filler, self.keys, self.values = mqar_gap_setup(tokenizer, vocab_size)
             self.max_pairs = min(len(self.keys), len(self.values), 32, max(1, (seq_len - 1) // 4))
@@ -369,7 +369,7 @@ class _SyntheticReader(_Reader):
         elif self.task == "mqar":
             if tokenizer is None and vocab_size is None:
                 raise PalimpsaError(f"{label}: mqar needs the model's vocab_size or a tokenizer")
-            from .tasks import mqar_token_range
+            from ..evaluate.tasks import mqar_token_range
 
             self.low, self.high = mqar_token_range(tokenizer, vocab_size)
             self.max_pairs = min((self.high - self.low) // 2, max(1, (seq_len - 1) // 4))
@@ -382,7 +382,7 @@ class _SyntheticReader(_Reader):
         return self.count
 
     def read(self, index: int, epoch: int = 0) -> Segments:
-        from .tasks import mqar_gap_samples, mqar_samples, niah_samples, passkey_samples
+        from ..evaluate.tasks import mqar_gap_samples, mqar_samples, niah_samples, passkey_samples
 
         rng = random.Random(_mix(self.seed, index) if epoch == 0 else _mix(self.seed, index, epoch))
         sample_seed = rng.randrange(1 << 31)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from .dtypes import dtype_name, parse_dtype
-from .errors import PalimpsaError
-from .verify import compare_logits, probe_logits
+from ..convert.compare import compare_logits, probe_logits
+from ..errors import PalimpsaError
+from ..io.dtypes import dtype_name, parse_dtype
 
 SLOPE_RANGE = (0.9, 1.1)
 # The difference at scale 0 must sit at the float rounding floor of the dtype the sweep runs in.

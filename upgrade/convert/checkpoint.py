@@ -31,10 +31,10 @@ from huggingface_hub.errors import (
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from .configuration import PalimpsaConfig, padded_vocab_size, padding_multiple
-from .dtypes import SAFETENSORS_FLOATS, dtype_name
-from .errors import PalimpsaError, checked_number
-from .integrity import check_model_directory, check_weight
+from ..errors import PalimpsaError, checked_number
+from ..io.dtypes import SAFETENSORS_FLOATS, dtype_name
+from ..io.manifest import check_model_directory, check_weight
+from ..model.configuration import PalimpsaConfig, padded_vocab_size, padding_multiple
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -96,7 +96,7 @@ class Checkpoint:
         Safetensors are read tensor by tensor and pickles memory-mapped, so the peak is about one copy of the
         weights; each tensor is checked as it is read (floating point, finite: :func:`check_weight`), and again
         after a cast that could overflow. A head tied to the embedding is dropped;
-        :func:`~palimpsa.upgrade.modeling.model_from_state_dict` checks keys and shapes against the config.
+        :func:`~palimpsa.upgrade.model.modeling.model_from_state_dict` checks keys and shapes against the config.
         """
         state: dict[str, torch.Tensor] = {}
         bar = tqdm(total=self.weight_bytes, unit="B", unit_scale=True, desc="reading weights",

@@ -6,8 +6,8 @@ import copy
 
 import torch
 
-from .errors import PalimpsaError
-from .loading import load_model_and_tokenizer
+from ..convert.loading import load_model_and_tokenizer
+from ..errors import PalimpsaError
 
 
 def left_padded(tokenizer):

@@ -15,16 +15,17 @@ from pathlib import Path
 
 import torch
 
-from . import run_layout
-from .checkpoint import mamba_ssm_config, tokenizer_files_in
-from .dtypes import dtype_name, parse_dtype
-from .errors import PalimpsaError
-from .loading import load_mamba2, load_palimpsa
-from .model_directory import finish_model_directory, report_header, write_model_directory
-from .modeling import PalimpsaForCausalLM
-from .saving import atomic_directory, check_output_directory, parse_size, write_json_atomic
+from ..convert.checkpoint import mamba_ssm_config, tokenizer_files_in
+from ..convert.compare import compare_logits, probe_input_ids, probe_logits
+from ..convert.loading import load_mamba2, load_palimpsa
+from ..errors import PalimpsaError
+from ..io.dtypes import dtype_name, parse_dtype
+from ..io.model_directory import finish_model_directory, report_header, write_model_directory
+from ..io.output import atomic_directory, check_output_directory, write_json_atomic
+from ..io.shards import parse_size
+from ..model.modeling import PalimpsaForCausalLM
+from ..train import layout as run_layout
 from .standalone import AUTO_MAP, standalone_code
-from .verify import compare_logits, probe_input_ids, probe_logits
 
 
 def resolve_export_source(source: str | Path) -> tuple[Path, str]:

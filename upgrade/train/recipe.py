@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import MAX_SEED, PalimpsaError
+from ..errors import MAX_SEED, PalimpsaError
 
 
 class Section(BaseModel):

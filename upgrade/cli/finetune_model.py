@@ -1,18 +1,21 @@
 """``finetune-model RECIPE [key=value ...] [--resume]``: fine-tune an upgraded model as a recipe says.
 
-Also runs as ``python -m palimpsa.upgrade.finetune`` so that ``accelerate launch`` can start it on several GPUs:
+Also runs as ``python -m palimpsa.upgrade.cli.finetune_model`` so that ``accelerate launch`` can start it on several
+GPUs:
 
-    accelerate launch --config_file recipes/accelerate/fsdp-8gpu.yaml -m palimpsa.upgrade.finetune RECIPE ...
+    accelerate launch --config_file recipes/accelerate/fsdp-8gpu.yaml -m palimpsa.upgrade.cli.finetune_model RECIPE ...
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
-from .cli import guarded
-from .errors import Interrupted, PalimpsaError
+from ..errors import Interrupted, PalimpsaError
+from ..train.layout import latest_checkpoint
+from ..train.recipe import load_recipe
+from ..train.trainer import Trainer
+from .common import guarded
 
 EPILOG = """\
 examples:
@@ -38,8 +41,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str] | None = None) -> int:
-    from .recipe import load_recipe
-
     args = parser().parse_args(argv)
     bad = [item for item in args.overrides if "=" not in item]
     if bad:
@@ -48,8 +49,6 @@ def run(argv: list[str] | None = None) -> int:
     if args.check:
         print(recipe.to_yaml(), end="")
         return 0
-    from .training import Trainer, latest_checkpoint
-
     trainer = Trainer(recipe, resume=args.resume)
     say = print if trainer.is_main else (lambda *_args: None)  # one plan, not one per process
     say(f"Plan\n  model       {recipe.model.path}"
@@ -78,4 +77,3 @@ main = guarded(run, "finetune-model")
 
 if __name__ == "__main__":
     main()
-    sys.exit(0)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import PalimpsaError
+from ..errors import PalimpsaError
 
 QUANTILES = (0.5, 0.9, 0.99)
 THRESHOLDS = (2.0, 10.0)  # in units of the importance prior
@@ -94,7 +94,7 @@ def task_probe(tokenizer, task: str, length: int, depth: float = 0.5, seed: int 
 @torch.no_grad()
 def inspect_importance(model, probe: Probe) -> dict:
     """Per layer and head statistics of the importance on ``probe`` (see the module docstring); JSON-ready."""
-    from .modeling import palimpsa_mixers_of
+    from ..model.modeling import palimpsa_mixers_of
 
     mixers = palimpsa_mixers_of(model)
     if not mixers:

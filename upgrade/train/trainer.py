@@ -1,6 +1,6 @@
 """The fine-tuning loop: recipe -> model + trainable selection -> data -> accelerate training with checkpoints.
 
-The run's directory (``output_dir``) is laid out as :mod:`~palimpsa.upgrade.run_layout` describes. Checkpoints and
+The run's directory (``output_dir``) is laid out as :mod:`~palimpsa.upgrade.train.layout` describes. Checkpoints and
 final/ are written under ``.partial`` names and renamed when complete; a partial one is removed when its writing
 fails or is interrupted, or (after SIGKILL) when the next run starts. ``--resume`` takes the newest checkpoint that
 loads whole and falls back to an older one, with a warning, when it does not.
@@ -21,17 +21,17 @@ from pathlib import Path
 import torch
 import yaml
 
-from . import run_layout
-from .configuration import PalimpsaConfig, padded_vocab_size
-from .dtypes import parse_dtype
-from .errors import PalimpsaError
-from .integrity import check_files, file_manifest
-from .loading import is_palimpsa_directory, load_mamba2, load_palimpsa
-from .model_directory import report_header, write_model_directory
-from .modeling import PalimpsaForCausalLM, enable_activation_checkpointing, palimpsa_mixers_of
+from ..convert.loading import is_palimpsa_directory, load_mamba2, load_palimpsa
+from ..errors import PalimpsaError
+from ..io.dtypes import parse_dtype
+from ..io.manifest import check_files, file_manifest
+from ..io.model_directory import report_header, write_model_directory
+from ..io.output import check_writable, write_text_atomic
+from ..model.configuration import PalimpsaConfig, padded_vocab_size
+from ..model.modeling import PalimpsaForCausalLM, enable_activation_checkpointing, palimpsa_mixers_of
+from . import layout as run_layout
+from .layout import complete_checkpoints, latest_checkpoint
 from .recipe import Recipe
-from .run_layout import complete_checkpoints, latest_checkpoint
-from .saving import check_writable, write_text_atomic
 
 
 class NonFiniteLoss(PalimpsaError):
@@ -55,7 +55,7 @@ class TrainableSelection:
 
 def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
     """The Palimpsa model of ``recipe.model.path``; a plain Mamba2 is upgraded first (``model.upgrade_layers``)."""
-    from .pipeline import upgrade_model
+    from ..convert.upgrade import upgrade_model
 
     section = recipe.model
     dtype = parse_dtype(section.dtype)
@@ -159,7 +159,7 @@ def select_trainable(model: torch.nn.Module, recipe: Recipe) -> TrainableSelecti
 def lora_layers(model: torch.nn.Module, recipe: Recipe) -> list[int]:
     """The layers that get adapters: ``lora.layers`` (``all``, a count or indices), else the upgraded layers, else
     (a plain Mamba2) every layer."""
-    from .surgery import parse_layer_spec
+    from ..convert.surgery import parse_layer_spec
 
     n_layer, spec = model.config.n_layer, (recipe.lora.layers or "").strip().lower()
     if spec == "all" or (not spec and not model.config.upgraded_layers):
@@ -390,7 +390,7 @@ class Trainer:
         return batch
 
     def _forward(self, model, batch, cache):
-        from .modeling import PalimpsaCache
+        from ..model.cache import PalimpsaCache
 
         device = self.accelerator.device
         inputs = {"input_ids": batch.input_ids.to(device), "labels": batch.labels.to(device)}
@@ -484,8 +484,8 @@ class Trainer:
             count += batch.tokens
         row = {"step": step, "eval_nll": total / max(count, 1)}
         if self.recipe.eval.passkey_samples:
-            from .evaluation import greedy_answers, passkey_correct
-            from .tasks import passkey_samples
+            from ..evaluate.evaluation import greedy_answers, passkey_correct
+            from ..evaluate.tasks import passkey_samples
 
             length = self.recipe.eval.passkey_length or self.recipe.data.seq_len
             samples = passkey_samples(self.tokenizer, [length], [0.0, 0.5, 1.0], self.recipe.eval.passkey_samples,
@@ -494,7 +494,7 @@ class Trainer:
             row["passkey_accuracy"] = sum(passkey_correct(a, s.answer) for a, s in zip(answers, samples)) / len(
                 samples)
         if self.recipe.eval.importance and palimpsa_mixers_of(model):
-            from .importance import inspect_importance, layer_summary, task_probe
+            from ..evaluate.importance import inspect_importance, layer_summary, task_probe
 
             length = self.recipe.eval.passkey_length or self.recipe.data.seq_len
             probe = task_probe(self.tokenizer, "passkey", length, depth=0.5, seed=1234)
@@ -612,7 +612,7 @@ class Trainer:
         write_text_atomic(path, "".join(line + "\n" for line in kept))
 
     def _load_carried_state(self, checkpoint: Path):
-        from .modeling import PalimpsaCache
+        from ..model.cache import PalimpsaCache
 
         path = checkpoint / f"carried_state_rank{self.accelerator.process_index}.pt"
         if not path.is_file():

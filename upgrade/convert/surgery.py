@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from .errors import PalimpsaError
-from .modeling import PalimpsaForCausalLM, PalimpsaMixer
+from ..errors import PalimpsaError
+from ..model.modeling import PalimpsaForCausalLM, PalimpsaMixer
 
 STRATEGIES = ("even", "first", "last")
 
