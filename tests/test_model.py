@@ -22,7 +22,7 @@ from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM
 from palimpsa.upgrade.convert.checkpoint import load_checkpoint
 from palimpsa.upgrade.convert.surgery import convert_layers, count_new_parameters
 from palimpsa.upgrade.errors import PalimpsaError
-from palimpsa.upgrade.model.modeling import Mamba2Mixer, PalimpsaMixer, model_from_state_dict
+from palimpsa.upgrade.model.modeling import PalimpsaMixer, PlainMamba2Mixer, model_from_state_dict
 from transformers import AutoModelForCausalLM, Mamba2Config, Mamba2ForCausalLM
 
 BETA_PARAMS = {"beta_down.weight", "beta_up.weight", "beta_up.bias", "beta_log_gain"}
@@ -476,7 +476,7 @@ def test_save_and_reload_converted_model(tmp_path, tied):
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert type(reloaded) is PalimpsaForCausalLM
     assert reloaded.config.upgraded_layers == [0, 2] and reloaded.config.beta_rank == 4
-    assert [type(layer.mixer) for layer in reloaded.backbone.layers] == [PalimpsaMixer, Mamba2Mixer, PalimpsaMixer]
+    assert [type(layer.mixer) for layer in reloaded.backbone.layers] == [PalimpsaMixer, PlainMamba2Mixer, PalimpsaMixer]
     original = model.state_dict()
     reloaded_state = reloaded.state_dict()
     assert set(reloaded_state) == set(original)
@@ -526,7 +526,7 @@ def test_convert_layers_adopts_tensors(tiny_checkpoint):
     convert_layers(model, [0, 2], beta_init=2e-3, beta_rank=5)
 
     assert config.upgraded_layers == [0, 2] and config.beta_rank == 5 and config.beta_init == 2e-3
-    assert [type(layer.mixer) for layer in model.backbone.layers] == [PalimpsaMixer, Mamba2Mixer, PalimpsaMixer]
+    assert [type(layer.mixer) for layer in model.backbone.layers] == [PalimpsaMixer, PlainMamba2Mixer, PalimpsaMixer]
     after = dict(model.named_parameters())
     new = {name for name in after if name not in before}
     assert new == {f"backbone.layers.{i}.mixer.{p}" for i in (0, 2) for p in BETA_PARAMS}
@@ -560,7 +560,7 @@ def test_convert_layers_refuses_an_upgraded_layer(tiny_checkpoint):
         convert_layers(model, [0, 1])
     assert model.config.upgraded_layers == [1]  # nothing changed by the refused call
     assert model.backbone.layers[1].mixer is mixer
-    assert type(model.backbone.layers[0].mixer) is Mamba2Mixer
+    assert type(model.backbone.layers[0].mixer) is PlainMamba2Mixer
     convert_layers(model, [0])  # a further, disjoint conversion is fine
     assert model.config.upgraded_layers == [0, 1]
 

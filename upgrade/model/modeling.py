@@ -134,8 +134,10 @@ class ScanInputs:
     x0: torch.Tensor
 
 
-class Mamba2Mixer(nn.Module):
-    """mamba_ssm's ``Mamba2`` mixer (no CUDA extension needed): in_proj, conv, the scan, gated norm, out_proj."""
+class PlainMamba2Mixer(nn.Module):
+    """mamba_ssm's ``Mamba2`` mixer (no CUDA extension needed): in_proj, conv, the scan, gated norm, out_proj. The
+    mixer of every layer that is not upgraded, and the base class of :class:`PalimpsaMixer`. ("Plain": not
+    transformers' ``Mamba2Mixer``, whose name it would otherwise shadow.)"""
 
     def __init__(self, config: PalimpsaConfig, layer_idx: int):
         super().__init__()
@@ -256,7 +258,7 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(y)
 
 
-class PalimpsaMixer(Mamba2Mixer):
+class PalimpsaMixer(PlainMamba2Mixer):
     """A Mamba2 mixer whose scan also keeps the per-element importance ``I`` (palimpsa-math sections 3 and 4).
 
     Every Mamba2 parameter is kept; the new ones set the importance gain of head ``h``, channel ``p`` at token
@@ -327,7 +329,7 @@ class PalimpsaBlock(GradientCheckpointingLayer):
         self.residual_in_fp32 = config.residual_in_fp32
         self.norm = RMSNorm(config.d_model, config.norm_epsilon) if config.rms_norm else nn.LayerNorm(
             config.d_model, eps=config.norm_epsilon)
-        mixer_class = PalimpsaMixer if layer_idx in config.upgraded_layers else Mamba2Mixer
+        mixer_class = PalimpsaMixer if layer_idx in config.upgraded_layers else PlainMamba2Mixer
         self.mixer = mixer_class(config, layer_idx)
 
     def forward(self, hidden_states, residual=None, cu_seqlens=None, attention_mask=None, cache=None):
@@ -350,7 +352,7 @@ class PalimpsaPreTrainedModel(PreTrainedModel):
         """mamba_ssm's initialisation for a model built from scratch; loaded weights are left alone."""
         super()._init_weights(module)
         config = self.config
-        if isinstance(module, Mamba2Mixer):
+        if isinstance(module, PlainMamba2Mixer):
             low, high = config.A_init_range
             init.copy_(module.A_log, torch.empty(module.nheads).uniform_(low, high).log())
             init.ones_(module.D)
