@@ -82,7 +82,7 @@ def test_a_loss_that_rewards_importance_grows_the_gain_100x_within_200_steps_at_
     from palimpsa.upgrade.convert.upgrade import upgrade_model
     from palimpsa.upgrade.train.data import build_data
     from palimpsa.upgrade.train.recipe import Recipe
-    from palimpsa.upgrade.train.trainer import lr_factor, parameter_groups, select_trainable
+    from palimpsa.upgrade.train.trainable import lr_factor, parameter_groups, select_trainable
     from transformers import AutoTokenizer
 
     recipe = Recipe.model_validate({
@@ -289,7 +289,7 @@ def test_eval_model_at_beta_scale_zero_reproduces_the_source_mamba2(tiny_random,
 def test_the_gate_gets_gradients_at_init_and_adam_moves_it_at_its_learning_rate(tiny_random):
     from palimpsa.upgrade.convert.upgrade import upgrade_model
     from palimpsa.upgrade.train.recipe import Recipe
-    from palimpsa.upgrade.train.trainer import parameter_groups, select_trainable
+    from palimpsa.upgrade.train.trainable import parameter_groups, select_trainable
 
     recipe = Recipe.model_validate({"output_dir": "unused", "model": {"path": str(tiny_random)},
                                     "data": {"path": str(tiny_random)}, "train": {"max_steps": 1},

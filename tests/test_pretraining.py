@@ -155,7 +155,7 @@ def test_upgrade_layers_none_fine_tunes_a_plain_mamba2(tmp_path):
         f"output_dir={run}", f"model.path={base}", "model.upgrade_layers=none", "trainable.mode=all",
         "train.max_steps=2", "data.seq_len=32", "data.batch_size=1", "eval.passkey_samples=0", "eval.batches=1",
         "eval.every=0", "checkpoint.every=0", "schedule.warmup_steps=1", "logging.tensorboard=false"])
-    Trainer(recipe, log=lambda _line: None).run()
+    Trainer(recipe, log=lambda _line: None).train()
     final = PalimpsaForCausalLM.from_pretrained(str(run / "final"))
     assert final.config.upgraded_layers == [] and not any(".beta_" in n for n, _ in final.named_parameters())
     before = palimpsa.upgrade.convert.checkpoint.load_checkpoint(base).load_state_dict(progress=False)

@@ -124,7 +124,7 @@ def _upgraded_tiny(path: Path = EMBEDDED):
 @pytest.mark.parametrize("mode, groups", [("beta", {"beta"}), ("upgraded", {"beta", "upgraded"}),
                                           ("all", {"beta", "other"})])
 def test_selection_modes(mode, groups, tiny_random):
-    from palimpsa.upgrade.train.trainer import select_trainable
+    from palimpsa.upgrade.train.trainable import select_trainable
 
     model = _upgraded_tiny(tiny_random)
     selection = select_trainable(model, load_recipe(TINY, [f"trainable.mode={mode}"]))
@@ -156,7 +156,7 @@ def test_gradient_checkpointing_follows_the_recipe(keep, monkeypatch, tiny_rando
 
 
 def test_patterns_that_match_nothing_are_errors(tiny_random):
-    from palimpsa.upgrade.train.trainer import attach_lora, select_trainable
+    from palimpsa.upgrade.train.trainable import attach_lora, select_trainable
 
     model = _upgraded_tiny(tiny_random)
     recipe = load_recipe(TINY, ["trainable.mode=patterns", "trainable.patterns=['*.mixer.in_projection*']"])
@@ -172,7 +172,7 @@ def test_patterns_that_match_nothing_are_errors(tiny_random):
 
 
 def test_lr_schedule_shapes():
-    from palimpsa.upgrade.train.trainer import lr_factor
+    from palimpsa.upgrade.train.trainable import lr_factor
 
     recipe = load_recipe(TINY, ["train.max_steps=100", "schedule.warmup_steps=10", "schedule.min_lr_ratio=0.1"])
     assert lr_factor(0, recipe) == pytest.approx(0.1) and lr_factor(9, recipe) == pytest.approx(1.0)
@@ -198,7 +198,7 @@ def test_tiny_recipe_trains_loss_falls_and_only_the_selection_moves(tmp_path, ti
     recipe = load_recipe(TINY, fast(tiny_random) + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=30",
                                        "optim.beta_lr=0.05", "logging.tensorboard=true", "eval.every=15",
                                        "checkpoint.every=15"])
-    summary = Trainer(recipe, log=lambda _line: None).run()
+    summary = Trainer(recipe, log=lambda _line: None).train()
     rows = [r for r in _metrics(run) if "loss" in r]
     assert [r["step"] for r in rows][:3] == [5, 10, 15] or rows[0]["step"] >= 1
     assert {"step", "loss", "lr", "tokens_per_s"} <= set(rows[0])
@@ -233,13 +233,14 @@ def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
     """trainable.mode lora on a plain Mamba2 (the control arm: the adapters of beta+lora, no beta): only the
     adapters of lora.layers train, and the saved model is the plain Mamba2 with them merged."""
     from palimpsa.upgrade.convert.checkpoint import load_checkpoint
-    from palimpsa.upgrade.train.trainer import Trainer, attach_lora, lora_layers, select_trainable
+    from palimpsa.upgrade.train.trainable import attach_lora, lora_layers, select_trainable
+    from palimpsa.upgrade.train.trainer import Trainer
 
     run = tmp_path / "run"
     recipe = load_recipe(TINY, fast(tiny_random) + [
         f"output_dir={run}", "model.upgrade_layers=none", "trainable.mode=lora", "lora.layers=1-2",
         "train.max_steps=3", "optim.lr=0.05", "checkpoint.every=0", "eval.every=0"])
-    Trainer(recipe, log=lambda _line: None).run()
+    Trainer(recipe, log=lambda _line: None).train()
     final = _load_model(run / "final")
     assert final.config.upgraded_layers == [] and not any(".beta_" in n for n, _ in final.named_parameters())
     before = load_checkpoint(tiny_random).load_state_dict(progress=False)
@@ -276,16 +277,58 @@ def test_nan_loss_stops_with_the_last_good_checkpoint(tmp_path, monkeypatch, tin
     original = Trainer._forward
     calls = {"n": 0}
 
-    def poisoned(self, model, batch, cache):
-        loss, cache = original(self, model, batch, cache)
+    def poisoned(self, batch):
+        loss = original(self, batch)
         calls["n"] += 1
-        return (loss * float("nan") if calls["n"] == 5 else loss), cache
+        return loss * float("nan") if calls["n"] == 5 else loss
 
     monkeypatch.setattr(Trainer, "_forward", poisoned)
     with pytest.raises(NonFiniteLoss, match=r"loss became nan at step 5; stopped, the last good checkpoint is"):
-        Trainer(recipe, log=lambda _line: None).run()
+        Trainer(recipe, log=lambda _line: None).train()
     assert (run / "checkpoints" / "step-0000003" / "trainer_state.json").is_file()
     assert not (run / "final").exists()
+
+
+def test_an_evaluation_leaves_the_saved_tokenizer_as_it_was(tmp_path, tiny_random):
+    """The passkey probe generates with left padding and a padding token; it does so on its own copy of the
+    tokenizer, so a model directory saved after an evaluation holds the tokenizer the run started with (the tiny test
+    model's tokenizer has no padding token: the probe's copy gets one, the saved one must not)."""
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    recipe = load_recipe(TINY, fast(tiny_random) + [f"output_dir={tmp_path / 'run'}", "train.max_steps=2",
+                                                    "eval.passkey_samples=1", "eval.passkey_length=64",
+                                                    "eval.importance=false", "checkpoint.keep=1"])
+    trainer = Trainer(recipe, log=lambda _line: None)
+    assert trainer.tokenizer.pad_token is None and trainer.tokenizer.padding_side == "right"
+
+    def saved_tokenizer() -> dict[str, bytes]:
+        model = trainer.save_checkpoint() / "model"
+        return {name: (model / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json")}
+
+    before = saved_tokenizer()
+    row = trainer.evaluate()
+    assert "passkey_accuracy" in row  # the probe generated
+    assert trainer.tokenizer.pad_token is None and trainer.tokenizer.padding_side == "right"
+    assert saved_tokenizer() == before
+
+
+def test_the_trainer_parts_work_on_their_own(tmp_path, tiny_random):
+    """Every attribute exists once the trainer does: a checkpoint saved before any training step loads into a new
+    trainer (step 0, the same weights), and ``train`` then runs from there."""
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    overrides = fast(tiny_random) + [f"output_dir={tmp_path / 'run'}", "train.max_steps=2", "eval.importance=false"]
+    first = Trainer(load_recipe(TINY, overrides), log=lambda _line: None)
+    assert (first.step, first.cache, first.last_good) == (0, None, None)
+    checkpoint = first.save_checkpoint()
+    assert first.last_good == checkpoint and (checkpoint / "model" / "config.json").is_file()
+    second = Trainer(load_recipe(TINY, overrides), resume=True, log=lambda _line: None)
+    assert (second.step, second.last_good) == (0, checkpoint)
+    for (name, a), b in zip(first.model.state_dict().items(), second.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    summary = second.train()
+    assert summary["step"] == 2 and (tmp_path / "run" / "final" / "config.json").is_file()
+    assert json.loads((tmp_path / "run" / "eval_summary.json").read_text())["step"] == 2
 
 
 def _start_then_sigkill(command: list[str], run: Path) -> str | None:
@@ -335,7 +378,7 @@ def test_resume_refuses_a_changed_recipe_and_a_fresh_run_refuses_an_old_one(tmp_
     run = tmp_path / "run"
     overrides = fast(tiny_random)
     recipe = load_recipe(TINY, overrides + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=2"])
-    Trainer(recipe, log=lambda _line: None).run()
+    Trainer(recipe, log=lambda _line: None).train()
     with pytest.raises(PalimpsaError, match="holds a run with checkpoints; pass --resume"):
         Trainer(recipe)
     changed = load_recipe(TINY, overrides + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=2",
@@ -385,7 +428,7 @@ def test_pretraining_from_scratch_exports_a_mamba_ssm_checkpoint(tmp_path):
         "data.seq_len=64", "data.batch_size=2", "train.max_steps=25", "train.mixed_precision=no",
         "schedule.warmup_steps=2", "eval.every=0", "eval.passkey_samples=0", "eval.batches=1",
         "checkpoint.every=0", "logging.tensorboard=false", "train.log_every=1"])
-    Trainer(recipe, log=lambda _line: None).run()
+    Trainer(recipe, log=lambda _line: None).train()
     losses = [r["loss"] for r in _metrics(tmp_path / "run") if "loss" in r]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3, losses
     model = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "run" / "final"))

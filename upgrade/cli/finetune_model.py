@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 
 from ..errors import Interrupted, PalimpsaError
-from ..train.layout import latest_checkpoint
+from ..train.layout import describe_run, latest_checkpoint
 from ..train.recipe import load_recipe
 from ..train.trainer import Trainer
 from .common import guarded
@@ -49,27 +50,18 @@ def run(argv: list[str] | None = None) -> int:
     if args.check:
         print(recipe.to_yaml(), end="")
         return 0
-    trainer = Trainer(recipe, resume=args.resume)
-    say = print if trainer.is_main else (lambda *_args: None)  # one plan, not one per process
-    say(f"Plan\n  model       {recipe.model.path}"
-          + (f" (upgrading layers {recipe.model.upgrade_layers})" if recipe.model.upgrade_layers else "")
-          + f"\n  trainable   {recipe.trainable.mode}\n  data        "
-          f"{', '.join(s.type + ':' + (s.path or s.name or s.task or '') for s in recipe.data.resolved_sources())}, "
-          f"{recipe.data.batch_size} x {recipe.data.seq_len} tokens per micro-batch x {recipe.train.grad_accum} "
-          f"accumulation x {trainer.accelerator.num_processes} process(es)"
-          f"{', state passing' if recipe.data.state_passing else ', packed'}\n"
-          f"  steps       {recipe.train.max_steps} ({recipe.schedule.type}, warmup {recipe.schedule.warmup_steps}, "
-          f"lr {recipe.optim.lr:g}, beta lr {recipe.optim.beta_lr or recipe.optim.lr:g})\n"
-          f"  output      {recipe.output_dir}" + (" (resuming)" if args.resume else ""))
     try:
-        summary = trainer.run()
+        trainer = Trainer(recipe, resume=args.resume)  # prints the plan, then loads the model and the data
+        summary = trainer.train()
     except KeyboardInterrupt:
-        if latest_checkpoint(trainer.output_dir) is not None:
+        output_dir = Path(recipe.output_dir).expanduser()
+        if latest_checkpoint(output_dir) is not None:
             again = "resume with: " + shlex.join(["finetune-model", args.recipe, *args.overrides, "--resume"])
         else:
             again = "start it again with: " + shlex.join(["finetune-model", args.recipe, *args.overrides])
-        raise Interrupted(f"{trainer.written()}; {again}") from None
-    say(f"done: step {summary['step']}, eval {summary['eval']}, final model {summary['final']}")
+        raise Interrupted(f"{describe_run(output_dir)}; {again}") from None
+    if trainer.is_main:  # one summary, not one per process
+        print(f"done: step {summary['step']}, eval {summary['eval']}, final model {summary['final']}")
     return 0
 
 

@@ -33,6 +33,27 @@ def checkpoint_directory(run: Path, step: int) -> Path:
     return run / CHECKPOINTS / f"{CHECKPOINT_PREFIX}{step:07d}"
 
 
+def partial(directory: Path) -> Path:
+    """Where ``directory`` (a checkpoint, ``final/``) is written before it is renamed into place."""
+    return directory.with_name(directory.name + PARTIAL)
+
+
+def partial_directories(run: Path) -> list[Path]:
+    """What a killed run was writing (``checkpoints/step-N.partial``, ``final.partial``): never complete."""
+    return [*run.glob(f"{CHECKPOINTS}/{CHECKPOINT_PREFIX}*{PARTIAL}"), partial(run / FINAL)]
+
+
+def describe_run(run: Path) -> str:
+    """What a run has on disk, for a message after an interruption: the files in ``run`` and the newest complete
+    checkpoint."""
+    if not run.is_dir() or not any(run.iterdir()):
+        return "nothing was written"
+    names = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in run.iterdir()))
+    checkpoint = latest_checkpoint(run)
+    last = f"the last complete checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written yet"
+    return f"{run} holds {names}; {last}"
+
+
 def complete_checkpoints(run: Path) -> list[Path]:
     """The run's renamed (so completely written) checkpoints, oldest first."""
     folder = run / CHECKPOINTS

@@ -1,4 +1,6 @@
-"""The fine-tuning loop: recipe -> model + trainable selection -> data -> accelerate training with checkpoints.
+"""The fine-tuning run, in parts (torchtune's manner): :meth:`Trainer.setup` builds what a run needs from its recipe,
+:meth:`Trainer.train` runs the loop, :meth:`Trainer.evaluate`, :meth:`Trainer.save_checkpoint` and
+:meth:`Trainer.load_checkpoint` are the steps it takes, each usable on its own once the trainer exists.
 
 The run's directory (``output_dir``) is laid out as :mod:`~palimpsa.upgrade.train.layout` describes. Checkpoints and
 final/ are written under ``.partial`` names and renamed when complete; a partial one is removed when its writing
@@ -8,55 +10,43 @@ loads whole and falls back to an older one, with a warning, when it does not.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
+from transformers import AutoTokenizer
 
 from ..convert.loading import is_palimpsa_directory, load_mamba2, load_palimpsa
+from ..convert.upgrade import upgrade_model
 from ..errors import PalimpsaError
+from ..evaluate.evaluation import greedy_answers, passkey_correct
+from ..evaluate.importance import inspect_importance, layer_summary, task_probe
+from ..evaluate.tasks import passkey_samples
 from ..io.dtypes import parse_dtype
 from ..io.manifest import check_files, file_manifest
 from ..io.model_directory import report_header, write_model_directory
-from ..io.output import check_writable, write_text_atomic
+from ..io.output import check_writable, write_json_atomic, write_text_atomic
+from ..model.cache import PalimpsaCache
 from ..model.configuration import PalimpsaConfig, padded_vocab_size
 from ..model.modeling import PalimpsaForCausalLM, enable_activation_checkpointing, palimpsa_mixers_of
-from . import layout as run_layout
-from .layout import complete_checkpoints, latest_checkpoint
+from . import layout
+from .data import Prefetcher, build_data
 from .recipe import Recipe
+from .trainable import attach_lora, lr_factor, merged_state_dict, parameter_groups, select_trainable
 
 
 class NonFiniteLoss(PalimpsaError):
     """The loss became NaN or infinite; the run stopped and kept its last good checkpoint."""
 
 
-@dataclass
-class TrainableSelection:
-    groups: dict[str, list[tuple[str, torch.nn.Parameter]]]
-
-    def describe(self, model: torch.nn.Module) -> list[str]:
-        total = sum(p.numel() for p in model.parameters())
-        lines = ["Trainable parameters"]
-        for name, params in self.groups.items():
-            count = sum(p.numel() for _, p in params)
-            lines.append(f"  {name:<10} {count:>14,} ({count / total:.4%}) in {len(params)} tensors")
-        chosen = sum(p.numel() for params in self.groups.values() for _, p in params)
-        lines.append(f"  {'total':<10} {chosen:>14,} ({chosen / total:.4%} of {total:,})")
-        return lines
-
-
 def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
     """The Palimpsa model of ``recipe.model.path``; a plain Mamba2 is upgraded first (``model.upgrade_layers``)."""
-    from ..convert.upgrade import upgrade_model
-
     section = recipe.model
     dtype = parse_dtype(section.dtype)
     if section.scratch is not None:
@@ -85,8 +75,6 @@ def load_model_for_training(recipe: Recipe, log: Callable[[str], None]):
 
 def new_mamba2(recipe: Recipe) -> PalimpsaForCausalLM:
     """A Mamba2 of ``model.scratch``'s dimensions with mamba_ssm's initialisation, sized to the tokenizer."""
-    from transformers import AutoTokenizer
-
     scratch = recipe.model.scratch
     tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer)
     vocab = len(tokenizer)
@@ -101,150 +89,6 @@ def new_mamba2(recipe: Recipe) -> PalimpsaForCausalLM:
     return PalimpsaForCausalLM(config)
 
 
-def select_trainable(model: torch.nn.Module, recipe: Recipe) -> TrainableSelection:
-    """Freeze everything, then unfreeze what ``recipe.trainable`` selects (LoRA adapters included).
-
-    Raises PalimpsaError when a mode or pattern selects nothing: a silent no-op selection trains nothing.
-    """
-    mode = recipe.trainable.mode
-    for param in model.parameters():
-        param.requires_grad_(False)
-    named = list(model.named_parameters())
-    upgraded = {f"layers.{i}.mixer." for i in model.config.upgraded_layers}
-
-    def in_upgraded(name: str) -> bool:
-        return any(marker in name for marker in upgraded)
-
-    groups: dict[str, list] = {}
-    if mode == "lora":
-        groups["lora"] = [(n, p) for n, p in named if "lora_" in n]
-        if not groups["lora"]:
-            raise PalimpsaError("trainable.mode lora but no LoRA adapter is attached; "
-                                f"check lora.target_modules {recipe.lora.target_modules}")
-    if mode in ("beta", "beta+lora", "upgraded"):
-        groups["beta"] = [(n, p) for n, p in named if ".beta_" in n]
-        if not groups["beta"]:
-            raise PalimpsaError("trainable.mode selects the beta parameters but the model has no Palimpsa layer")
-    if mode == "upgraded":
-        groups["upgraded"] = [(n, p) for n, p in named if in_upgraded(n) and ".beta_" not in n]
-    if mode == "beta+lora":
-        groups["lora"] = [(n, p) for n, p in named if "lora_" in n]
-        if not groups["lora"]:
-            raise PalimpsaError("trainable.mode beta+lora but no LoRA adapter is attached; "
-                                f"check lora.target_modules {recipe.lora.target_modules}")
-    if mode == "all":
-        groups["beta"] = [(n, p) for n, p in named if ".beta_" in n]
-        groups["other"] = [(n, p) for n, p in named if ".beta_" not in n]
-        groups = {k: v for k, v in groups.items() if v}  # a plain Mamba2 (pretraining) has no beta
-    if mode == "patterns":
-        for pattern in recipe.trainable.patterns:
-            matched = [(n, p) for n, p in named if fnmatch.fnmatch(n, pattern)]
-            if not matched:
-                example = next((n for n, _ in named if ".mixer." in n), named[0][0])
-                raise PalimpsaError(f"trainable pattern {pattern!r} matches no parameter; names look like "
-                                    f"{example!r}")
-            groups.setdefault("beta", [])
-            groups.setdefault("other", [])
-            for name, param in matched:
-                group = groups["beta"] if ".beta_" in name else groups["other"]
-                if all(name != n for n, _ in group):
-                    group.append((name, param))
-        groups = {k: v for k, v in groups.items() if v}
-    for params in groups.values():
-        for _, param in params:
-            param.requires_grad_(True)
-    return TrainableSelection(groups)
-
-
-def lora_layers(model: torch.nn.Module, recipe: Recipe) -> list[int]:
-    """The layers that get adapters: ``lora.layers`` (``all``, a count or indices), else the upgraded layers, else
-    (a plain Mamba2) every layer."""
-    from ..convert.surgery import parse_layer_spec
-
-    n_layer, spec = model.config.n_layer, (recipe.lora.layers or "").strip().lower()
-    if spec == "all" or (not spec and not model.config.upgraded_layers):
-        return list(range(n_layer))
-    if not spec:
-        return list(model.config.upgraded_layers)
-    try:
-        return parse_layer_spec(spec, n_layer)
-    except PalimpsaError as error:
-        raise PalimpsaError(f"lora.layers: {str(error).removeprefix('--layers: ')}") from None
-
-
-def attach_lora(model: torch.nn.Module, recipe: Recipe):
-    """peft LoRA on the named projections of the chosen layers (:func:`lora_layers`). A target that matches no
-    module is an error here, before peft could silently adapt nothing or the wrong layers."""
-    from peft import LoraConfig, get_peft_model
-
-    targets = [f"backbone.layers.{i}.mixer.{module}" for i in lora_layers(model, recipe)
-               for module in recipe.lora.target_modules]
-    names = {name for name, _ in model.named_modules()}
-    missing = [t for t in targets if t not in names]
-    if missing:
-        raise PalimpsaError(f"lora.target_modules: {missing[0]!r} is not a module of the model; the mixers have "
-                            "in_proj, out_proj, conv1d, beta_down, beta_up")
-    config = LoraConfig(r=recipe.lora.r, lora_alpha=recipe.lora.alpha, lora_dropout=recipe.lora.dropout,
-                        target_modules=targets, bias="none")
-    return get_peft_model(model, config)
-
-
-def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's weights with LoRA deltas folded in, under the plain model's names (the model is unchanged)."""
-    from peft.tuners.lora import LoraLayer
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    state = {}
-    lora_layers = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
-    for name, tensor in base.state_dict().items():
-        if "lora_" in name:
-            continue
-        owner = name.rsplit(".", 2)[0] if ".base_layer." in name else None
-        if owner in lora_layers and name.endswith("base_layer.weight"):
-            layer = lora_layers[owner]
-            delta = sum(layer.get_delta_weight(adapter) for adapter in layer.active_adapters)
-            state[name.replace(".base_layer", "")] = (tensor + delta.to(tensor.dtype)).detach()
-        else:
-            state[name.replace(".base_layer", "")] = tensor.detach()
-    return state
-
-
-def parameter_groups(selection: TrainableSelection, recipe: Recipe) -> list[dict]:
-    optim = recipe.optim
-    groups = []
-    for name, params in selection.groups.items():
-        if name == "beta":
-            # The log gains move multiplicatively at their own rate; the gate (and a first-format linear gain)
-            # at beta_lr. Both see gradients proportional to the small initial gain, hence the small epsilon.
-            gains = [p for n, p in params if n.endswith("beta_log_gain")]
-            gate = [p for n, p in params if not n.endswith("beta_log_gain")]
-            for label, tensors, lr in (("gain", gains, optim.gain_lr), ("beta", gate, optim.beta_lr or optim.lr)):
-                if tensors:
-                    groups.append({"params": tensors, "lr": lr, "weight_decay": 0.0, "eps": optim.beta_eps,
-                                   "name": label})
-            continue
-        tensors = [p for _, p in params]
-        decayed = [p for p in tensors if p.dim() >= 2]
-        plain = [p for p in tensors if p.dim() < 2]
-        if decayed:
-            groups.append({"params": decayed, "lr": optim.lr, "weight_decay": optim.weight_decay, "name": name})
-        if plain:
-            groups.append({"params": plain, "lr": optim.lr, "weight_decay": 0.0, "name": f"{name}-nodecay"})
-    return groups
-
-
-def lr_factor(step: int, recipe: Recipe) -> float:
-    """Warmup (linear from 0) then cosine or linear decay to ``min_lr_ratio``, or constant."""
-    schedule, total = recipe.schedule, recipe.train.max_steps
-    if step < schedule.warmup_steps:
-        return (step + 1) / schedule.warmup_steps
-    if schedule.type == "constant":
-        return 1.0
-    progress = min(1.0, (step - schedule.warmup_steps) / max(1, total - schedule.warmup_steps))
-    shape = 0.5 * (1 + math.cos(math.pi * progress)) if schedule.type == "cosine" else 1 - progress
-    return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * shape
-
-
 def _problem(error: Exception) -> str:
     """One line on why a checkpoint could not be loaded."""
     if isinstance(error, PalimpsaError):
@@ -253,8 +97,17 @@ def _problem(error: Exception) -> str:
     return f"{type(error).__name__}: {first_line}"
 
 
+
+
 class Trainer:
-    """One fine-tuning run; ``run()`` trains to ``train.max_steps``, resuming from the last checkpoint if asked."""
+    """One fine-tuning run of ``recipe``; with ``resume``, the continuation of the run in its ``output_dir``.
+
+    Constructing it checks the run directory and calls :meth:`setup`, so every attribute exists once the trainer
+    does: ``model``, ``optimizer``, ``scheduler`` (prepared by accelerate), ``tokenizer`` (the one saved with every
+    model directory; evaluation never changes it), ``stream`` and ``eval_batches`` (the data), ``step`` (optimizer
+    steps done), ``cache`` (the carried state in state-passing mode, else None) and ``last_good`` (the newest
+    checkpoint written or resumed from). ``log`` receives the plan and progress lines (on the main process only).
+    """
 
     def __init__(self, recipe: Recipe, resume: bool = False, log: Callable[[str], None] = print):
         from accelerate import Accelerator
@@ -270,10 +123,60 @@ class Trainer:
         self.log = log if self.is_main else (lambda _line: None)
         set_seed(recipe.train.seed)
         self._check_run_directory()
+        self.setup()
+
+    # -- setup ---------------------------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """The plan, then the model (upgraded first when the recipe says so), its tokenizer, the trainable selection,
+        the data, the optimizer and schedule, all prepared by accelerate; then the run directory: started afresh,
+        or (``resume``) continued from its newest checkpoint that loads."""
+        recipe = self.recipe
+        self.log(self.plan())
+        model, tokenizer_dir = load_model_for_training(recipe, self.log)
+        self.tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(tokenizer_dir))
+        if recipe.trainable.mode in ("beta+lora", "lora"):
+            model = attach_lora(model, recipe)
+        selection = select_trainable(model, recipe)
+        for line in selection.describe(model):
+            self.log(line)
+        self.stream, self.eval_batches = build_data(recipe.data, self.tokenizer, vocab_size=model.config.vocab_size)
+        self.batches = self.stream  # where batches come from; train() puts a prefetching thread in front of it
+        optimizer = torch.optim.AdamW(parameter_groups(selection, recipe), betas=recipe.optim.betas,
+                                      eps=recipe.optim.eps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, recipe))
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        self.step, self.cache, self.last_good = 0, None, None
+        if self.is_main:
+            for partial in layout.partial_directories(self.output_dir):
+                shutil.rmtree(partial, ignore_errors=True)
+        if self.resume:
+            self._resume()
+            self._truncate_metrics(self.step)
+            self.log(f"resumed from {self.last_good} at step {self.step}")
+        elif self.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.output_dir / layout.RECIPE, recipe.to_yaml())
+            self._truncate_metrics(0)  # rows of an earlier attempt that left no checkpoint
+        self.writer = self._tensorboard()
+
+    def plan(self) -> str:
+        recipe = self.recipe
+        sources = ", ".join(s.type + ":" + (s.path or s.name or s.task or "") for s in recipe.data.resolved_sources())
+        return (f"Plan\n  model       {recipe.model.path}"
+                + (f" (upgrading layers {recipe.model.upgrade_layers})" if recipe.model.upgrade_layers else "")
+                + f"\n  trainable   {recipe.trainable.mode}\n  data        {sources}, "
+                f"{recipe.data.batch_size} x {recipe.data.seq_len} tokens per micro-batch x {recipe.train.grad_accum} "
+                f"accumulation x {self.accelerator.num_processes} process(es)"
+                f"{', state passing' if recipe.data.state_passing else ', packed'}\n"
+                f"  steps       {recipe.train.max_steps} ({recipe.schedule.type}, warmup "
+                f"{recipe.schedule.warmup_steps}, lr {recipe.optim.lr:g}, beta lr "
+                f"{recipe.optim.beta_lr or recipe.optim.lr:g})\n"
+                f"  output      {recipe.output_dir}" + (" (resuming)" if self.resume else ""))
 
     def _check_run_directory(self) -> None:
         check_writable(self.output_dir, f"output_dir {self.output_dir}")
-        saved = self.output_dir / "recipe.yaml"
+        saved = self.output_dir / layout.RECIPE
         current = self.recipe.model_dump(mode="json")
         if self.resume:
             if not saved.is_file():
@@ -291,129 +194,111 @@ class Trainer:
             if differs:
                 raise PalimpsaError(f"--resume: the recipe differs from the run's recipe.yaml in {differs}; resume "
                                     "with the same recipe or start a new output_dir")
-        elif saved.is_file() and latest_checkpoint(self.output_dir) is not None:
+        elif saved.is_file() and layout.latest_checkpoint(self.output_dir) is not None:
             raise PalimpsaError(f"{self.output_dir} holds a run with checkpoints; pass --resume to continue it or "
                                 "choose another output_dir")
 
-    def run(self) -> dict:
+    # -- train ---------------------------------------------------------------------------------------------------
+
+    def train(self) -> dict:
+        """Train from ``step`` to ``train.max_steps``, logging, evaluating and checkpointing as the recipe says; then
+        evaluate, checkpoint and copy that checkpoint's model to ``final/``. Returns the final step, the ``final/``
+        path and the final evaluation."""
         from tqdm.auto import tqdm
 
-        from .data import Prefetcher, build_data
-
-        recipe, accelerator = self.recipe, self.accelerator
-        model, tokenizer_dir = load_model_for_training(recipe, self.log)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(tokenizer_dir))
-        if recipe.trainable.mode in ("beta+lora", "lora"):
-            model = attach_lora(model, recipe)
-        selection = select_trainable(model, recipe)
-        for line in selection.describe(model):
-            self.log(line)
-        stream, eval_batches = build_data(recipe.data, tokenizer, vocab_size=model.config.vocab_size)
-        optimizer = torch.optim.AdamW(parameter_groups(selection, recipe), betas=recipe.optim.betas,
-                                      eps=recipe.optim.eps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, recipe))
-        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-        self.model, self.optimizer, self.scheduler, self.tokenizer = model, optimizer, scheduler, tokenizer
-
-        step, last_good = 0, None
-        self.cache = None  # the carried recurrent state in state-passing mode
-        if self.is_main:
-            self._remove_partial_directories()
-        if self.resume:
-            last_good, step = self._restore(stream)
-            self._truncate_metrics(step)
-            self.log(f"resumed from {last_good} at step {step}")
-        elif self.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(self.output_dir / "recipe.yaml", recipe.to_yaml())
-            self._truncate_metrics(0)  # rows of an earlier attempt that left no checkpoint
-        writer = self._tensorboard()
-        batches = Prefetcher(stream)  # the next batches are made while the accelerator works on this one
-        bar = tqdm(total=recipe.train.max_steps, initial=step, desc="fine-tuning", disable=not self.is_main)
+        recipe = self.recipe
+        self.batches = Prefetcher(self.stream)  # the next batches are made while the accelerator works on this one
+        bar = tqdm(total=recipe.train.max_steps, initial=self.step, desc="fine-tuning", disable=not self.is_main)
         window_tokens, window_start = 0, time.perf_counter()
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        while step < recipe.train.max_steps:
-            losses, tokens = [], 0
-            for _ in range(recipe.train.grad_accum):
-                batch = self._next_batch(batches)
-                with accelerator.accumulate(model):
-                    loss, self.cache = self._forward(model, batch, self.cache)
-                    if not torch.isfinite(loss):
-                        self._stop_on_non_finite(step, loss, last_good)
-                    accelerator.backward(loss)
-                    grad_norm = None
-                    if accelerator.sync_gradients and recipe.optim.grad_clip:
-                        grad_norm = accelerator.clip_grad_norm_(trainable, recipe.optim.grad_clip)
-                    optimizer.step()
-                    if accelerator.sync_gradients:
-                        scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                if batch.tokens:
-                    losses.append(loss.detach().float().item())
-                tokens += batch.input_tokens
-            step += 1
-            window_tokens += tokens * accelerator.num_processes
-            bar.update(1)
-            if step % recipe.train.log_every == 0 or step == recipe.train.max_steps:
-                elapsed = max(time.perf_counter() - window_start, 1e-9)
-                row = {"step": step, "loss": sum(losses) / len(losses) if losses else None,
-                       **self._learning_rates(optimizer),
-                       "tokens_per_s": window_tokens / elapsed, "tokens": tokens,
-                       "grad_norm": None if grad_norm is None else float(grad_norm), **self._beta_stats(model)}
-                window_tokens, window_start = 0, time.perf_counter()
-                self._log_metrics(row, writer)
-                bar.set_postfix(loss="-" if row["loss"] is None else f"{row['loss']:.4f}",
-                                tok_s=f"{row['tokens_per_s']:,.0f}")
-            if recipe.eval.every and step % recipe.eval.every == 0 and step < recipe.train.max_steps:
-                self._log_metrics(self.evaluate(eval_batches, step), writer)
-            if recipe.checkpoint.every and step % recipe.checkpoint.every == 0 and step < recipe.train.max_steps:
-                last_good = self.save_checkpoint(step, batches)
-        bar.close()
-        batches.close()
-        final_eval = self.evaluate(eval_batches, step)
-        self._log_metrics(final_eval, writer)
-        last_good = self.save_checkpoint(step, batches)
-        final = self.export_final(last_good)
-        if writer is not None:
-            writer.close()
-        return {"step": step, "final": str(final), "eval": final_eval}
+        try:
+            while self.step < recipe.train.max_steps:
+                losses, tokens, grad_norm = self._train_step()
+                self.step += 1
+                window_tokens += tokens * self.accelerator.num_processes
+                bar.update(1)
+                if self.step % recipe.train.log_every == 0 or self.step == recipe.train.max_steps:
+                    elapsed = max(time.perf_counter() - window_start, 1e-9)
+                    row = {"step": self.step, "loss": sum(losses) / len(losses) if losses else None,
+                           **self._learning_rates(), "tokens_per_s": window_tokens / elapsed, "tokens": tokens,
+                           "grad_norm": None if grad_norm is None else float(grad_norm), **self._beta_stats()}
+                    window_tokens, window_start = 0, time.perf_counter()
+                    self._log_metrics(row)
+                    bar.set_postfix(loss="-" if row["loss"] is None else f"{row['loss']:.4f}",
+                                    tok_s=f"{row['tokens_per_s']:,.0f}")
+                last = self.step == recipe.train.max_steps  # the final evaluation and checkpoint follow the loop
+                if recipe.eval.every and self.step % recipe.eval.every == 0 and not last:
+                    self._log_metrics(self.evaluate())
+                if recipe.checkpoint.every and self.step % recipe.checkpoint.every == 0 and not last:
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+            self.batches.close()
+        final_eval = self.evaluate()
+        self._log_metrics(final_eval)
+        final = self._copy_final(self.save_checkpoint())
+        if self.writer is not None:
+            self.writer.close()
+        return {"step": self.step, "final": str(final), "eval": final_eval}
 
-    def _next_batch(self, batches):
+    def _train_step(self) -> tuple[list[float], int, torch.Tensor | None]:
+        """One optimizer step over ``train.grad_accum`` micro-batches: their losses (those with targets), the input
+        tokens they held, and the gradient norm before clipping (None when not clipped)."""
+        recipe, accelerator = self.recipe, self.accelerator
+        losses, tokens, grad_norm = [], 0, None
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        for _ in range(recipe.train.grad_accum):
+            batch = self._next_batch()
+            with accelerator.accumulate(self.model):
+                loss = self._forward(batch)
+                if not torch.isfinite(loss):
+                    where = (f"the last good checkpoint is {self.last_good}" if self.last_good else
+                             "no checkpoint was written yet")
+                    raise NonFiniteLoss(f"loss became {loss.item()} at step {self.step + 1}; stopped, {where}. Lower "
+                                        "optim.lr or optim.beta_lr, or set optim.grad_clip")
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and recipe.optim.grad_clip:
+                    grad_norm = accelerator.clip_grad_norm_(trainable, recipe.optim.grad_clip)
+                self.optimizer.step()
+                if accelerator.sync_gradients:
+                    self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            if batch.tokens:
+                losses.append(loss.detach().float().item())
+            tokens += batch.input_tokens
+        return losses, tokens, grad_norm
+
+    def _next_batch(self):
         """Each process takes every ``num_processes``-th batch of the one seeded stream."""
         for _ in range(self.accelerator.process_index):
-            next(batches)
-        batch = next(batches)
+            next(self.batches)
+        batch = next(self.batches)
         for _ in range(self.accelerator.num_processes - 1 - self.accelerator.process_index):
-            next(batches)
+            next(self.batches)
         return batch
 
-    def _forward(self, model, batch, cache):
-        from ..model.cache import PalimpsaCache
-
+    def _forward(self, batch) -> torch.Tensor:
+        """The loss of one micro-batch; in state-passing mode the carried state (``cache``) goes in and is updated."""
         device = self.accelerator.device
         inputs = {"input_ids": batch.input_ids.to(device), "labels": batch.labels.to(device)}
         if batch.cu_seqlens is not None:
             inputs["cu_seqlens"] = batch.cu_seqlens.to(device)
         else:  # truncated backpropagation through time: carry the (detached) state between batches
-            config = self.accelerator.unwrap_model(model).config
-            if cache is None:
-                cache = PalimpsaCache(config.n_layer)
+            config = self.accelerator.unwrap_model(self.model).config
+            if self.cache is None:
+                self.cache = PalimpsaCache(config.n_layer)
             else:
-                cache.reset_rows(batch.continues.to(device), config.importance_prior)
-            inputs["cache_params"] = cache
+                self.cache.reset_rows(batch.continues.to(device), config.importance_prior)
+            inputs["cache_params"] = self.cache
         with self.accelerator.autocast():
-            output = model(**inputs)
+            output = self.model(**inputs)
         if not batch.tokens:  # no target in this micro-batch (answer-only documents): a zero loss, not 0/0
-            return output.logits.sum() * 0.0, cache
-        return output.loss, cache
+            return output.logits.sum() * 0.0
+        return output.loss
 
-    @staticmethod
-    def _learning_rates(optimizer) -> dict:
+    def _learning_rates(self) -> dict:
         """``lr`` of the main parameters (the first group that is not beta's), and ``{group}_lr`` of the beta groups."""
         rates = {}
-        for group in optimizer.param_groups:
+        for group in self.optimizer.param_groups:
             name = group.get("name", "")
             key = f"{name}_lr" if name in ("gain", "beta") else "lr"
             rates.setdefault(key, group["lr"])
@@ -421,14 +306,9 @@ class Trainer:
             rates["lr"] = rates.get("beta_lr", next(iter(rates.values())))
         return rates
 
-    def _stop_on_non_finite(self, step: int, loss: torch.Tensor, last_good: Path | None) -> None:
-        where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was written yet"
-        raise NonFiniteLoss(f"loss became {loss.item()} at step {step + 1}; stopped, {where}. Lower optim.lr or "
-                            "optim.beta_lr, or set optim.grad_clip")
-
-    def _beta_stats(self, model) -> dict:
+    def _beta_stats(self) -> dict:
         """Per upgraded layer, the geometric mean over heads of the learned gain (cheap: parameters only)."""
-        mixers = palimpsa_mixers_of(model)
+        mixers = palimpsa_mixers_of(self.model)
         if not mixers:
             return {}
         stats = {}
@@ -439,6 +319,37 @@ class Trainer:
         return {"gain_geomean": math.exp(sum(math.log(v) for v in values) / len(values)), "gain_max": max(values),
                 **stats}
 
+    # -- evaluate ------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """At ``step``: the held-out NLL (nats per token), a small passkey probe and the importance per layer. The
+        passkey probe generates on its own copy of the tokenizer, so the one saved with the model stays as it is."""
+        model, eval_section = self.model, self.recipe.eval
+        model.eval()
+        device = self.accelerator.device
+        total, count = 0.0, 0
+        for batch in self.eval_batches[: eval_section.batches]:
+            if not batch.tokens:
+                continue
+            output = model(input_ids=batch.input_ids.to(device), labels=batch.labels.to(device),
+                           cu_seqlens=None if batch.cu_seqlens is None else batch.cu_seqlens.to(device))
+            total += output.loss.float().item() * batch.tokens
+            count += batch.tokens
+        row = {"step": self.step, "eval_nll": total / max(count, 1)}
+        length = eval_section.passkey_length or self.recipe.data.seq_len
+        if eval_section.passkey_samples:
+            samples = passkey_samples(self.tokenizer, [length], [0.0, 0.5, 1.0], eval_section.passkey_samples,
+                                      seed=1234)
+            answers = greedy_answers(self.accelerator.unwrap_model(model), self.tokenizer, samples, batch_size=4)
+            row["passkey_accuracy"] = sum(passkey_correct(a, s.answer) for a, s in zip(answers, samples)) / len(
+                samples)
+        if eval_section.importance and palimpsa_mixers_of(model):
+            probe = task_probe(self.tokenizer, "passkey", length, depth=0.5, seed=1234)
+            row.update(layer_summary(inspect_importance(self.accelerator.unwrap_model(model), probe)))
+        model.train()
+        return row
+
     def _tensorboard(self):
         if not (self.is_main and self.recipe.logging.tensorboard):
             return None
@@ -447,20 +358,25 @@ class Trainer:
         except ImportError:
             raise PalimpsaError("logging.tensorboard needs the tensorboard package: pip install tensorboard, or "
                                 "set logging.tensorboard=false") from None
-        return SummaryWriter(str(self.output_dir / "tensorboard"))
+        return SummaryWriter(str(self.output_dir / layout.TENSORBOARD))
 
-    def _log_metrics(self, row: dict, writer) -> None:
+    def _log_metrics(self, row: dict) -> None:
+        """A row into ``metrics.jsonl`` (and TensorBoard, wandb); an evaluation row also becomes the run's
+        ``eval_summary.json``, which export-model puts on the model card."""
         if not self.is_main:
             return
-        with open(self.output_dir / "metrics.jsonl", "a") as handle:
+        with open(self.output_dir / layout.METRICS, "a") as handle:
             handle.write(json.dumps(row) + "\n")
-        if writer is not None:
-            prefix = "eval" if "eval_nll" in row else "train"
+        evaluation = "eval_nll" in row
+        if evaluation:
+            write_json_atomic(self.output_dir / layout.EVAL_SUMMARY, row)
+        if self.writer is not None:
+            prefix = "eval" if evaluation else "train"
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)):
                     # grouped keys (gain/L3, importance/L3/mean_excess) get their own TensorBoard sections
-                    writer.add_scalar(key if "/" in key else f"{prefix}/{key}", value, row["step"])
-            writer.flush()
+                    self.writer.add_scalar(key if "/" in key else f"{prefix}/{key}", value, row["step"])
+            self.writer.flush()
         if self.recipe.logging.wandb:
             import wandb
 
@@ -468,108 +384,29 @@ class Trainer:
                 wandb.init(project=self.recipe.logging.wandb_project, config=self.recipe.model_dump(mode="json"))
             wandb.log(row, step=row["step"])
 
-    @torch.no_grad()
-    def evaluate(self, eval_batches, step: int) -> dict:
-        """Held-out NLL (nats per token) and a small passkey probe."""
-        model = self.model
-        model.eval()
-        device = self.accelerator.device
-        total, count = 0.0, 0
-        for batch in eval_batches[: self.recipe.eval.batches]:
-            if not batch.tokens:
-                continue
-            output = model(input_ids=batch.input_ids.to(device), labels=batch.labels.to(device),
-                           cu_seqlens=None if batch.cu_seqlens is None else batch.cu_seqlens.to(device))
-            total += output.loss.float().item() * batch.tokens
-            count += batch.tokens
-        row = {"step": step, "eval_nll": total / max(count, 1)}
-        if self.recipe.eval.passkey_samples:
-            from ..evaluate.evaluation import greedy_answers, passkey_correct
-            from ..evaluate.tasks import passkey_samples
-
-            length = self.recipe.eval.passkey_length or self.recipe.data.seq_len
-            samples = passkey_samples(self.tokenizer, [length], [0.0, 0.5, 1.0], self.recipe.eval.passkey_samples,
-                                      seed=1234)
-            answers = greedy_answers(self.accelerator.unwrap_model(model), self.tokenizer, samples, batch_size=4)
-            row["passkey_accuracy"] = sum(passkey_correct(a, s.answer) for a, s in zip(answers, samples)) / len(
-                samples)
-        if self.recipe.eval.importance and palimpsa_mixers_of(model):
-            from ..evaluate.importance import inspect_importance, layer_summary, task_probe
-
-            length = self.recipe.eval.passkey_length or self.recipe.data.seq_len
-            probe = task_probe(self.tokenizer, "passkey", length, depth=0.5, seed=1234)
-            row.update(layer_summary(inspect_importance(self.accelerator.unwrap_model(model), probe)))
-        model.train()
-        return row
-
-    def _restore(self, stream) -> tuple[Path, int]:
-        """Load the newest checkpoint that loads whole: model, optimizer, scheduler, RNG, data position and carried
-        state. One that does not (a file truncated, corrupted or missing) is named in a warning and the one before
-        it is tried. Returns the checkpoint and its step."""
-        candidates = complete_checkpoints(self.output_dir)
-        if not candidates:
-            raise PalimpsaError(f"--resume: no complete checkpoint under {self.output_dir}/checkpoints; start the "
-                                "run without --resume")
-        problems = []
-        for checkpoint in reversed(candidates):
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop metrics a killed run logged after its last checkpoint; the resumed run logs those steps again."""
+        path = self.output_dir / layout.METRICS
+        if not (self.is_main and path.is_file()):
+            return
+        kept = []
+        for line in path.read_text(errors="replace").splitlines():
             try:
-                step = self._load_checkpoint(checkpoint, stream)
-            except Exception as error:  # a broken checkpoint fails in torch, safetensors or pickle, in many types
-                problems.append(f"{checkpoint.name}: {_problem(error)}")
-                if self.is_main:
-                    print(f"warning: cannot resume from {checkpoint} ({_problem(error)}); trying the checkpoint "
-                          "before it", file=sys.stderr)
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):  # a line torn by SIGKILL mid-write
                 continue
-            return checkpoint, step
-        raise PalimpsaError(f"--resume: no checkpoint under {self.output_dir}/checkpoints loads ({'; '.join(problems)})"
-                            "; start a new output_dir without --resume")
+        write_text_atomic(path, "".join(line + "\n" for line in kept))
 
-    def _load_checkpoint(self, checkpoint: Path, stream) -> int:
-        from accelerate.utils import load
-        from accelerate.utils.constants import RNG_STATE_NAME
+    # -- save_checkpoint -----------------------------------------------------------------------------------------
 
-        try:
-            trainer_state = json.loads((checkpoint / "trainer_state.json").read_text())
-            step, data_state = int(trainer_state["step"]), trainer_state["data"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
-            raise PalimpsaError(f"{checkpoint / 'trainer_state.json'} is not a trainer state") from None
-        check_files(checkpoint, trainer_state.get("files", {}), "trainer_state.json")
-        # accelerate's load_state only logs a failure to load the RNG state, and the run would go on with other
-        # random numbers than the run it continues: load it here first, so that the failure counts
-        rng = checkpoint / "state" / f"{RNG_STATE_NAME}_{self.accelerator.process_index}.pkl"
-        try:
-            load(rng)
-        except Exception as error:  # missing, truncated or not a pickle of RNG states
-            raise PalimpsaError(f"cannot load the RNG state {rng}: {_problem(error)}") from None
-        self.accelerator.load_state(str(checkpoint / "state"))
-        stream.load_state_dict(data_state)
-        self.cache = self._load_carried_state(checkpoint)
-        return step
-
-    def _remove_partial_directories(self) -> None:
-        """What a killed run was writing (``checkpoints/step-N.partial``, ``final.partial``): never complete, and
-        never read, so removed before this run writes its own."""
-        for partial in [*self.output_dir.glob(f"{run_layout.CHECKPOINTS}/{run_layout.CHECKPOINT_PREFIX}*.partial"),
-                        self.output_dir / "final.partial"]:
-            shutil.rmtree(partial, ignore_errors=True)
-
-    def written(self) -> str:
-        """What the run has on disk so far, for a message after an interruption: the files in ``output_dir`` and
-        the newest complete checkpoint."""
-        if not self.output_dir.is_dir() or not any(self.output_dir.iterdir()):
-            return "nothing was written"
-        names = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in self.output_dir.iterdir()))
-        checkpoint = latest_checkpoint(self.output_dir)
-        last = f"the last complete checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written yet"
-        return f"{self.output_dir} holds {names}; {last}"
-
-    def save_checkpoint(self, step: int, stream) -> Path:
-        """Full state (model, optimizer, scheduler, RNG, data position) and a loadable model, atomically: written
-        under ``step-N.partial`` (removed if this fails or is interrupted) and renamed when complete."""
+    def save_checkpoint(self) -> Path:
+        """At ``step``: the full state (model, optimizer, scheduler, RNG, data position, carried state) and a loadable
+        model directory, atomically: written under ``step-N.partial`` (removed if this fails or is interrupted) and
+        renamed when complete. Older checkpoints beyond ``checkpoint.keep`` are removed. Returns the checkpoint."""
         accelerator = self.accelerator
-        folder = self.output_dir / "checkpoints"
-        final = run_layout.checkpoint_directory(self.output_dir, step)
-        partial = folder / f"{final.name}.partial"
+        final = layout.checkpoint_directory(self.output_dir, self.step)
+        partial = layout.partial(final)
         if self.is_main:
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
@@ -583,44 +420,21 @@ class Trainer:
             if self.is_main:
                 self._save_model_directory(state, partial / "model")
                 files = sorted(str(p.relative_to(partial)) for p in (partial / "state").rglob("*") if p.is_file())
-                trainer_state = {"step": step, "data": stream.state_dict(), "files": file_manifest(partial, files)}
-                (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+                trainer_state = {"step": self.step, "data": self.batches.state_dict(),
+                                 "files": file_manifest(partial, files)}
+                (partial / layout.TRAINER_STATE).write_text(json.dumps(trainer_state, indent=2) + "\n")
                 if final.exists():
                     shutil.rmtree(final)
                 partial.rename(final)
-                for old in complete_checkpoints(self.output_dir)[: -self.recipe.checkpoint.keep]:
+                for old in layout.complete_checkpoints(self.output_dir)[: -self.recipe.checkpoint.keep]:
                     shutil.rmtree(old)
         except BaseException:
             if self.is_main:
                 shutil.rmtree(partial, ignore_errors=True)
             raise
         accelerator.wait_for_everyone()
+        self.last_good = final
         return final
-
-    def _truncate_metrics(self, step: int) -> None:
-        """Drop metrics a killed run logged after its last checkpoint; the resumed run logs those steps again."""
-        path = self.output_dir / "metrics.jsonl"
-        if not (self.is_main and path.is_file()):
-            return
-        kept = []
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                if json.loads(line)["step"] <= step:
-                    kept.append(line)
-            except (json.JSONDecodeError, KeyError, TypeError):  # a line torn by SIGKILL mid-write
-                continue
-        write_text_atomic(path, "".join(line + "\n" for line in kept))
-
-    def _load_carried_state(self, checkpoint: Path):
-        from ..model.cache import PalimpsaCache
-
-        path = checkpoint / f"carried_state_rank{self.accelerator.process_index}.pt"
-        if not path.is_file():
-            return None
-        carried = torch.load(path, map_location=self.accelerator.device, weights_only=True)
-        cache = PalimpsaCache(len(carried["conv"]))
-        cache.conv, cache.ssm, cache.seen_tokens = carried["conv"], carried["ssm"], carried["seen_tokens"]
-        return cache
 
     def _full_state_dict(self) -> dict[str, torch.Tensor]:
         model = self.accelerator.unwrap_model(self.model)
@@ -636,11 +450,11 @@ class Trainer:
                               report={**report_header(), "recipe": self.recipe.model_dump(mode="json")},
                               tokenizer=self.tokenizer)
 
-    def export_final(self, checkpoint: Path) -> Path:
-        """``output_dir/final``: the last checkpoint's model directory, copied atomically."""
-        final = self.output_dir / "final"
+    def _copy_final(self, checkpoint: Path) -> Path:
+        """``output_dir/final``: the checkpoint's model directory, copied atomically."""
+        final = self.output_dir / layout.FINAL
         if self.is_main:
-            staging = self.output_dir / "final.partial"
+            staging = layout.partial(final)
             shutil.rmtree(staging, ignore_errors=True)
             try:
                 shutil.copytree(checkpoint / "model", staging)
@@ -652,3 +466,60 @@ class Trainer:
                 raise
         self.accelerator.wait_for_everyone()
         return final
+
+    # -- load_checkpoint -----------------------------------------------------------------------------------------
+
+    def load_checkpoint(self, checkpoint: Path) -> None:
+        """Continue from ``checkpoint``: model, optimizer, scheduler, RNG, data position and carried state, checked
+        against the sha256 of every file of its state first. Sets ``step`` and ``last_good``."""
+        from accelerate.utils import load
+        from accelerate.utils.constants import RNG_STATE_NAME
+
+        state_file = checkpoint / layout.TRAINER_STATE
+        try:
+            trainer_state = json.loads(state_file.read_text())
+            step, data_state = int(trainer_state["step"]), trainer_state["data"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+            raise PalimpsaError(f"{state_file} is not a trainer state") from None
+        check_files(checkpoint, trainer_state.get("files", {}), layout.TRAINER_STATE)
+        # accelerate's load_state only logs a failure to load the RNG state, and the run would go on with other
+        # random numbers than the run it continues: load it here first, so that the failure counts
+        rng = checkpoint / "state" / f"{RNG_STATE_NAME}_{self.accelerator.process_index}.pkl"
+        try:
+            load(rng)
+        except Exception as error:  # missing, truncated or not a pickle of RNG states
+            raise PalimpsaError(f"cannot load the RNG state {rng}: {_problem(error)}") from None
+        self.accelerator.load_state(str(checkpoint / "state"))
+        self.stream.load_state_dict(data_state)
+        self.cache = self._load_carried_state(checkpoint)
+        self.step, self.last_good = step, checkpoint
+
+    def _resume(self) -> None:
+        """Load the newest checkpoint that loads whole. One that does not (a file truncated, corrupted or missing)
+        is named in a warning and the one before it is tried."""
+        candidates = layout.complete_checkpoints(self.output_dir)
+        if not candidates:
+            raise PalimpsaError(f"--resume: no complete checkpoint under {self.output_dir}/checkpoints; start the "
+                                "run without --resume")
+        problems = []
+        for checkpoint in reversed(candidates):
+            try:
+                self.load_checkpoint(checkpoint)
+            except Exception as error:  # a broken checkpoint fails in torch, safetensors or pickle, in many types
+                problems.append(f"{checkpoint.name}: {_problem(error)}")
+                if self.is_main:
+                    print(f"warning: cannot resume from {checkpoint} ({_problem(error)}); trying the checkpoint "
+                          "before it", file=sys.stderr)
+                continue
+            return
+        raise PalimpsaError(f"--resume: no checkpoint under {self.output_dir}/checkpoints loads ({'; '.join(problems)})"
+                            "; start a new output_dir without --resume")
+
+    def _load_carried_state(self, checkpoint: Path) -> PalimpsaCache | None:
+        path = checkpoint / f"carried_state_rank{self.accelerator.process_index}.pt"
+        if not path.is_file():
+            return None
+        carried = torch.load(path, map_location=self.accelerator.device, weights_only=True)
+        cache = PalimpsaCache(len(carried["conv"]))
+        cache.conv, cache.ssm, cache.seen_tokens = carried["conv"], carried["ssm"], carried["seen_tokens"]
+        return cache
