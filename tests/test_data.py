@@ -16,8 +16,8 @@ import pytest
 import torch
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaError, PalimpsaForCausalLM
 from palimpsa.upgrade.model.cache import PalimpsaCache
-from palimpsa.upgrade.train import data as data_module
 from palimpsa.upgrade.train.data import Batch, DocumentSource, TokenStream, build_data, pack_documents
+from palimpsa.upgrade.train.data import sources as data_sources
 from palimpsa.upgrade.train.recipe import DataSection, SourceSection
 from transformers import AutoTokenizer
 
@@ -93,7 +93,7 @@ def test_big_text_file_is_cut_at_blank_lines(tmp_path, tok, monkeypatch):
     text = "\n\n".join(paragraphs) + "\n"
     path = tmp_path / "corpus.txt"
     path.write_text(text)
-    monkeypatch.setattr(data_module, "TEXT_DOCUMENT_MAX_BYTES", 120)
+    monkeypatch.setattr(data_sources, "TEXT_DOCUMENT_MAX_BYTES", 120)
     documents = source([{"type": "text", "path": str(path)}], tok)
     reader = documents.readers[0]
     pieces = [reader.read(i) for i in range(len(reader))]
