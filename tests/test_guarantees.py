@@ -20,10 +20,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import palimpsa.upgrade
 import pytest
 import torch
-from checkpoints import write_mamba_ssm, write_transformers
+from checkpoints import EMBEDDED, ROOT, TEST_DATA, write_mamba_ssm, write_transformers
 from palimpsa.upgrade import PalimpsaError, PalimpsaForCausalLM, upgrade_model
 from palimpsa.upgrade.cli.eval_model import main as eval_main
 from palimpsa.upgrade.cli.export_model import main as export_main
@@ -36,10 +35,8 @@ from palimpsa.upgrade.evaluate.generation import generate_text
 from palimpsa.upgrade.export.export import export_model
 from safetensors.torch import load_file, save_file
 
-ROOT = Path(__file__).resolve().parents[1]
-EMBEDDED = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
 RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
-LM_EVAL_TASKS = Path(__file__).resolve().parent / "data" / "lm_eval_task"
+LM_EVAL_TASKS = TEST_DATA / "lm_eval_task"
 BIN = Path(sys.executable).parent  # the console scripts installed with the Python that runs the tests
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 ENV.pop("TRITON_INTERPRET", None)  # conftest sets it for the kernel tests; a user's shell does not

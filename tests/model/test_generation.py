@@ -13,15 +13,15 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import palimpsa.upgrade
 import pytest
 import torch
+from checkpoints import EMBEDDED
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM, upgrade_model
 from palimpsa.upgrade.evaluate.generation import generate_text
 from palimpsa.upgrade.model.cache import PalimpsaCache
 from palimpsa.upgrade.model.modeling import PalimpsaMixer
 
-TINY = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
+TINY = EMBEDDED
 VOCAB = 64
 KINDS = {"mamba2": [], "palimpsa": [0, 1, 2], "mixed": [1]}
 GROUPS = [1, 2]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoints import TEST_DATA
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # read when `datasets` is imported: the tasks' data are local
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,7 +33,7 @@ from palimpsa.upgrade.evaluate.lm_eval_adapter import PalimpsaLM  # noqa: E402
 
 PACKAGE = Path(palimpsa.upgrade.__file__).resolve().parent
 ADAPTER, COMMAND = PACKAGE / "evaluate" / "lm_eval_adapter.py", PACKAGE / "cli" / "palimpsa_lm_eval.py"
-TASKS = Path(__file__).resolve().parent / "data" / "lm_eval_task"
+TASKS = TEST_DATA / "lm_eval_task"
 BETA_SCALE = 1000.0  # the upgraded tiny model's beta_init is 1e-3: scale it up so the Palimpsa layers matter
 
 PAIRS = [

@@ -20,12 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from checkpoints import EMBEDDED, TEST_DATA
 from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
 from safetensors.torch import load_file
 
-ROOT = Path(__file__).resolve().parents[1]
-EMBEDDED = ROOT / "upgrade/assets/tiny-mamba2"
-LEGACY = ROOT / "tests/data/legacy-linear-dt"
+LEGACY = TEST_DATA / "legacy-linear-dt"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 

@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from checkpoints import ROOT
 
 pytest.importorskip("triton")
 from palimpsa.kernels import gluon_scan, palimpsa_scan, scan  # noqa: E402
@@ -23,7 +23,7 @@ needs_gluon = pytest.mark.skipif(gluon_scan.GLUON_IMPORT_ERROR is not None,
 
 # ptxas of Triton 3.9 gives 218 registers at the training shape, 3.6's 230 (docs/kernels.md)
 MAX_REGISTERS = 240
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "inspect_gluon_scan.py"
+SCRIPT = ROOT / "scripts" / "inspect_gluon_scan.py"
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import palimpsa.upgrade
 import pytest
 import torch
-from checkpoints import write_mamba_ssm, write_transformers
-from make_tiny_checkpoint import write_byte_tokenizer
+from checkpoints import EMBEDDED, write_byte_tokenizer, write_mamba_ssm, write_transformers
 from palimpsa.upgrade import PalimpsaForCausalLM, PalimpsaMixer
 from palimpsa.upgrade.convert.checkpoint import load_checkpoint
 from palimpsa.upgrade.model.modeling import model_from_state_dict
@@ -31,7 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-TINY = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
+TINY = EMBEDDED
 PREFIX = "upgrade-model: error: "
 PROGRESS = re.compile(r"(reading|writing) weights: +\d+%\|")
 

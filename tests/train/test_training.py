@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoints import EMBEDDED, ROOT
 from palimpsa.upgrade.errors import PalimpsaError
 from palimpsa.upgrade.train.recipe import load_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "recipes" / "tiny-cpu.yaml"
-EMBEDDED = ROOT / "upgrade/assets/tiny-mamba2"  # the embedded default model (pretrained)
 # Small and fast: 64-token rows, no passkey probe, deterministic single-threaded subprocesses.
 FAST = ["data.seq_len=64", "data.batch_size=2", "eval.passkey_samples=0", "eval.batches=1",
-        "schedule.warmup_steps=1", "logging.tensorboard=false", f"model.path={ROOT / 'upgrade/assets/tiny-mamba2'}"]
+        "schedule.warmup_steps=1", "logging.tensorboard=false", f"model.path={EMBEDDED}"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 ENV.pop("TRITON_INTERPRET", None)
 
@@ -143,7 +142,7 @@ def test_selection_modes(mode, groups, tiny_random):
 @pytest.mark.parametrize("keep", [True, False])
 def test_gradient_checkpointing_follows_the_recipe(keep, monkeypatch, tiny_random):
     """model.gradient_checkpointing turns activation checkpointing on; model.keep_scan_outputs picks whether the
-    Palimpsa scan's outputs are kept (tests/test_activation_checkpointing.py checks what each choice computes)."""
+    Palimpsa scan's outputs are kept (tests/model/test_activation_checkpointing.py checks what each choice computes)."""
     from palimpsa.upgrade.train import trainer
 
     calls = []
@@ -423,7 +422,7 @@ def test_pretraining_from_scratch_exports_a_mamba_ssm_checkpoint(tmp_path):
     from palimpsa.upgrade.train.trainer import Trainer
 
     recipe = load_recipe(ROOT / "recipes" / "pretrain-tiny.yaml", [
-        f"output_dir={tmp_path / 'run'}", f"data.tokenizer={ROOT / 'upgrade/assets/tiny-mamba2'}",
+        f"output_dir={tmp_path / 'run'}", f"data.tokenizer={EMBEDDED}",
         "model.scratch.d_model=32", "model.scratch.n_layer=2", "model.scratch.d_state=8", "model.scratch.headdim=8",
         "data.seq_len=64", "data.batch_size=2", "train.max_steps=25", "train.mixed_precision=no",
         "schedule.warmup_steps=2", "eval.every=0", "eval.passkey_samples=0", "eval.batches=1",

@@ -19,13 +19,12 @@ from pathlib import Path
 import palimpsa.upgrade
 import pytest
 import torch
+from checkpoints import EMBEDDED, ROOT
 from palimpsa.upgrade.evaluate.tasks import mqar_gap_samples, mqar_gap_setup
 from palimpsa.upgrade.train.data import DocumentSource, Prefetcher, TokenStream
 from palimpsa.upgrade.train.recipe import SourceSection, load_recipe
 from transformers import AutoTokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-EMBEDDED = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
 VOCAB = 272
 
 
@@ -145,11 +144,11 @@ def test_prefetcher_raises_the_thread_error():
 # --- plain Mamba2 fine-tuning (the experiment's baseline arm) ---------------------------------------------------
 
 def test_upgrade_layers_none_fine_tunes_a_plain_mamba2(tmp_path):
-    from checkpoints import tiny_random_mamba2
+    from checkpoints import write_tiny_random_mamba2
     from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
     from palimpsa.upgrade.train.trainer import Trainer
 
-    base = tiny_random_mamba2(tmp_path / "base")
+    base = write_tiny_random_mamba2(tmp_path / "base")
     run = tmp_path / "run"
     recipe = load_recipe(ROOT / "recipes" / "tiny-cpu.yaml", [
         f"output_dir={run}", f"model.path={base}", "model.upgrade_layers=none", "trainable.mode=all",
