@@ -130,6 +130,22 @@ def test_segmentwise_nll_really_depends_on_the_carried_state():
     assert (carried[16:] - fresh[16:]).abs().max().item() > 1e-2
 
 
+def test_evaluate_model_needs_only_a_model_and_its_tokenizer(tokenizer):
+    """The public ``evaluate_model``: settings default to eval-model's, and the long text of nll-position is taken
+    from the settings when not given, the same as the command passes it."""
+    from palimpsa.upgrade import evaluate_model
+    from palimpsa.upgrade.evaluate.evaluation import EvalSettings, text_token_ids
+
+    settings = EvalSettings(tasks=["nll-position"], lengths=[48], segment_length=16)
+    torch.manual_seed(0)
+    model = PalimpsaForCausalLM(PalimpsaConfig(d_model=16, n_layer=2, vocab_size=272, d_state=8, headdim=8,
+                                               upgraded_layers=[1])).eval()  # the tokenizer's 257 ids, padded
+    alone = evaluate_model("m", model, tokenizer, settings, progress=False)
+    given = evaluate_model("m", model, tokenizer, settings, text_token_ids(tokenizer, settings), progress=False)
+    assert alone == given and len(alone["nll_position"]["mean_nll"]) == settings.nll_buckets
+    assert EvalSettings().tasks == ["nll-position", "passkey", "niah", "mqar"]
+
+
 # ---------------------------------------------------------------------------------------- task generators
 
 

@@ -111,11 +111,15 @@ def mqar_gap_by_length(model, tokenizer, lengths: list[int], pairs: int, per_len
                                                   seed + length))[pairs] for length in lengths]
 
 
-def evaluate_model(name: str, model, tokenizer, settings: EvalSettings, text_ids: torch.Tensor | None,
-                   progress: bool = True) -> dict:
-    """Every task of ``settings`` on one model; returns a JSON-ready dict."""
+def evaluate_model(name: str, model, tokenizer, settings: EvalSettings | None = None,
+                   text_ids: torch.Tensor | None = None, progress: bool = True) -> dict:
+    """Every task of ``settings`` (default: ``EvalSettings()``) on one model; returns a JSON-ready dict.
+    ``text_ids``: the long text of nll-position, when several models share it (default: ``text_token_ids``)."""
+    settings = settings or EvalSettings()
     result: dict = {"name": name}
     if "nll-position" in settings.tasks:
+        if text_ids is None:
+            text_ids = text_token_ids(tokenizer, settings)
         nll = nll_by_position(model, text_ids, settings.segment_length, progress)
         width = math.ceil(nll.numel() / settings.nll_buckets)
         buckets = [(start, min(start + width, nll.numel())) for start in range(0, nll.numel(), width)]
