@@ -29,7 +29,6 @@ def parse_size(text: str) -> int:
     return int(size)
 
 
-
 def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
     """Write a safetensors file tensor by tensor, so that no second copy of the shard is ever built in memory.
 

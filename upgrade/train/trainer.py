@@ -97,16 +97,16 @@ def _problem(error: Exception) -> str:
     return f"{type(error).__name__}: {first_line}"
 
 
-
-
 class Trainer:
     """One fine-tuning run of ``recipe``; with ``resume``, the continuation of the run in its ``output_dir``.
 
     Constructing it checks the run directory and calls :meth:`setup`, so every attribute exists once the trainer
     does: ``model``, ``optimizer``, ``scheduler`` (prepared by accelerate), ``tokenizer`` (the one saved with every
-    model directory; evaluation never changes it), ``stream`` and ``eval_batches`` (the data), ``step`` (optimizer
-    steps done), ``cache`` (the carried state in state-passing mode, else None) and ``last_good`` (the newest
-    checkpoint written or resumed from). ``log`` receives the plan and progress lines (on the main process only).
+    model directory; evaluation never changes it), ``stream`` and ``eval_batches`` (the data; ``batches``, where the
+    next batch comes from: the stream, with a prefetching thread in front of it while ``train`` runs), ``writer``
+    (TensorBoard's, or None), ``step`` (optimizer steps done), ``cache`` (the carried state in state-passing mode,
+    else None) and ``last_good`` (the newest checkpoint written or resumed from). ``log`` receives the plan and
+    progress lines (on the main process only).
     """
 
     def __init__(self, recipe: Recipe, resume: bool = False, log: Callable[[str], None] = print):
