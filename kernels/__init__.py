@@ -1,6 +1,7 @@
-"""Palimpsa scan kernels: a sequential reference, a chunked PyTorch path, and (on GPU) Triton kernels."""
+"""Palimpsa scan kernels: a sequential reference, a chunked PyTorch path, and (on GPU) fused recurrent Triton
+kernels, behind one op (``palimpsa_scan``) and one decoding step (``palimpsa_step``)."""
 
-from .scan import ops_saved_under_checkpointing, palimpsa_scan
+from .scan import ScanOutput, ops_saved_under_checkpointing, palimpsa_scan
 from .step import palimpsa_step
 
-__all__ = ["ops_saved_under_checkpointing", "palimpsa_scan", "palimpsa_step"]
+__all__ = ["ScanOutput", "ops_saved_under_checkpointing", "palimpsa_scan", "palimpsa_step"]

@@ -17,7 +17,7 @@ group; packed ``[B, T, G, 3, N]`` so that one address serves all twelve vector l
 loop converts nothing. The next token's inputs are loaded while the current one runs.
 
 The checkpoints (every ``CT`` tokens, the true ``(M, I)``) and final states have the Triton path's layout, so
-``triton_scan``'s backward runs on them unchanged, and the Gluon backward runs on the Triton forward's as well.
+``fused_recurrent``'s backward runs on them unchanged, and the Gluon backward runs on the Triton forward's as well.
 The backward's own mapping and schedule are described above its kernel.
 
 **Version shim.** Everything Triton-version-dependent is in the block below: where ``GluonASTSource`` lives
@@ -104,7 +104,7 @@ if gluon is not None:
     @gluon.jit
     def _program(cu_seqlens, chunk_offsets, T, H: gl.constexpr, G: gl.constexpr, CT: gl.constexpr,
                  IS_VARLEN: gl.constexpr):
-        """What a program owns (as ``triton_scan._program``): channel block ``i_v`` of (sequence, head) ``i_nh``,
+        """What a program owns (as ``fused_recurrent._program``): channel block ``i_v`` of (sequence, head) ``i_nh``,
         the head's group, the sequence's first token ``bos``, its length and its first checkpoint ``boc``."""
         i_v, i_nh = gl.program_id(0), gl.program_id(1)
         i_n, i_h = i_nh // H, i_nh % H
@@ -507,8 +507,8 @@ def compile_forward(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
 def gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
                   output_uncertainty, store_checkpoints, chunk_size):
     """Launch the Gluon forward: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints, exactly as
-    ``triton_scan._forward`` returns them (same shapes, dtypes and checkpoint layout)."""
-    from . import triton_scan as ts
+    ``fused_recurrent._forward`` returns them (same shapes, dtypes and checkpoint layout)."""
+    from . import fused_recurrent as ts
 
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
@@ -543,8 +543,8 @@ def gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens
 
 def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, chunk_size):
     """Launch the Gluon backward on the checkpoints of either forward: the gradients of ``v, k, q, log_decay,
-    beta, M0, I0`` (None where absent), as ``triton_scan._backward`` returns them."""
-    from . import triton_scan as ts
+    beta, M0, I0`` (None where absent), as ``fused_recurrent._backward`` returns them."""
+    from . import fused_recurrent as ts
 
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]

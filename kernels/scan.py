@@ -4,17 +4,31 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import NamedTuple
 
 import torch
 
-from .chunk import chunk_palimpsa_scan
 from .naive import naive_palimpsa_scan
+from .torch_chunk import torch_chunk_palimpsa_scan
 
 BACKENDS = ("auto", "naive", "torch", "triton", "gluon")
 # Forces what ``backend="auto"`` picks (one of BACKENDS but "auto"), e.g. ``triton`` to rule the Gluon forward
 # out on a Hopper GPU, or ``gluon`` to fail loudly where it cannot run instead of falling back.
 BACKEND_ENV = "PALIMPSA_SCAN_BACKEND"
 GLUON_BACKWARD_ENV = "PALIMPSA_GLUON_BACKWARD"  # "1": the gluon backend runs the Gluon backward as well
+
+
+class ScanOutput(NamedTuple):
+    """What :func:`palimpsa_scan` and :func:`~palimpsa.kernels.palimpsa_step` return, always these three fields.
+
+    ``y``: the readout (``[B, T, H, P]``, or ``[B, H, P]`` for a step) in ``v``'s dtype. ``final_state``: ``(M, I)``
+    after the last token, each ``[S, H, P, N]`` in float32 (float64 for float64 inputs), or None when it was not
+    asked for. ``uncertainty``: the readout variance, ``y``'s shape and dtype, or None when it was not asked for.
+    """
+
+    y: torch.Tensor
+    final_state: tuple[torch.Tensor, torch.Tensor] | None
+    uncertainty: torch.Tensor | None
 
 
 def _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens, backend):
@@ -48,10 +62,8 @@ def _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_
             raise ValueError(f"cu_seqlens needs a packed batch with B = 1, got B = {batch}")
         if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype not in (torch.int32, torch.int64):
             raise ValueError("cu_seqlens must be a 1-D int32/int64 tensor [0, end_1, ..., T]")
-        bounds = cu_seqlens.tolist()
-        if bounds[0] != 0 or bounds[-1] != length or any(b <= a for a, b in zip(bounds, bounds[1:])):
-            raise ValueError(f"cu_seqlens must rise strictly from 0 to T = {length}, got {bounds}")
-        n_states = len(bounds) - 1
+        _check_bounds(cu_seqlens, length)
+        n_states = cu_seqlens.numel() - 1
     if initial_state is not None:
         if len(initial_state) != 2:
             raise ValueError("initial_state must be a pair (M0, I0)")
@@ -63,12 +75,26 @@ def _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_
                 raise ValueError(f"initial state {name} must be {list(expected)}, got {list(state.shape)}")
 
 
-def _triton_scan():
+def _check_bounds(cu_seqlens: torch.Tensor, length: int) -> None:
+    """``cu_seqlens`` must rise strictly from 0 to ``length``. Read on the host where it lives there; on a GPU the
+    check is queued on the device (``torch._assert_async``), because reading the values back would make every packed
+    call wait for the GPU: a bad tensor then fails at the next synchronisation, with this message."""
+    message = f"cu_seqlens must rise strictly from 0 to T = {length}"
+    if cu_seqlens.is_cuda:
+        rising = (cu_seqlens[0] == 0) & (cu_seqlens[-1] == length) & (cu_seqlens.diff() > 0).all()
+        torch._assert_async(rising, message)
+        return
+    bounds = cu_seqlens.tolist()
+    if bounds[0] != 0 or bounds[-1] != length or any(b <= a for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(f"{message}, got {bounds}")
+
+
+def _fused_recurrent():
     """The Triton implementation, or None where it cannot be imported: no triton package, or a standalone copy of
     this module (export-model --standalone) that carries only the PyTorch paths. Imported by name at run time
     so that such a copy has no import of a file it lacks."""
     try:
-        return importlib.import_module(".triton_scan", __package__).triton_palimpsa_scan
+        return importlib.import_module(".fused_recurrent", __package__).fused_recurrent_palimpsa_scan
     except ImportError:
         return None
 
@@ -77,7 +103,7 @@ def ops_saved_under_checkpointing() -> tuple:
     """The dispatcher operators whose outputs selective activation checkpointing should keep rather than
     recompute: the Triton scan's forward (its output and its checkpoints), or nothing without Triton."""
     try:
-        return importlib.import_module(".triton_scan", __package__).SAVE_UNDER_CHECKPOINTING
+        return importlib.import_module(".fused_recurrent", __package__).SAVE_UNDER_CHECKPOINTING
     except ImportError:
         return ()
 
@@ -111,10 +137,10 @@ def _pick_backend(backend: str, v: torch.Tensor, k: torch.Tensor) -> str:
         if backend not in BACKENDS:
             raise ValueError(f"{BACKEND_ENV} must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
-        if not v.is_cuda or _triton_scan() is None:
+        if not v.is_cuda or _fused_recurrent() is None:
             return "torch"
         return "triton"
-    if backend in ("triton", "gluon") and _triton_scan() is None:
+    if backend in ("triton", "gluon") and _fused_recurrent() is None:
         raise RuntimeError(f"backend={backend!r} needs the triton package; use backend='torch'")
     if backend == "gluon" and (reason := _gluon_unsupported(v, k)) is not None:
         raise RuntimeError(f"backend='gluon' cannot run here: {reason}; use backend='triton'")
@@ -125,7 +151,7 @@ def _scan_one(v, k, q, log_decay, beta, importance_prior, initial_state, output_
     if backend == "naive":
         y, final, uncertainty = naive_palimpsa_scan(v, k, q, log_decay, beta, importance_prior, initial_state)
         return y, final, uncertainty if output_uncertainty else None
-    return chunk_palimpsa_scan(v, k, q, log_decay, beta, importance_prior, initial_state, output_uncertainty)
+    return torch_chunk_palimpsa_scan(v, k, q, log_decay, beta, importance_prior, initial_state, output_uncertainty)
 
 
 def palimpsa_scan(
@@ -141,7 +167,7 @@ def palimpsa_scan(
     output_uncertainty: bool = False,
     cu_seqlens: torch.Tensor | None = None,
     backend: str = "auto",
-):
+) -> ScanOutput:
     """Palimpsa scan: a mean memory ``M = I * mu`` and a per-element importance ``I`` per head.
 
     For head ``h`` of group ``g = h // (H // G)``, at every step::
@@ -172,15 +198,15 @@ def palimpsa_scan(
             overrides that choice.
 
     Returns:
-        ``y`` ``[B, T, H, P]`` in ``v``'s dtype (no ``D`` skip term); then ``(M_T, I_T)`` in float32 (float64
-        for float64 inputs) if ``output_final_state``; then the uncertainty in ``v``'s dtype if
-        ``output_uncertainty``. A single tensor when neither extra output is asked for, else a tuple.
+        A :class:`ScanOutput`, always the same three fields: ``y`` ``[B, T, H, P]`` in ``v``'s dtype (no ``D`` skip
+        term); ``final_state`` ``(M_T, I_T)`` in float32 (float64 for float64 inputs) if ``output_final_state``,
+        else None; ``uncertainty`` in ``v``'s dtype if ``output_uncertainty``, else None.
     """
     _check_inputs(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens, backend)
     backend = _pick_backend(backend, v, k)
     if backend in ("triton", "gluon"):
         # one custom operator for both: the Gluon path swaps the forward launch and keeps the Triton backward
-        y, final, uncertainty = _triton_scan()(
+        y, final, uncertainty = _fused_recurrent()(
             v, k, q, log_decay, beta, importance_prior, initial_state, output_final_state, output_uncertainty,
             cu_seqlens, **_gluon_configs(backend),
         )
@@ -204,9 +230,5 @@ def palimpsa_scan(
         final = (torch.cat([p[1][0] for p in pieces]), torch.cat([p[1][1] for p in pieces]))
         uncertainty = torch.cat([p[2] for p in pieces], 1) if output_uncertainty else None
 
-    outputs = [y.to(v.dtype)]
-    if output_final_state:
-        outputs.append(final)
-    if output_uncertainty:
-        outputs.append(uncertainty.to(v.dtype))
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+    return ScanOutput(y.to(v.dtype), final if output_final_state else None,
+                      uncertainty.to(v.dtype) if output_uncertainty else None)

@@ -6,11 +6,13 @@ import importlib
 
 import torch
 
+from .scan import ScanOutput
 
-def _triton_step():
+
+def _fused_recurrent_step():
     """The Triton step, or None where it cannot be imported (no triton, or a standalone copy of this module)."""
     try:
-        return importlib.import_module(".triton_scan", __package__).triton_palimpsa_step
+        return importlib.import_module(".fused_recurrent", __package__).fused_recurrent_palimpsa_step
     except ImportError:
         return None
 
@@ -42,7 +44,7 @@ def palimpsa_step(
     *,
     importance_prior: float = 1.0,
     output_uncertainty: bool = False,
-):
+) -> ScanOutput:
     """Advance ``(M, I)`` by one token for a batch of sequences, in place (for generation; no autograd).
 
     Computes exactly one step of :func:`palimpsa_scan`: ``M = a M + v (x) k``,
@@ -58,7 +60,8 @@ def palimpsa_step(
         output_uncertainty: also return ``u = (1 / I) (q * q)``.
 
     Returns:
-        ``y`` ``[B, H, P]`` in ``v``'s dtype, or ``(y, u)`` with the uncertainty.
+        A :class:`~palimpsa.kernels.ScanOutput`: ``y`` ``[B, H, P]`` in ``v``'s dtype, ``final_state`` the ``state``
+        tensors (advanced in place), ``uncertainty`` ``[B, H, P]`` or None when not asked for.
     """
     memory, importance = state
     batch, heads, head_dim = v.shape
@@ -75,9 +78,9 @@ def palimpsa_step(
         raise ValueError("log_decay must be [B, H] and beta (if given) [B, H, P]")
     if not importance_prior > 0:
         raise ValueError(f"importance_prior must be > 0, got {importance_prior}")
-    fused = _triton_step() if v.is_cuda else None
+    fused = _fused_recurrent_step() if v.is_cuda else None
     if fused is not None:
         y, u = fused(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty)
     else:
         y, u = _torch_step(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty)
-    return (y, u) if output_uncertainty else y
+    return ScanOutput(y, state, u)

@@ -33,7 +33,7 @@ import types
 
 import torch
 import triton
-from palimpsa.kernels import palimpsa_scan, palimpsa_step, triton_scan
+from palimpsa.kernels import fused_recurrent, palimpsa_scan, palimpsa_step
 from triton.testing import do_bench, do_bench_cudagraph
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
@@ -80,8 +80,8 @@ def scan_inputs(batch, length, with_beta=True, seed=0):
     }
 
 
-def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=triton_scan.CHUNK_SIZE,
-         block_size=triton_scan.BLOCK_SIZE, with_beta=True, backend="triton"):
+def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=fused_recurrent.CHUNK_SIZE,
+         block_size=fused_recurrent.BLOCK_SIZE, with_beta=True, backend="triton"):
     names = ["v", "k", "q", "log_decay"] + (["beta"] if with_beta else [])
     leaves = {n: inputs[n].detach().requires_grad_(True) for n in names}
     # one fixed output gradient, so that every configuration's gradients can be compared with the default's
@@ -94,8 +94,8 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=triton_scan.CHUNK_
     def forward():
         if fwd_config is None and bwd_config is None:
             return palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta,
-                                 backend=backend)
-        y, _, _ = triton_scan.triton_palimpsa_scan(
+                                 backend=backend).y
+        y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
             leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta, 1.0, None, False, False,
             fwd_config=fwd_config, bwd_config=bwd_config, chunk_size=chunk_size, block_size=block_size)
         return y
@@ -270,7 +270,7 @@ def sweep(batch=1, length=8192):
     best_fwd = None
     for bv, trans, warps, unroll in fwd_configs:
         cfg = {"BV": bv, "TRANS": trans, "UNROLL": unroll, "num_warps": warps}
-        fwd, _ = ours(inputs, fwd_config=cfg, bwd_config=triton_scan.BWD_CONFIG)
+        fwd, _ = ours(inputs, fwd_config=cfg, bwd_config=fused_recurrent.BWD_CONFIG)
         ms, diff = median_ms(fwd), _relative(fwd(), y_ref)
         rows.append({"kernel": "fwd", **cfg, "ms": ms, "rel_diff_vs_default": diff})
         print(f"  fwd {cfg}: {ms:.3f} ms (y vs default: {diff:.1e})", flush=True)
@@ -289,9 +289,9 @@ def sweep(batch=1, length=8192):
                      "rel_diff_vs_default": diff})
         print(f"  bwd {cfg} CT={chunk} BS={block}: fwd+bwd {ms:.3f} ms, bwd ~{ms - fwd_ms:.3f} ms "
               f"(grads vs default: {diff:.1e})", flush=True)
-    default_step = dict(triton_scan.STEP_CONFIG)
+    default_step = dict(fused_recurrent.STEP_CONFIG)
     for bv, warps in ((16, 4), (32, 4), (64, 8)):
-        triton_scan.STEP_CONFIG = {"BV": bv, "TRANS": False, "num_warps": warps}
+        fused_recurrent.STEP_CONFIG = {"BV": bv, "TRANS": False, "num_warps": warps}
         v = torch.randn(64, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(64, 1, STATE, device="cuda", dtype=torch.bfloat16)
         log_decay = -torch.rand(64, HEADS, device="cuda")
@@ -302,7 +302,7 @@ def sweep(batch=1, length=8192):
                             palimpsa_step(v, k, k, log_decay, gain, state))
         rows.append({"kernel": "step", "BV": bv, "num_warps": warps, "B": 64, "us": us})
         print(f"  step BV={bv} warps={warps} B=64: {us:.1f} us (graph)", flush=True)
-    triton_scan.STEP_CONFIG = default_step
+    fused_recurrent.STEP_CONFIG = default_step
     return rows
 
 
@@ -315,7 +315,7 @@ def compare(batch=1, length=8192, rounds=4):
     runs = {}
     for bv, chunk, block in configs:
         cfg = {"BV": bv, "TRANS": False, "num_warps": 1}
-        runs[(bv, chunk, block)] = ours(inputs, fwd_config=triton_scan.FWD_CONFIG, bwd_config=cfg,
+        runs[(bv, chunk, block)] = ours(inputs, fwd_config=fused_recurrent.FWD_CONFIG, bwd_config=cfg,
                                         chunk_size=chunk, block_size=block)[1]
     times = {key: [] for key in runs}
     for index in range(rounds):
@@ -370,11 +370,11 @@ def main() -> int:
     info = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
             "backends": backends, "clock_ghz": clock, "clock_source": clock_source,
             "torch": torch.__version__, "triton": triton.__version__, "baseline": note,
-            "copy_tbs": copy_bandwidth_tbs(), "fwd_config": triton_scan.FWD_CONFIG,
-            "bwd_config": triton_scan.BWD_CONFIG,
-            "bwd_config_b1": triton_scan._backward_config(1, HEADS, HEAD_DIM, torch.device("cuda")),
-            "chunk_size": triton_scan.CHUNK_SIZE,
-            "block_size": triton_scan.BLOCK_SIZE}
+            "copy_tbs": copy_bandwidth_tbs(), "fwd_config": fused_recurrent.FWD_CONFIG,
+            "bwd_config": fused_recurrent.BWD_CONFIG,
+            "bwd_config_b1": fused_recurrent._backward_config(1, HEADS, HEAD_DIM, torch.device("cuda")),
+            "chunk_size": fused_recurrent.CHUNK_SIZE,
+            "block_size": fused_recurrent.BLOCK_SIZE}
     print(f"{info['device']} ({info['date']}), torch {info['torch']}, triton {info['triton']}; {note}")
     print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s; SM clock {clock:.3f} GHz ({clock_source})")
     result = {"info": info}

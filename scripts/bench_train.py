@@ -22,10 +22,10 @@ import os
 import time
 
 import torch
-from palimpsa.kernels import triton_scan
+from palimpsa.kernels import fused_recurrent
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM
-from palimpsa.upgrade.modeling import enable_activation_checkpointing
-from palimpsa.upgrade.surgery import spread_layers
+from palimpsa.upgrade.convert.surgery import spread_layers
+from palimpsa.upgrade.model.modeling import enable_activation_checkpointing
 
 
 def build(config: PalimpsaConfig, device: str, dtype: torch.dtype) -> PalimpsaForCausalLM:
@@ -86,7 +86,7 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
 
 def check_fused_mamba2() -> str:
     """Plain Mamba2 layers run mamba_ssm's fused scan when importable: check it against palimpsa_scan's path."""
-    from palimpsa.upgrade import modeling
+    from palimpsa.upgrade.model import modeling
 
     if modeling.mamba_ssm_chunk_scan() is None:
         return "mamba_ssm not importable: plain Mamba2 layers use palimpsa_scan (the same in both models)"
@@ -126,18 +126,18 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--full-recompute", action="store_true",
                         help="also time the upgraded model with plain checkpointing (its scan run twice per step)")
-    parser.add_argument("--chunk-size", type=int, default=triton_scan.CHUNK_SIZE,
+    parser.add_argument("--chunk-size", type=int, default=fused_recurrent.CHUNK_SIZE,
                         help="tokens per scan checkpoint (default %(default)s)")
-    parser.add_argument("--block-size", type=int, default=triton_scan.BLOCK_SIZE,
+    parser.add_argument("--block-size", type=int, default=fused_recurrent.BLOCK_SIZE,
                         help="tokens per backward scratch state (default %(default)s)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_train.py needs a CUDA GPU")
-    triton_scan.CHUNK_SIZE, triton_scan.BLOCK_SIZE = args.chunk_size, args.block_size
+    fused_recurrent.CHUNK_SIZE, fused_recurrent.BLOCK_SIZE = args.chunk_size, args.block_size
     probe = PalimpsaConfig(d_model=args.d_model, n_layer=1, vocab_size=args.vocab)
-    bwd_config = triton_scan._backward_config(1, probe.nheads, probe.headdim, torch.device("cuda"))
+    bwd_config = fused_recurrent._backward_config(1, probe.nheads, probe.headdim, torch.device("cuda"))
     scan = {"chunk_size": args.chunk_size, "block_size": args.block_size, "bwd_config": bwd_config,
-            "fwd_config": triton_scan.FWD_CONFIG}
+            "fwd_config": fused_recurrent.FWD_CONFIG}
     print(f"scan settings: {scan}")
     layers = spread_layers(args.upgraded, args.n_layer)
     fused_check = check_fused_mamba2()

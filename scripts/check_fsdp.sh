@@ -6,10 +6,10 @@ set -euo pipefail
 out=${1:-/tmp/fsdp-check}
 common=(data.seq_len=256 data.batch_size=2 eval.passkey_samples=0 eval.batches=2 logging.tensorboard=false
         trainable.mode=upgraded train.max_steps=30 train.log_every=1 checkpoint.every=15 train.mixed_precision=no)
-python3 -m palimpsa.upgrade.finetune recipes/tiny-cpu.yaml "${common[@]}" train.grad_accum=2 output_dir="$out/one" \
+python3 -m palimpsa.upgrade.cli.finetune_model recipes/tiny-cpu.yaml "${common[@]}" train.grad_accum=2 output_dir="$out/one" \
     > "$out-one.log" 2>&1
 accelerate launch --config_file recipes/accelerate/fsdp-2gpu.yaml --mixed_precision no \
-    -m palimpsa.upgrade.finetune recipes/tiny-cpu.yaml "${common[@]}" output_dir="$out/two" > "$out-two.log" 2>&1
+    -m palimpsa.upgrade.cli.finetune_model recipes/tiny-cpu.yaml "${common[@]}" output_dir="$out/two" > "$out-two.log" 2>&1
 python3 - "$out" <<'PY'
 import json, sys, torch
 import palimpsa.upgrade

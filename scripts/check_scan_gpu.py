@@ -26,7 +26,7 @@ import traceback
 
 import torch
 import triton
-from palimpsa.kernels import palimpsa_scan, scan, triton_scan
+from palimpsa.kernels import fused_recurrent, palimpsa_scan, scan
 from torch.utils.checkpoint import checkpoint
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
@@ -170,7 +170,7 @@ def main() -> int:
         os.environ[scan.GLUON_BACKWARD_ENV] = "1"
         backend = "gluon"
     long = 4096 if args.quick else 16384
-    triton_scan.POISON_OUTPUTS = True  # every output starts NaN: an unwritten element fails the check
+    fused_recurrent.POISON_OUTPUTS = True  # every output starts NaN: an unwritten element fails the check
     f32, bf16 = torch.float32, torch.bfloat16
     cases = [
         ("B2 L128 G2 f32 beta state (+naive)", make_inputs(2, 128, 2, f32, seed=1), 1e-5, 0.7, None, True),

@@ -73,7 +73,7 @@ def recipe_for(arm: str, lr: float, args, output_dir: Path) -> dict:
 
 
 def fine_tune(arm: str, lr: float, args, work: Path) -> dict:
-    from palimpsa.upgrade.finetune import run as finetune
+    from palimpsa.upgrade.cli.finetune_model import run as finetune
 
     output_dir = work / f"{arm}-lr{lr:g}"
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -109,8 +109,8 @@ def nll_windows(model, ids: torch.Tensor, window: int, count: int, batch: int) -
 
 
 def evaluate(name: str, source: str, args, text_ids: torch.Tensor) -> dict:
-    from palimpsa.upgrade.evaluation import EvalSettings, evaluate_model
-    from palimpsa.upgrade.generation import load_model_and_tokenizer
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+    from palimpsa.upgrade.evaluate.evaluation import EvalSettings, evaluate_model
 
     model, tokenizer = load_model_and_tokenizer(source)
     model = model.to(args.device).eval()
@@ -233,7 +233,7 @@ def plots(report: dict, output: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from palimpsa.upgrade.plots import plot_nll
+    from palimpsa.upgrade.evaluate.plots import plot_nll
 
     lengths, results = report["lengths"], report["results"]
     figure, axes = plt.subplots(1, len(RECALL_TASKS), figsize=(4.2 * len(RECALL_TASKS), 3.8), sharey=True)
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  held-out NLL {runs[-1]['eval_nll']:.4f} in {runs[-1]['seconds']:.0f} s", flush=True)
     selected = {arm: min((r for r in runs if r["arm"] == arm), key=lambda r: r["eval_nll"]) for arm in arms}
 
-    from palimpsa.upgrade.tasks import default_long_text
+    from palimpsa.upgrade.evaluate.tasks import default_long_text
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.base)

@@ -45,7 +45,7 @@ def merged(base: dict, overrides: dict) -> dict:
 
 
 def train(arm: str, args, work: Path) -> Path:
-    from palimpsa.upgrade.finetune import run as finetune
+    from palimpsa.upgrade.cli.finetune_model import run as finetune
 
     run_dir = work / arm.replace("+", "-")
     if (run_dir / "final" / "config.json").is_file():
@@ -70,15 +70,15 @@ def train(arm: str, args, work: Path) -> Path:
 
 
 def passkey_by_length(model, tokenizer, lengths: list[int], samples: int, device: str) -> list[float]:
-    from palimpsa.upgrade.evaluation import EvalSettings, evaluate_model
+    from palimpsa.upgrade.evaluate.evaluation import EvalSettings, evaluate_model
 
     settings = EvalSettings(tasks=["passkey"], lengths=lengths, per_cell=samples, batch_size=8, device=device)
     return evaluate_model("m", model, tokenizer, settings, None, progress=False)["passkey"]["by_length"]
 
 
 def evaluate(source: Path, args, probe) -> dict:
-    from palimpsa.upgrade.generation import load_model_and_tokenizer
-    from palimpsa.upgrade.importance import inspect_importance
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+    from palimpsa.upgrade.evaluate.importance import inspect_importance
 
     model, tokenizer = load_model_and_tokenizer(source)
     model = model.to(args.device).eval()
@@ -173,7 +173,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from palimpsa.upgrade.importance import plot_importance, task_probe
+    from palimpsa.upgrade.evaluate.importance import plot_importance, task_probe
     from transformers import AutoTokenizer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace --output and --run-dir")
     args = parser.parse_args(argv)
 
-    from palimpsa.upgrade.export import export_model
-    from palimpsa.upgrade.finetune import run as finetune
-    from palimpsa.upgrade.recipe import load_recipe
+    from palimpsa.upgrade.cli.finetune_model import run as finetune
+    from palimpsa.upgrade.export.export import export_model
+    from palimpsa.upgrade.train.recipe import load_recipe
 
     run_dir = Path(args.run_dir)
     if run_dir.exists():

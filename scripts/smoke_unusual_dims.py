@@ -21,8 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import palimpsa.upgrade  # noqa: E402,F401
 from checkpoints import write_mamba_ssm, write_transformers  # noqa: E402
-from palimpsa.upgrade.checkpoint import load_checkpoint  # noqa: E402
-from palimpsa.upgrade.modeling import model_from_state_dict  # noqa: E402
+from palimpsa.upgrade.convert.loading import load_mamba2  # noqa: E402
 
 
 def transformers_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
@@ -34,8 +33,7 @@ def transformers_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
 
 
 def palimpsa_base_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
-    checkpoint = load_checkpoint(directory)
-    model = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False)).eval()
+    model, _ = load_mamba2(directory)
     with torch.no_grad():
         return model(ids).logits.float()
 

@@ -27,6 +27,6 @@ def _seed():
 @pytest.fixture(scope="session")
 def tiny_random(tmp_path_factory) -> Path:
     """The random tiny test model (mamba_ssm format, byte-level tokenizer), written once per session."""
-    from checkpoints import TINY_RANDOM_NAME, tiny_random_mamba2
+    from checkpoints import TINY_RANDOM_NAME, write_tiny_random_mamba2
 
-    return tiny_random_mamba2(tmp_path_factory.mktemp("tiny-random") / TINY_RANDOM_NAME)
+    return write_tiny_random_mamba2(tmp_path_factory.mktemp("tiny-random") / TINY_RANDOM_NAME)

@@ -20,22 +20,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import palimpsa.upgrade
 import pytest
 import torch
-from checkpoints import write_mamba_ssm, write_transformers
+from checkpoints import EMBEDDED, ROOT, TEST_DATA, write_mamba_ssm, write_transformers
 from palimpsa.upgrade import PalimpsaError, PalimpsaForCausalLM, upgrade_model
-from palimpsa.upgrade.checkpoint import load_checkpoint
-from palimpsa.upgrade.cli import eval_main, export_main, generate_main, upgrade_main, verify_main
-from palimpsa.upgrade.export import export_model
-from palimpsa.upgrade.finetune import main as finetune_main
-from palimpsa.upgrade.generation import generate_text
+from palimpsa.upgrade.cli.eval_model import main as eval_main
+from palimpsa.upgrade.cli.export_model import main as export_main
+from palimpsa.upgrade.cli.finetune_model import main as finetune_main
+from palimpsa.upgrade.cli.generate_text import main as generate_main
+from palimpsa.upgrade.cli.upgrade_model import main as upgrade_main
+from palimpsa.upgrade.cli.verify_equivalence import main as verify_main
+from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+from palimpsa.upgrade.evaluate.generation import generate_text
+from palimpsa.upgrade.export.export import export_model
 from safetensors.torch import load_file, save_file
 
-ROOT = Path(__file__).resolve().parents[1]
-EMBEDDED = Path(palimpsa.upgrade.__file__).resolve().parent / "assets" / "tiny-mamba2"
 RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
-LM_EVAL_TASKS = Path(__file__).resolve().parent / "data" / "lm_eval_task"
+LM_EVAL_TASKS = TEST_DATA / "lm_eval_task"
 BIN = Path(sys.executable).parent  # the console scripts installed with the Python that runs the tests
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 ENV.pop("TRITON_INTERPRET", None)  # conftest sets it for the kernel tests; a user's shell does not
@@ -118,10 +119,10 @@ def upgraded(tmp_path_factory, tiny_random) -> Path:
 def kill_while_writing(root: Path, source: Path) -> tuple[list[str], subprocess.CompletedProcess]:
     """SIGKILL upgrade-model while it writes its output (its weight writer made to wait, in the same entry point a
     user runs), then run upgrade-model again to the same output. Returns what the killed run left and the rerun."""
-    waiting = ("import sys, time\nimport palimpsa.upgrade.pipeline as pipeline\n"
+    waiting = ("import sys, time\nimport palimpsa.upgrade.io.model_directory as model_directory\n"
                "def wait(*args, **kwargs):\n    time.sleep(600)\n"
-               "pipeline.save_state_dict_sharded = wait\nfrom palimpsa.upgrade.cli import upgrade_main\n"
-               "sys.argv[0] = 'upgrade-model'\nupgrade_main()\n")
+               "model_directory.save_state_dict_sharded = wait\nfrom palimpsa.upgrade.cli.upgrade_model import main\n"
+               "sys.argv[0] = 'upgrade-model'\nmain()\n")
     args = [str(source), "--layers", "2", "--skip-verify", "-q", "-o", str(root / "out")]
     process = subprocess.Popen([sys.executable, "-c", waiting, *args], cwd=root, env=ENV, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
@@ -302,12 +303,13 @@ def test_recipe_numbers_are_checked_before_any_work(override, match, tiny_random
 def test_lm_eval_model_arguments_are_checked_before_loading(tmp_path, monkeypatch, capsys):
     """Through lm_eval's command line once (it indexes its tasks first, for seconds), then the other cases of the
     class through the constructor lm_eval calls with ``--model_args``."""
-    from palimpsa.upgrade import lm_eval_adapter
+    from palimpsa.upgrade.cli.palimpsa_lm_eval import main as lm_eval_main
+    from palimpsa.upgrade.evaluate import lm_eval_adapter
 
     missing = tmp_path / "not-loaded"
     args = ["run", "--model", "palimpsa", "--model_args", f"pretrained={missing},batch_size=-1", "--tasks",
             "palimpsa_tiny_mc", "--include_path", str(LM_EVAL_TASKS), "--output_path", str(tmp_path / "out")]
-    code, stdout, stderr = run_main(lm_eval_adapter.main, "palimpsa-lm-eval", args, monkeypatch, capsys)
+    code, stdout, stderr = run_main(lm_eval_main, "palimpsa-lm-eval", args, monkeypatch, capsys)
     assert_one_line_error(code, stdout, stderr, "palimpsa-lm-eval", r"palimpsa: batch_size must be an integer >= 1")
     assert list(tmp_path.iterdir()) == []
     for model_args, match in [("beta_scale=nan", r"palimpsa: beta_scale must be a finite number >= 0, got nan"),
@@ -416,16 +418,16 @@ def test_weights_must_be_floating_and_finite(tiny_random, upgraded, tmp_path, mo
 
 def test_verification_fails_on_nan_logits(tiny_random, tmp_path, monkeypatch):
     """`diff > tolerance` is false for NaN: the comparison must be written so that NaN fails it."""
-    from palimpsa.upgrade import pipeline
+    from palimpsa.upgrade.convert import upgrade
 
-    original, calls = pipeline.probe_logits, []
+    original, calls = upgrade.probe_logits, []
 
     def nan_after_conversion(model, probe):
         calls.append(1)
         logits = original(model, probe)
         return logits if len(calls) == 1 else torch.full_like(logits, float("nan"))
 
-    monkeypatch.setattr(pipeline, "probe_logits", nan_after_conversion)
+    monkeypatch.setattr(upgrade, "probe_logits", nan_after_conversion)
     with pytest.raises(PalimpsaError, match=r"verification failed: with beta scale 0 the logits differ .* nan"):
         upgrade_model(tiny_random, 2, output=tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
@@ -442,7 +444,7 @@ def dead_pid() -> int:
 
 
 def test_interrupted_and_stale_staging_are_removed(upgraded, tmp_path, monkeypatch, capsys):
-    from palimpsa.upgrade import export as export_module
+    from palimpsa.upgrade.io import model_directory
 
     stale = tmp_path / f".out.partial-{dead_pid()}"
     stale.mkdir()
@@ -453,7 +455,7 @@ def test_interrupted_and_stale_staging_are_removed(upgraded, tmp_path, monkeypat
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(export_module, "save_state_dict_sharded", interrupted)
+    monkeypatch.setattr(model_directory, "save_state_dict_sharded", interrupted)
     code, _, stderr = run_main(export_main, "export-model", [str(upgraded), "-o", str(tmp_path / "out")],
                                monkeypatch, capsys)
     assert code == 130 and last_line(stderr) == "export-model: interrupted; nothing was written"

@@ -1,0 +1,740 @@
+"""Triton kernels of the Palimpsa scan: a fused recurrent forward, a recomputing backward, a decoding step.
+
+Every program owns one head's ``BV`` channels of the state: two register tiles ``M`` and ``I`` of
+``[BV, N]`` (float32, float64 for float64 inputs) that it walks through time (palimpsa-math section 3):
+
+    M_t = a_t M_{t-1} + v_t (x) k_t
+    I_t = a_t I_{t-1} + (1 - a_t) I_prior + beta_t (x) (k_t * k_t)        a_t = exp(log_decay_t)
+    y_t = (M_t / I_t) q_t,     u_t = (1 / I_t) (q_t * q_t)
+
+Memory. The forward writes no per-token state. When a gradient is needed it stores one ``(M, I)`` pair at
+the start of every chunk of ``CT`` tokens (the checkpoints). The backward walks the chunks in reverse; in a
+chunk it first re-runs the forward from the checkpoint and leaves the state at every ``BS``-th token in a
+small per-program scratch slab (``CT / BS`` pairs, reused by every chunk), then walks the blocks of ``BS``
+tokens in reverse and, inside a block, the pairs of tokens in reverse: each pair is recomputed from the block
+start in registers, which gives ``(M_{t-1}, I_{t-1})`` and ``(M_t, I_t)`` for both tokens of the pair, and
+the reverse recurrences of palimpsa-math section 6 run on it. Earlier states are only ever recomputed
+forward, never rebuilt by dividing by the decay.
+
+Gradients shared between programs (``dk``, ``dq`` over the channels and the heads of a group, ``dlog_decay``
+over the channel blocks) are added atomically in float32 (float64 for float64 inputs).
+
+The forward is one dispatcher operator (``torch.ops.palimpsa.triton_scan_forward``, with its backward
+registered), so that selective activation checkpointing can keep its outputs (``y`` and the checkpoints)
+from the forward instead of running the scan a second time in the backward's recompute.
+"""
+
+import functools
+import json
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Tests set this to allocate every output NaN-filled, so that an element a kernel fails to write shows up.
+POISON_OUTPUTS = False
+
+# Default tiling, chosen by scripts/bench_scan.py on an H200 (see docs/bench/scan-notes.md, section 5).
+FWD_CONFIG = {"BV": 16, "TRANS": True, "UNROLL": 2, "num_warps": 4}
+BWD_CONFIG = {"BV": 4, "TRANS": False, "num_warps": 1}
+SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under two waves (see _backward_config)
+STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
+CHUNK_SIZE = 256  # tokens per checkpoint (CT)
+BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
+
+
+def _output(shape, dtype, device) -> torch.Tensor:
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@triton.jit
+def _reciprocal(x, FAST_RCP: tl.constexpr):
+    """``1 / x``; with FAST_RCP one ``rcp.approx.ftz.f32`` (1 ulp) instead of ``div.full.f32``'s 8 instructions."""
+    if FAST_RCP:
+        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return 1 / x
+
+
+@triton.jit
+def _rows(x, TRANS: tl.constexpr):
+    """A ``[BV]`` channel vector, shaped to broadcast against a state tile."""
+    if TRANS:
+        return x[None, :]
+    else:
+        return x[:, None]
+
+
+@triton.jit
+def _cols(x, TRANS: tl.constexpr):
+    """A ``[BK]`` key/query vector, shaped to broadcast against a state tile."""
+    if TRANS:
+        return x[:, None]
+    else:
+        return x[None, :]
+
+
+@triton.jit
+def _sum_n(x, TRANS: tl.constexpr):
+    """Sum a state tile over the state dimension ``N``: ``[BV]``."""
+    if TRANS:
+        return tl.sum(x, 0)
+    else:
+        return tl.sum(x, 1)
+
+
+@triton.jit
+def _sum_v(x, TRANS: tl.constexpr):
+    """Sum a state tile over the channels: ``[BK]``."""
+    if TRANS:
+        return tl.sum(x, 1)
+    else:
+        return tl.sum(x, 0)
+
+
+@triton.jit
+def _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k,
+                H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
+                USE_BETA: tl.constexpr, ACC: tl.constexpr):
+    """Key, value, decay and gain of token ``tok``; an invalid token reads as the identity update."""
+    b_k = tl.load(k + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
+    b_v = tl.load(v + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
+    b_a = tl.exp(tl.load(g + tok * H + i_h, mask=valid, other=0).to(ACC))
+    if USE_BETA:
+        b_b = tl.load(beta + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
+    else:
+        b_b = b_v
+    return b_k, b_v, b_a, b_b
+
+
+@triton.jit
+def _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA: tl.constexpr, TRANS: tl.constexpr):
+    """One step of both recurrences on the state tiles."""
+    b_m = b_m * b_a + _rows(b_v, TRANS) * _cols(b_k, TRANS)
+    b_c = (1 - b_a) * b_ip
+    if USE_BETA:
+        b_i = b_i * b_a + (_rows(b_b, TRANS) * _cols(b_k * b_k, TRANS) + b_c)
+    else:
+        b_i = b_i * b_a + b_c
+    return b_m, b_i
+
+
+@triton.jit
+def _program(cu_seqlens, chunk_offsets, T, H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
+             BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr):
+    """What a scan program owns: channel block ``i_v`` of (sequence, head) ``i_nh``, the sequence's first token
+    ``bos``, length and first checkpoint ``boc``, its channel and state offsets and its tile's mask.
+
+    Per-element offsets (``o_s``, inside the program's ``[BV, N]`` block) are int32; every int64 part of an
+    address goes in a scalar base (``o_state``), which keeps 64-bit address tiles out of the registers.
+    """
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
+        boc = tl.load(chunk_offsets + i_n).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        boc = i_n.to(tl.int64) * tl.cdiv(T, CT)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_k = tl.arange(0, BK)
+    m_s = _rows(o_v < P, TRANS) & _cols(o_k < N, TRANS)
+    o_s = _rows(tl.arange(0, BV) * N, TRANS) + _cols(o_k, TRANS)
+    o_state = (i_nh.to(tl.int64) * P + i_v * BV) * N
+    return i_v, i_nh, i_h, i_h // (H // G), bos, T, boc, o_v, o_k, m_s, o_s, o_state
+
+
+@triton.jit
+def _load_fwd_token(v, k, q, g, beta, tok, valid, i_h, i_g, o_v, o_k,
+                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
+                    USE_BETA: tl.constexpr, ACC: tl.constexpr):
+    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+    b_q = tl.load(q + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
+    return b_k, b_v, b_a, b_b, b_q
+
+
+@triton.jit
+def _fwd_token(b_m, b_i, b_k, b_v, b_a, b_b, b_q, b_ip, y, u, tok, valid, i_h, o_v,
+               H: tl.constexpr, P: tl.constexpr, USE_BETA: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
+               TRANS: tl.constexpr, FAST_RCP: tl.constexpr):
+    """Advance the state by one token and write its readout (an invalid token: identity, nothing written)."""
+    b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+    b_r = _reciprocal(b_i, FAST_RCP)
+    m_y = o_v < tl.where(valid, P, 0)
+    b_y = _sum_n(b_m * b_r * _cols(b_q, TRANS), TRANS)
+    tl.store(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), mask=m_y)
+    if USE_UNCERTAINTY:
+        b_u = _sum_n(b_r * _cols(b_q * b_q, TRANS), TRANS)
+        tl.store(u + (tok * H + i_h) * P + o_v, b_u.to(u.dtype.element_ty), mask=m_y)
+    return b_m, b_i
+
+
+@triton.jit
+def palimpsa_fwd_kernel(
+    v, k, q, g, beta, m0, i0, ip, y, u, ck_m, ck_i, mT, iT, cu_seqlens, chunk_offsets, T,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
+    BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, UNROLL: tl.constexpr,
+    USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
+    STORE_FINAL_STATE: tl.constexpr, STORE_CHECKPOINTS: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
+    IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+):
+    i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
+        cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
+    b_ip = tl.load(ip).to(ACC)
+    if USE_INITIAL_STATE:
+        b_m = tl.load(m0 + o_state + o_s, mask=m_s, other=0).to(ACC)
+    else:
+        b_m = tl.zeros(o_s.shape, dtype=ACC)
+    if USE_INITIAL_IMPORTANCE:
+        b_i = tl.load(i0 + o_state + o_s, mask=m_s, other=1).to(ACC)
+        b_i = tl.where(m_s, b_i, b_ip)
+    else:
+        b_i = tl.zeros(o_s.shape, dtype=ACC) + b_ip
+
+    # software pipeline: the inputs of the next UNROLL tokens are loaded while the current ones are computed
+    t_bos = tl.zeros([], dtype=tl.int32)
+    b_k1, b_v1, b_a1, b_b1, b_q1 = _load_fwd_token(v, k, q, g, beta, bos, t_bos < T, i_h, i_g, o_v, o_k,
+                                                   H, G, P, N, USE_BETA, ACC)
+    if UNROLL == 2:
+        b_k2, b_v2, b_a2, b_b2, b_q2 = _load_fwd_token(v, k, q, g, beta, bos + 1, t_bos + 1 < T, i_h, i_g, o_v,
+                                                       o_k, H, G, P, N, USE_BETA, ACC)
+    for i_c in range(tl.cdiv(T, CT)):
+        if STORE_CHECKPOINTS:
+            o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
+            tl.store(ck_m + o_ck + o_s, b_m, mask=m_s)
+            tl.store(ck_i + o_ck + o_s, b_i, mask=m_s)
+        for t in range(i_c * CT, tl.minimum(i_c * CT + CT, T), UNROLL):
+            tok = bos + t
+            n_k1, n_v1, n_a1, n_b1, n_q1 = _load_fwd_token(v, k, q, g, beta, tok + UNROLL, t + UNROLL < T, i_h,
+                                                           i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+            if UNROLL == 2:
+                n_k2, n_v2, n_a2, n_b2, n_q2 = _load_fwd_token(v, k, q, g, beta, tok + 3, t + 3 < T, i_h, i_g,
+                                                               o_v, o_k, H, G, P, N, USE_BETA, ACC)
+            b_m, b_i = _fwd_token(b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok, t < T, i_h, o_v,
+                                  H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP)
+            b_k1, b_v1, b_a1, b_b1, b_q1 = n_k1, n_v1, n_a1, n_b1, n_q1
+            if UNROLL == 2:
+                # a chunk holds an even number of tokens; only the sequence's last pair can be half empty
+                b_m, b_i = _fwd_token(b_m, b_i, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u, tok + 1, t + 1 < T, i_h,
+                                      o_v, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP)
+                b_k2, b_v2, b_a2, b_b2, b_q2 = n_k2, n_v2, n_a2, n_b2, n_q2
+
+    if STORE_FINAL_STATE:
+        tl.store(mT + o_state + o_s, b_m.to(mT.dtype.element_ty), mask=m_s)
+        tl.store(iT + o_state + o_s, b_i.to(iT.dtype.element_ty), mask=m_s)
+
+
+@triton.jit
+def _reverse_step(
+    b_m, b_i, b_mp, b_ip_prev, b_dm, b_di, b_an, b_k, b_v, b_a, b_b, b_q, b_dy, b_du, tok, valid, i_h, i_g,
+    o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
+    USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+):
+    """Gradients of token ``tok`` from ``(M_t, I_t)``, ``(M_{t-1}, I_{t-1})`` and the adjoints of the step after.
+
+    ``b_q``, ``b_dy``, ``b_du`` are the token's query and output gradients, loaded by the caller ahead of time.
+
+    ``b_dm``, ``b_di`` hold ``dM_{t+1}``, ``dI_{t+1}`` and ``b_an`` the decay ``a_{t+1}``; returns
+    ``dM_t``, ``dI_t`` and ``a_t`` (palimpsa-math section 6).
+    """
+    m_v = o_v < tl.where(valid, P, 0)
+    m_k = o_k < tl.where(valid, N, 0)
+    b_r = _reciprocal(b_i, FAST_RCP)
+    b_mu = b_m * b_r
+    b_gr = _rows(b_dy, TRANS) * _cols(b_q, TRANS) * b_r  # dmu / I
+    b_dm = b_dm * b_an + b_gr
+    b_e = b_gr * b_mu  # dmu * M / I^2
+    b_dq = _sum_v(b_mu * _rows(b_dy, TRANS), TRANS)
+    if USE_DU:
+        b_rdu = b_r * _rows(b_du, TRANS)
+        b_e += b_rdu * b_r * _cols(b_q * b_q, TRANS)
+        b_dq += 2 * b_q * _sum_v(b_rdu, TRANS)
+    b_di = b_di * b_an - b_e
+
+    b_dv = _sum_n(b_dm * _cols(b_k, TRANS), TRANS)
+    b_da = tl.sum(_sum_v(b_dm * b_mp + b_di * (b_ip_prev - b_ip), TRANS), 0)
+    b_dk = _sum_v(b_dm * _rows(b_v, TRANS), TRANS)
+    if USE_BETA:
+        b_db = _sum_n(b_di * _cols(b_k * b_k, TRANS), TRANS)
+        tl.store(dbeta + (tok * H + i_h) * P + o_v, b_db.to(dbeta.dtype.element_ty), mask=m_v)
+        b_dk += 2 * b_k * _sum_v(b_di * _rows(b_b, TRANS), TRANS)
+    tl.store(dv + (tok * H + i_h) * P + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
+    # relaxed: the default acq_rel ordering fences every atomic, and nothing here reads these sums back
+    tl.atomic_add(dg + tok * H + i_h, (b_da * b_a).to(dg.dtype.element_ty), mask=valid, sem="relaxed")
+    tl.atomic_add(dq + (tok * G + i_g) * N + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k, sem="relaxed")
+    tl.atomic_add(dk + (tok * G + i_g) * N + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k, sem="relaxed")
+    return b_dm, b_di, b_a
+
+
+@triton.jit
+def _load_readout_grads(q, dy, du, tok, valid, i_h, i_g, o_v, o_k, H: tl.constexpr, G: tl.constexpr,
+                        P: tl.constexpr, N: tl.constexpr, USE_DU: tl.constexpr, ACC: tl.constexpr):
+    """Query and output gradients of token ``tok`` (zeros for an invalid token)."""
+    b_q = tl.load(q + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
+    m_v = o_v < tl.where(valid, P, 0)
+    b_dy = tl.load(dy + (tok * H + i_h) * P + o_v, mask=m_v, other=0).to(ACC)
+    if USE_DU:
+        b_du = tl.load(du + (tok * H + i_h) * P + o_v, mask=m_v, other=0).to(ACC)
+    else:
+        b_du = b_dy
+    return b_q, b_dy, b_du
+
+
+@triton.jit
+def palimpsa_bwd_kernel(
+    v, k, q, g, beta, m0, i0, ip, ck_m, ck_i, dy, du, dmT, diT, sc_m, sc_i,
+    dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, chunk_offsets, T,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
+    BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BS: tl.constexpr,
+    USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
+    USE_FINAL_STATE_GRADIENT: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
+    FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+):
+    i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
+        cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
+    # this program's scratch slab: CT // BS state pairs of [BV, N]
+    o_sc = (i_nh.to(tl.int64) * tl.num_programs(0) + i_v) * (CT // BS) * BV * N
+    b_ip = tl.load(ip).to(ACC)
+
+    if USE_FINAL_STATE_GRADIENT:
+        b_dm = tl.load(dmT + o_state + o_s, mask=m_s, other=0).to(ACC)
+        b_di = tl.load(diT + o_state + o_s, mask=m_s, other=0).to(ACC)
+    else:
+        b_dm = tl.zeros(o_s.shape, dtype=ACC)
+        b_di = tl.zeros(o_s.shape, dtype=ACC)
+    b_an = tl.full([], 1, dtype=ACC)
+
+    NT = tl.cdiv(T, CT)
+    for i_r in range(NT):
+        i_c = NT - 1 - i_r
+        t0 = i_c * CT
+        nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
+        # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
+        tl.debug_barrier()
+        o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
+        b_m = tl.load(ck_m + o_ck + o_s, mask=m_s, other=0)
+        b_i = tl.load(ck_i + o_ck + o_s, mask=m_s, other=1)
+        for j in range(nb):
+            tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
+            tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
+            if j < nb - 1:
+                for s in tl.static_range(BS):
+                    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
+                                                     o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                    b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+        tl.debug_barrier()
+        # pass B: blocks in reverse, pairs of tokens in reverse inside a block, each pair recomputed
+        for i_jr in range(nb):
+            j = nb - 1 - i_jr
+            tb = t0 + j * BS
+            ne = tl.minimum(BS, T - tb)
+            n_pairs = (ne + 1) // 2
+            for i_pr in range(n_pairs):
+                i_p = n_pairs - 1 - i_pr
+                tok1 = bos + tb + 2 * i_p
+                valid2 = 2 * i_p + 1 < ne
+                # the pair's queries and output gradients: first touches, issued before the walk hides them
+                b_q1, b_dy1, b_du1 = _load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                # the block start, reloaded for every pair (an L1 hit) rather than held in registers
+                b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
+                b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
+                for s in range(i_p):  # the walk from the block start to the pair, two tokens at a time
+                    for w in tl.static_range(2):
+                        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
+                                                         i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                        b_m0, b_i0 = _update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+                b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_BETA, ACC)
+                b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
+                b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_BETA, ACC)
+                b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
+                b_dm, b_di, b_an = _reverse_step(
+                    b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
+                    tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+                b_dm, b_di, b_an = _reverse_step(
+                    b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
+                    tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+
+    if USE_INITIAL_STATE:
+        tl.store(dm0 + o_state + o_s, (b_dm * b_an).to(dm0.dtype.element_ty), mask=m_s)
+    if USE_INITIAL_IMPORTANCE:
+        tl.store(di0 + o_state + o_s, (b_di * b_an).to(di0.dtype.element_ty), mask=m_s)
+
+
+@triton.jit
+def palimpsa_step_kernel(
+    v, k, q, g, beta, ip, m, i, y, u,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
+    USE_BETA: tl.constexpr, USE_UNCERTAINTY: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """One decoding step: ``(M, I)`` of every (sequence, head) updated in place, ``y`` (and ``u``) written."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_h = i_nh % H
+    i_g = i_h // (H // G)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_k = tl.arange(0, BK)
+    m_s = _rows(o_v < P, TRANS) & _cols(o_k < N, TRANS)
+    p_s = (i_nh.to(tl.int64) * P + i_v * BV) * N + (_rows(tl.arange(0, BV) * N, TRANS) + _cols(o_k, TRANS))
+    tok = i_nh // H  # one token per sequence: the batch index takes the token's place
+    b_ip = tl.load(ip).to(ACC)
+    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, tok >= 0, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+    b_q = tl.load(q + (tok * G + i_g) * N + o_k, mask=o_k < N, other=0).to(ACC)
+    b_m = tl.load(m + p_s, mask=m_s, other=0).to(ACC)
+    b_i = tl.load(i + p_s, mask=m_s, other=1).to(ACC)
+    b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+    tl.store(m + p_s, b_m.to(m.dtype.element_ty), mask=m_s)
+    tl.store(i + p_s, b_i.to(i.dtype.element_ty), mask=m_s)
+    b_r = _reciprocal(b_i, FAST_RCP)
+    b_y = _sum_n(b_m * b_r * _cols(b_q, TRANS), TRANS)
+    tl.store(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), mask=o_v < P)
+    if USE_UNCERTAINTY:
+        b_u = _sum_n(b_r * _cols(b_q * b_q, TRANS), TRANS)
+        tl.store(u + (tok * H + i_h) * P + o_v, b_u.to(u.dtype.element_ty), mask=o_v < P)
+
+
+@functools.lru_cache(maxsize=64)
+def _prior_tensor(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``I_prior`` as a one-element device tensor (exact in float64), made once per value: no copy per call."""
+    return torch.tensor([value], dtype=dtype, device=device)
+
+
+def _acc_dtype(dtype: torch.dtype):
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def _fast_rcp(tensor: torch.Tensor) -> bool:
+    """The PTX reciprocal needs float32 states and a real GPU (not the interpreter)."""
+    return tensor.is_cuda and tensor.dtype != torch.float64 and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def _launch_config(config: dict, head_dim: int) -> tuple[int, dict]:
+    """``(BV, the remaining launch options)`` of a config, ``BV`` clipped to the head dimension."""
+    config = dict(config)
+    return min(config.pop("BV"), triton.next_power_of_2(head_dim)), config
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _backward_config(n_states: int, heads: int, head_dim: int, device: torch.device) -> dict:
+    """``BWD_CONFIG``, with ``BV = SMALL_GRID_BV`` where ``BWD_CONFIG``'s grid would fill less than two waves.
+
+    A one-warp backward program with ``BV = 4`` takes ~220 registers, so 8 fit an SM (the 8 below assumes that
+    configuration): at B = 1 and 2.7b shapes ``BV = 4`` gives 1280 programs on 132 SMs (1.2 waves) and ``BV = 2``
+    ran 13% faster; at B = 4 (5120 programs) ``BV = 4`` was the faster (docs/bench/scan-notes.md, section 5).
+    """
+    if not torch.cuda.is_available() or device.type != "cuda":
+        return BWD_CONFIG
+    programs = n_states * heads * triton.cdiv(head_dim, BWD_CONFIG["BV"])
+    if programs < 2 * 8 * _sm_count(device):
+        return {**BWD_CONFIG, "BV": SMALL_GRID_BV}
+    return BWD_CONFIG
+
+
+def _state_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _n_states(batch: int, cu_seqlens: torch.Tensor | None) -> int:
+    """The number of sequences: the batch, or the packed sequences of ``cu_seqlens``."""
+    return batch if cu_seqlens is None else cu_seqlens.numel() - 1
+
+
+def _chunk_counts(cu_seqlens: torch.Tensor, chunk: int) -> torch.Tensor:
+    return (cu_seqlens[1:] - cu_seqlens[:-1] + chunk - 1) // chunk
+
+
+def _first_checkpoints(cu_seqlens: torch.Tensor | None, chunk: int) -> torch.Tensor | None:
+    """Index of every packed sequence's first checkpoint (None without packing), computed on the device."""
+    if cu_seqlens is None:
+        return None
+    counts = _chunk_counts(cu_seqlens, chunk)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]]).to(torch.int32)
+
+
+def _output_shapes(v: torch.Tensor, k: torch.Tensor, cu_seqlens: torch.Tensor | None, n_chunks, store_checkpoints):
+    """Shapes of the final states ``(M_T, I_T)`` and of the checkpoints (a 1-element stub when none are stored)."""
+    heads, head_dim, state_size = v.shape[2], v.shape[3], k.shape[3]
+    final = (_n_states(v.shape[0], cu_seqlens), heads, head_dim, state_size)
+    return final, (n_chunks, heads, head_dim, state_size) if store_checkpoints else (1,)
+
+
+def _chunk_offsets(cu_seqlens: torch.Tensor | None, batch: int, length: int, chunk: int):
+    """Index of every sequence's first checkpoint and the number of checkpoints in all (one host sync)."""
+    if cu_seqlens is None:
+        return None, batch * triton.cdiv(length, chunk)
+    return _first_checkpoints(cu_seqlens, chunk), int(_chunk_counts(cu_seqlens, chunk).sum())
+
+
+def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state, output_uncertainty,
+             store_checkpoints, fwd_config, chunk_size):
+    """Launch the forward kernel: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints.
+
+    ``fwd_config = {"kernel": "gluon"}`` launches the Gluon forward instead (``gluon_scan.gluon_forward``): same
+    outputs and checkpoint layout, so the backward below runs on them unchanged."""
+    if fwd_config.get("kernel") == "gluon":
+        from .gluon_scan import gluon_forward
+
+        return gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
+                             output_uncertainty, store_checkpoints, chunk_size)
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    n_states = _n_states(batch, cu_seqlens)
+    device, state_dtype = v.device, _state_dtype(v.dtype)
+    ip = _prior_tensor(importance_prior, state_dtype, device)
+    offsets, n_chunks = _chunk_offsets(cu_seqlens, batch, length, chunk_size)
+
+    y = _output(v.shape, v.dtype, device)
+    u = _output(v.shape, v.dtype, device) if output_uncertainty else None
+    final_shape, ck_shape = _output_shapes(v, k, cu_seqlens, n_chunks, store_checkpoints)
+    m_t = _output(final_shape, state_dtype, device) if output_final_state else None
+    i_t = _output(final_shape, state_dtype, device) if output_final_state else None
+    ck_m = torch.empty(ck_shape, dtype=state_dtype, device=device)
+    ck_i = torch.empty(ck_shape, dtype=state_dtype, device=device)
+    block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
+    grid = (triton.cdiv(head_dim, block_v), n_states * heads)
+    palimpsa_fwd_kernel[grid](
+        v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=triton.next_power_of_2(state_size), CT=chunk_size,
+        USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=store_checkpoints,
+        USE_UNCERTAINTY=output_uncertainty, IS_VARLEN=cu_seqlens is not None,
+        FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), **cfg,
+    )
+    return y, m_t, i_t, u, ck_m, ck_i
+
+
+def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, bwd_config,
+              chunk_size, block_size):
+    """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent).
+
+    ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``)."""
+    if bwd_config.get("kernel") == "gluon":
+        from .gluon_scan import gluon_backward
+
+        return gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
+                              chunk_size)
+    batch, length, heads, head_dim = v.shape
+    n_states = _n_states(batch, cu_seqlens)
+    offsets = _first_checkpoints(cu_seqlens, chunk_size)
+    groups, state_size = k.shape[2], k.shape[3]
+    device, state_dtype = v.device, _state_dtype(v.dtype)
+    block_v, cfg = _launch_config(bwd_config, head_dim)
+    block_k = triton.next_power_of_2(state_size)
+    n_blocks_v = triton.cdiv(head_dim, block_v)
+    grid = (n_blocks_v, n_states * heads)
+    use_final_grad = dm_t is not None or di_t is not None
+    if use_final_grad:
+        dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
+        di_t = torch.zeros_like(dm_t) if di_t is None else di_t
+        dm_t, di_t = dm_t.contiguous(), di_t.contiguous()
+    dy = dy.contiguous()
+    du = None if du is None else du.contiguous()
+    scratch = (grid[0] * grid[1] * (chunk_size // block_size), block_v, state_size)
+    sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
+    sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
+
+    dv = _output(v.shape, v.dtype, device)
+    dbeta = None if beta is None else _output(beta.shape, beta.dtype, device)
+    dk = torch.zeros(k.shape, dtype=state_dtype, device=device)
+    dq = torch.zeros(q.shape, dtype=state_dtype, device=device)
+    dg = torch.zeros(log_decay.shape, dtype=state_dtype, device=device)
+    dm0 = None if m0 is None else _output(m0.shape, state_dtype, device)
+    di0 = None if i0 is None else _output(i0.shape, state_dtype, device)
+    palimpsa_bwd_kernel[grid](
+        v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, dy, du, dm_t, di_t, sc_m, sc_i,
+        dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=block_k, CT=chunk_size, BS=block_size,
+        USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        USE_FINAL_STATE_GRADIENT=use_final_grad,
+        USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None, FAST_RCP=_fast_rcp(ip),
+        ACC=_acc_dtype(v.dtype), **cfg,
+    )
+    dlog_decay = dg.to(log_decay.dtype)
+    grads = (dv, dk.to(k.dtype), dq.to(q.dtype), dlog_decay, dbeta,
+             None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
+    return grads
+
+
+# The scan as one operator of the dispatcher (``torch.ops.palimpsa.triton_scan_forward``), so that selective
+# activation checkpointing can keep its outputs instead of running it again (``SAVE_UNDER_CHECKPOINTING``).
+# Absent outputs are empty tensors (an operator returns tensors only); configurations travel as JSON.
+@torch.library.custom_op("palimpsa::triton_scan_forward", mutates_args=())
+def _scan_op(
+    v: torch.Tensor, k: torch.Tensor, q: torch.Tensor, log_decay: torch.Tensor, beta: torch.Tensor | None,
+    m0: torch.Tensor | None, i0: torch.Tensor | None, cu_seqlens: torch.Tensor | None, importance_prior: float,
+    output_final_state: bool, output_uncertainty: bool, store_checkpoints: bool, fwd_config: str, bwd_config: str,
+    chunk_size: int, block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    outputs = _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
+                       output_uncertainty, store_checkpoints, json.loads(fwd_config), chunk_size)
+    return tuple(v.new_empty(0) if t is None else t for t in outputs)
+
+
+def _scan_op_setup(ctx, inputs, output):
+    (v, k, q, log_decay, beta, m0, i0, cu_seqlens, importance_prior, _, _, store_checkpoints, _, bwd_config,
+     chunk_size, block_size) = inputs
+    if store_checkpoints:
+        ctx.save_for_backward(v, k, q, log_decay, beta, m0, i0, cu_seqlens, output[4], output[5])
+    ctx.settings = (store_checkpoints, importance_prior, bwd_config, chunk_size, block_size)
+    # the checkpoints get no gradient, and an output no loss used gets None rather than a tensor of zeros
+    # (zeros for the checkpoints would double their memory in the backward)
+    ctx.mark_non_differentiable(output[4], output[5])
+    ctx.set_materialize_grads(False)
+
+
+def _scan_op_backward(ctx, dy, dm_t, di_t, du, _dck_m, _dck_i):
+    store_checkpoints, importance_prior, bwd_config, chunk_size, block_size = ctx.settings
+    if not store_checkpoints:
+        raise RuntimeError("the Palimpsa scan ran without checkpoints (no input needed a gradient when it ran)")
+    v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i = ctx.saved_tensors
+    dy = torch.zeros_like(v) if dy is None else dy
+    present = [None if t is None or t.numel() == 0 else t for t in (dm_t, di_t, du)]
+    grads = torch.ops.palimpsa.triton_scan_backward(v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i, dy,
+                                                    *present, importance_prior, bwd_config, chunk_size, block_size)
+    dv, dk, dq, dlog_decay, dbeta, dm0, di0 = grads
+    return (dv, dk, dq, dlog_decay, None if beta is None else dbeta, None if m0 is None else dm0,
+            None if i0 is None else di0, *([None] * 9))
+
+
+@torch.library.custom_op("palimpsa::triton_scan_backward", mutates_args=())
+def _scan_backward_op(
+    v: torch.Tensor, k: torch.Tensor, q: torch.Tensor, log_decay: torch.Tensor, beta: torch.Tensor | None,
+    m0: torch.Tensor | None, i0: torch.Tensor | None, cu_seqlens: torch.Tensor | None, ck_m: torch.Tensor,
+    ck_i: torch.Tensor, dy: torch.Tensor, dm_t: torch.Tensor | None, di_t: torch.Tensor | None,
+    du: torch.Tensor | None, importance_prior: float, bwd_config: str, chunk_size: int, block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of ``v, k, q, log_decay, beta, M0, I0`` (empty tensors for the absent inputs)."""
+    ip = _prior_tensor(importance_prior, ck_m.dtype, v.device)
+    grads = _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
+                      json.loads(bwd_config), chunk_size, block_size)
+    return tuple(v.new_empty(0) if g is None else g for g in grads)
+
+
+@_scan_backward_op.register_fake
+def _scan_backward_op_fake(v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i, dy, dm_t, di_t, du,
+                           importance_prior, bwd_config, chunk_size, block_size):
+    return tuple(v.new_empty(0) if t is None else torch.empty_like(t) for t in (v, k, q, log_decay, beta, m0, i0))
+
+
+_scan_op.register_autograd(_scan_op_backward, setup_context=_scan_op_setup)
+
+
+@_scan_op.register_fake
+def _scan_op_fake(v, k, q, log_decay, beta, m0, i0, cu_seqlens, importance_prior, output_final_state,
+                  output_uncertainty, store_checkpoints, fwd_config, bwd_config, chunk_size, block_size):
+    """The outputs' shapes and dtypes without running anything (for torch.compile and fake tensors); the number
+    of checkpoints of packed sequences depends on ``cu_seqlens``' values, so it is a dynamic size there."""
+    batch, length = v.shape[:2]
+    packed = cu_seqlens is not None and store_checkpoints
+    n_chunks = torch.library.get_ctx().new_dynamic_size() if packed else batch * triton.cdiv(length, chunk_size)
+    final_shape, ck_shape = _output_shapes(v, k, cu_seqlens, n_chunks, store_checkpoints)
+    state_dtype = _state_dtype(v.dtype)
+    m_t = v.new_empty(final_shape, dtype=state_dtype) if output_final_state else v.new_empty(0)
+    i_t = v.new_empty(final_shape, dtype=state_dtype) if output_final_state else v.new_empty(0)
+    u = torch.empty_like(v) if output_uncertainty else v.new_empty(0)
+    ck_m, ck_i = (v.new_empty(ck_shape, dtype=state_dtype) for _ in range(2))
+    return torch.empty_like(v), m_t, i_t, u, ck_m, ck_i
+
+
+# What selective activation checkpointing should keep rather than recompute (see palimpsa.upgrade.modeling).
+SAVE_UNDER_CHECKPOINTING = (torch.ops.palimpsa.triton_scan_forward.default,)
+
+
+def fused_recurrent_palimpsa_scan(
+    v: torch.Tensor,
+    k: torch.Tensor,
+    q: torch.Tensor,
+    log_decay: torch.Tensor,
+    beta: torch.Tensor | None,
+    importance_prior: float,
+    initial_state: tuple[torch.Tensor, torch.Tensor] | None,
+    output_final_state: bool,
+    output_uncertainty: bool,
+    cu_seqlens: torch.Tensor | None = None,
+    *,
+    fwd_config: dict | None = None,
+    bwd_config: dict | None = None,
+    chunk_size: int | None = None,
+    block_size: int | None = None,
+):
+    """Triton Palimpsa scan with its backward; the inputs are checked by ``palimpsa_scan``.
+
+    Args:
+        v: ``[B, T, H, P]`` values; ``beta`` (or None) has the same shape.
+        k, q: ``[B, T, G, N]`` keys and queries, shared by the ``H / G`` heads of a group.
+        log_decay: ``[B, T, H]``.
+        importance_prior: ``I_prior > 0``.
+        initial_state: ``(M0, I0)`` each ``[S, H, P, N]`` (``S = B``, or the number of sequences with
+            ``cu_seqlens``), or None for ``(0, I_prior)``; ``I0 = None`` means ``I_prior``.
+        output_final_state, output_uncertainty: what to return besides ``y``.
+        cu_seqlens: ``[S + 1]`` bounds of the packed sequences (``B = 1``), or None.
+        fwd_config, bwd_config: ``BV`` (channels per program), ``TRANS`` (tile ``[BK, BV]`` rather than
+            ``[BV, BK]``), ``num_warps``, and for the forward ``UNROLL`` (1 or 2 tokens per loop iteration,
+            the next ones' inputs prefetched); ``fwd_config={"kernel": "gluon"}`` runs the Gluon forward.
+        chunk_size: tokens per checkpoint ``CT``; block_size: tokens per scratch state ``BS`` (divides ``CT``,
+            even); None: the module's ``CHUNK_SIZE`` and ``BLOCK_SIZE``.
+
+    Returns:
+        ``y`` in ``v``'s dtype, ``(M_T, I_T)`` (float32, float64 for float64 inputs) or None, the uncertainty
+        in ``v``'s dtype or None.
+    """
+    chunk_size = CHUNK_SIZE if chunk_size is None else chunk_size
+    block_size = BLOCK_SIZE if block_size is None else block_size
+    if bwd_config is None:
+        bwd_config = _backward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
+    if chunk_size % block_size or block_size % 2:
+        raise ValueError(f"block_size ({block_size}) must be even and divide chunk_size ({chunk_size})")
+    fwd_config = FWD_CONFIG if fwd_config is None else fwd_config
+    if fwd_config.get("UNROLL", 1) not in (1, 2):
+        raise ValueError(f"the forward's UNROLL must be 1 or 2, got {fwd_config['UNROLL']}")
+    m0, i0 = (None, None) if initial_state is None else initial_state
+    if cu_seqlens is not None:
+        cu_seqlens = cu_seqlens.to(device=v.device, dtype=torch.int32)
+    # contiguous once here: the operator saves its inputs for the backward as they come
+    v, k, q, log_decay, beta, m0, i0 = (None if t is None else t.contiguous() for t in (v, k, q, log_decay, beta,
+                                                                                        m0, i0))
+    store_checkpoints = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (v, k, q, log_decay, beta, m0, i0))
+    y, m_t, i_t, u, _, _ = torch.ops.palimpsa.triton_scan_forward(
+        v, k, q, log_decay, beta, m0, i0, cu_seqlens, float(importance_prior), output_final_state,
+        output_uncertainty, store_checkpoints, json.dumps(fwd_config), json.dumps(bwd_config),
+        chunk_size, block_size,
+    )
+    return y, (m_t, i_t) if output_final_state else None, u if output_uncertainty else None
+
+
+def fused_recurrent_palimpsa_step(v, k, q, log_decay, beta, state, importance_prior, output_uncertainty):
+    """Decoding step on CUDA; see :func:`palimpsa.kernels.palimpsa_step`."""
+    memory, importance = state
+    batch, heads, head_dim = v.shape
+    groups, state_size = k.shape[1], k.shape[2]
+    v, k, q, log_decay = (t.contiguous() for t in (v, k, q, log_decay))
+    beta = None if beta is None else beta.contiguous()
+    ip = _prior_tensor(float(importance_prior), memory.dtype, v.device)
+    y = _output(v.shape, v.dtype, v.device)
+    u = _output(v.shape, v.dtype, v.device) if output_uncertainty else None
+    block_v, cfg = _launch_config(STEP_CONFIG, head_dim)
+    grid = (triton.cdiv(head_dim, block_v), batch * heads)
+    palimpsa_step_kernel[grid](
+        v, k, q, log_decay, beta, ip, memory, importance, y, u,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=triton.next_power_of_2(state_size),
+        USE_BETA=beta is not None, USE_UNCERTAINTY=output_uncertainty, FAST_RCP=_fast_rcp(memory),
+        ACC=_acc_dtype(memory.dtype), **cfg,
+    )
+    return y, u

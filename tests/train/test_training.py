@@ -1,0 +1,441 @@
+"""Fine-tuning: recipe validation, trainable selection, the tiny run, NaN guard, and resume after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from checkpoints import EMBEDDED, ROOT
+from palimpsa.upgrade.errors import PalimpsaError
+from palimpsa.upgrade.train.recipe import load_recipe
+
+TINY = ROOT / "recipes" / "tiny-cpu.yaml"
+# Small and fast: 64-token rows, no passkey probe, deterministic single-threaded subprocesses.
+FAST = ["data.seq_len=64", "data.batch_size=2", "eval.passkey_samples=0", "eval.batches=1",
+        "schedule.warmup_steps=1", "logging.tensorboard=false", f"model.path={EMBEDDED}"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+ENV.pop("TRITON_INTERPRET", None)
+
+
+def fast(model: Path) -> list[str]:
+    """FAST on another model: the random tiny test model (``tiny_random``) serves the runs that exercise the
+    trainer's machinery (checkpoints, resume, NaN guard, data parallelism), which need no pretrained model."""
+    return [item for item in FAST if not item.startswith("model.path=")] + [f"model.path={model}"]
+
+
+def run_together(*commands: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
+    """Independent runs (command, environment) at the same time: each spends seconds importing torch."""
+    with ThreadPoolExecutor(len(commands)) as pool:
+        futures = [pool.submit(subprocess.run, command, capture_output=True, text=True, env=env)
+                   for command, env in commands]
+        return [future.result() for future in futures]
+
+
+def write_recipe(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return path
+
+
+# --- recipe validation -------------------------------------------------------------------------------------------
+
+def test_shipped_recipes_validate():
+    names = sorted(p.name for p in (ROOT / "recipes").glob("*.yaml"))
+    assert {"tiny-cpu.yaml", "beta-only.yaml", "beta-lora.yaml", "upgraded-full.yaml",
+            "mamba2-2.7b-8layers-16k.yaml", "mamba2-2.7b-8layers-16k-fsdp.yaml"} <= set(names)
+    modes = {name: load_recipe(ROOT / "recipes" / name).trainable.mode for name in names}
+    assert modes["beta-only.yaml"] == "beta" and modes["beta-lora.yaml"] == "beta+lora"
+    assert modes["upgraded-full.yaml"] == "upgraded"
+    big = load_recipe(ROOT / "recipes" / "mamba2-2.7b-8layers-16k.yaml")
+    assert big.data.seq_len == 16384 and big.model.upgrade_layers == "8"
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("data.batch_sise=2", "unknown key data.batch_sise; did you mean data.batch_size?"),
+    ("optim.learning_rate=1", "unknown key optim.learning_rate"),
+    ("trainabel.mode=beta", "unknown key trainabel; did you mean trainable?"),
+    ("optim.lr=2", "optim.lr: Input should be less than or equal to 1"),
+    ("train.max_steps=0", "train.max_steps: Input should be greater than or equal to 1"),
+    ("trainable.mode=everything", "trainable.mode: Input should be"),
+    ("schedule.warmup_steps=500", "schedule.warmup_steps (500) must be below train.max_steps"),
+    ("data.path=./x", "give data.path (one local source) or data.sources, not both"),
+    ("data.state_passing=true", "gradient_checkpointing cannot be combined with data.state_passing"),
+])
+def test_recipe_errors_name_the_problem(override, expected):
+    overrides = [override] if override != "data.state_passing=true" else [override,
+                                                                         "model.gradient_checkpointing=true"]
+    with pytest.raises(PalimpsaError) as error:
+        load_recipe(TINY, overrides)
+    assert expected in str(error.value)
+
+
+def test_recipe_lists_every_problem_and_overrides_are_typed(tmp_path):
+    path = write_recipe(tmp_path, "output_dir: x\nmodel: {path: m, upgrade_layer: 2}\ndata: {path: d}\n"
+                                  "train: {max_steps: 10, grad_acum: 2}\n")
+    with pytest.raises(PalimpsaError) as error:
+        load_recipe(path)
+    message = str(error.value)
+    assert "model.upgrade_layer; did you mean model.upgrade_layers?" in message
+    assert "train.grad_acum; did you mean train.grad_accum?" in message
+    recipe = load_recipe(TINY, ["train.max_steps=7", "optim.lr=5e-4", "lora.target_modules=[in_proj]",
+                                "logging.tensorboard=false"])
+    assert recipe.train.max_steps == 7 and recipe.optim.lr == 5e-4 and recipe.lora.target_modules == ["in_proj"]
+    assert recipe.logging.tensorboard is False
+    with pytest.raises(PalimpsaError, match="write key=value"):
+        load_recipe(TINY, ["train.max_steps"])
+    with pytest.raises(PalimpsaError, match="does not exist"):
+        load_recipe(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("model: [unclosed")
+    with pytest.raises(PalimpsaError, match="not valid YAML"):
+        load_recipe(tmp_path / "bad.yaml")
+
+
+def test_a_layer_count_override_reads_as_the_text_it_stands_for():
+    """``model.upgrade_layers=8`` on the command line parses as a number; the field takes it as "8"."""
+    assert load_recipe(TINY, ["model.upgrade_layers=8"]).model.upgrade_layers == "8"
+    assert load_recipe(TINY, ["model.upgrade_layers=3-5"]).model.upgrade_layers == "3-5"
+
+
+def test_cli_check_prints_resolved_recipe_and_rejects_bad_keys():
+    ok, bad = run_together((["finetune-model", str(TINY), "train.max_steps=30", "--check"], ENV),
+                           (["finetune-model", str(TINY), "optim.lrr=1", "--check"], ENV))
+    assert ok.returncode == 0, ok.stderr
+    assert "max_steps: 30" in ok.stdout and "grad_accum: 1" in ok.stdout  # defaults are filled in
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        f"finetune-model: error: recipe {TINY}: unknown key optim.lrr; did you mean optim.lr?"]
+
+
+# --- trainable selection ------------------------------------------------------------------------------------------
+
+def _upgraded_tiny(path: Path = EMBEDDED):
+    from palimpsa.upgrade import upgrade_model
+
+    return upgrade_model(path, "2").model
+
+
+@pytest.mark.parametrize("mode, groups", [("beta", {"beta"}), ("upgraded", {"beta", "upgraded"}),
+                                          ("all", {"beta", "other"})])
+def test_selection_modes(mode, groups, tiny_random):
+    from palimpsa.upgrade.train.trainable import select_trainable
+
+    model = _upgraded_tiny(tiny_random)
+    selection = select_trainable(model, load_recipe(TINY, [f"trainable.mode={mode}"]))
+    assert set(selection.groups) == groups
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {n for params in selection.groups.values() for n, _ in params}
+    if mode == "beta":
+        assert trainable and all(".beta_" in n for n in trainable)
+    if mode == "upgraded":
+        assert all(".layers.1." in n or ".layers.3." in n for n in trainable)
+        assert any("in_proj" in n for n in trainable)
+    lines = selection.describe(model)
+    assert lines[0] == "Trainable parameters" and "total" in lines[-1] and "%" in lines[-1]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_gradient_checkpointing_follows_the_recipe(keep, monkeypatch, tiny_random):
+    """model.gradient_checkpointing turns activation checkpointing on; model.keep_scan_outputs picks whether the
+    Palimpsa scan's outputs are kept (tests/model/test_activation_checkpointing.py checks what each choice computes)."""
+    from palimpsa.upgrade.train import trainer
+
+    calls = []
+    monkeypatch.setattr(trainer, "enable_activation_checkpointing",
+                        lambda model, keep_scan_outputs: calls.append(keep_scan_outputs))
+    recipe = load_recipe(TINY, [f"model.path={tiny_random}", "model.upgrade_layers=2",
+                                "model.gradient_checkpointing=true", f"model.keep_scan_outputs={str(keep).lower()}"])
+    model, _ = trainer.load_model_for_training(recipe, log=lambda line: None)
+    assert calls == [keep] and model.training
+
+
+def test_patterns_that_match_nothing_are_errors(tiny_random):
+    from palimpsa.upgrade.train.trainable import attach_lora, select_trainable
+
+    model = _upgraded_tiny(tiny_random)
+    recipe = load_recipe(TINY, ["trainable.mode=patterns", "trainable.patterns=['*.mixer.in_projection*']"])
+    with pytest.raises(PalimpsaError, match="matches no parameter; names look like"):
+        select_trainable(model, recipe)
+    recipe = load_recipe(TINY, ["trainable.mode=patterns", "trainable.patterns=['*.layers.0.mixer.D', "
+                                "'*beta_log_gain']"])
+    selection = select_trainable(model, recipe)
+    assert {n for n, _ in selection.groups["other"]} == {"backbone.layers.0.mixer.D"}
+    assert len(selection.groups["beta"]) == 2
+    with pytest.raises(PalimpsaError, match="is not a module of the model"):
+        attach_lora(_upgraded_tiny(tiny_random), load_recipe(TINY, ["lora.target_modules=[x_proj]"]))
+
+
+def test_lr_schedule_shapes():
+    from palimpsa.upgrade.train.trainable import lr_factor
+
+    recipe = load_recipe(TINY, ["train.max_steps=100", "schedule.warmup_steps=10", "schedule.min_lr_ratio=0.1"])
+    assert lr_factor(0, recipe) == pytest.approx(0.1) and lr_factor(9, recipe) == pytest.approx(1.0)
+    assert lr_factor(10, recipe) == pytest.approx(1.0) and lr_factor(100, recipe) == pytest.approx(0.1)
+    assert lr_factor(55, recipe) == pytest.approx(0.55)  # cosine midpoint: 0.1 + 0.9 * 0.5
+    linear = load_recipe(TINY, ["train.max_steps=100", "schedule.warmup_steps=0", "schedule.type=linear"])
+    assert lr_factor(50, linear) == pytest.approx(0.55)
+
+
+# --- training runs ------------------------------------------------------------------------------------------------
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_tiny_recipe_trains_loss_falls_and_only_the_selection_moves(tmp_path, tiny_random):
+    """On the random tiny model, where beta alone has much to gain within 30 steps (the pretrained default's
+    loss is already near its floor on this data, so a falling-loss check there would measure batch noise)."""
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    run = tmp_path / "run"
+    recipe = load_recipe(TINY, fast(tiny_random) + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=30",
+                                       "optim.beta_lr=0.05", "logging.tensorboard=true", "eval.every=15",
+                                       "checkpoint.every=15"])
+    summary = Trainer(recipe, log=lambda _line: None).train()
+    rows = [r for r in _metrics(run) if "loss" in r]
+    assert [r["step"] for r in rows][:3] == [5, 10, 15] or rows[0]["step"] >= 1
+    assert {"step", "loss", "lr", "tokens_per_s"} <= set(rows[0])
+    first, last = rows[0]["loss"], rows[-1]["loss"]
+    assert last < first - 0.05, (first, last)
+    evals = [r for r in _metrics(run) if "eval_nll" in r]
+    assert [r["step"] for r in evals] == [15, 30] and all(r["eval_nll"] > 0 for r in evals)
+    assert (run / "recipe.yaml").is_file() and any((run / "tensorboard").iterdir())
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-0000015", "step-0000030"]
+    final = PalimpsaForCausalLM.from_pretrained(str(run / "final"))
+    assert summary["final"] == str(run / "final")
+    base = _upgraded_tiny(tiny_random)
+    final_state, base_state = final.state_dict(), base.state_dict()
+    moved = [n for n in base_state if not torch.equal(final_state[n], base_state[n])]
+    assert moved and all(".beta_" in n for n in moved)
+    assert any(n.endswith("beta_log_gain") for n in moved)
+    # the gains per layer at every log step, the importance per layer at every evaluation (TensorBoard too)
+    layers = base.config.upgraded_layers
+    gains = {layer: final.backbone.layers[layer].mixer.gain() for layer in layers}
+    assert rows[-1][f"gain/L{layers[0]}"] == pytest.approx(gains[layers[0]].log().mean().exp().item(), rel=1e-5)
+    assert rows[-1]["gain_max"] == max(rows[-1][f"gain/L{i}"] for i in layers) and "gain_lr" in rows[-1]
+    assert all(f"importance/L{i}/mean_excess" in r and f"importance/L{i}/needle_importance" in r
+               for r in evals for i in layers)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard")).Reload()
+    assert {f"gain/L{layers[0]}", f"importance/L{layers[0]}/share_above_2x_prior", "train/loss"} <= set(
+        events.Tags()["scalars"])
+
+
+def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
+    """trainable.mode lora on a plain Mamba2 (the control arm: the adapters of beta+lora, no beta): only the
+    adapters of lora.layers train, and the saved model is the plain Mamba2 with them merged."""
+    from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+    from palimpsa.upgrade.train.trainable import attach_lora, lora_layers, select_trainable
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    run = tmp_path / "run"
+    recipe = load_recipe(TINY, fast(tiny_random) + [
+        f"output_dir={run}", "model.upgrade_layers=none", "trainable.mode=lora", "lora.layers=1-2",
+        "train.max_steps=3", "optim.lr=0.05", "checkpoint.every=0", "eval.every=0"])
+    Trainer(recipe, log=lambda _line: None).train()
+    final = _load_model(run / "final")
+    assert final.config.upgraded_layers == [] and not any(".beta_" in n for n, _ in final.named_parameters())
+    before = load_checkpoint(tiny_random).load_state_dict(progress=False)
+    after = final.state_dict()
+    moved = sorted(n for n, t in before.items() if n in after and not torch.equal(t, after[n]))
+    assert moved == [f"backbone.layers.{i}.mixer.{m}.weight" for i in (1, 2) for m in ("in_proj", "out_proj")]
+
+    model = _load_model(tiny_random, plain=True)
+    assert lora_layers(model, load_recipe(TINY, ["trainable.mode=lora"])) == [0, 1, 2, 3]  # plain: every layer
+    upgraded = _upgraded_tiny(tiny_random)
+    assert lora_layers(upgraded, load_recipe(TINY, ["trainable.mode=lora"])) == [1, 3]  # else the upgraded ones
+    assert lora_layers(upgraded, load_recipe(TINY, ["lora.layers=all"])) == [0, 1, 2, 3]
+    adapted = attach_lora(upgraded, load_recipe(TINY, ["trainable.mode=lora", "lora.layers=0-0"]))
+    selection = select_trainable(adapted, load_recipe(TINY, ["trainable.mode=lora"]))
+    names = [n for n, _ in selection.groups["lora"]]
+    assert set(selection.groups) == {"lora"} and names and all(".layers.0.mixer." in n for n in names)
+    with pytest.raises(PalimpsaError, match="lora.layers: .*outside the model's layers 0-3"):
+        lora_layers(upgraded, load_recipe(TINY, ["lora.layers=7-9"]))
+
+
+def _load_model(path: Path, plain: bool = False):
+    from palimpsa.upgrade.convert.loading import load_mamba2
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
+
+    return load_mamba2(path)[0] if plain else PalimpsaForCausalLM.from_pretrained(str(path))
+
+
+def test_nan_loss_stops_with_the_last_good_checkpoint(tmp_path, monkeypatch, tiny_random):
+    from palimpsa.upgrade.train.trainer import NonFiniteLoss, Trainer
+
+    run = tmp_path / "run"
+    recipe = load_recipe(TINY, fast(tiny_random) + [f"output_dir={run}", "trainable.mode=beta",
+                                                    "train.max_steps=10", "checkpoint.every=3"])
+    original = Trainer._forward
+    calls = {"n": 0}
+
+    def poisoned(self, batch):
+        loss = original(self, batch)
+        calls["n"] += 1
+        return loss * float("nan") if calls["n"] == 5 else loss
+
+    monkeypatch.setattr(Trainer, "_forward", poisoned)
+    with pytest.raises(NonFiniteLoss, match=r"loss became nan at step 5; stopped, the last good checkpoint is"):
+        Trainer(recipe, log=lambda _line: None).train()
+    assert (run / "checkpoints" / "step-0000003" / "trainer_state.json").is_file()
+    assert not (run / "final").exists()
+
+
+def test_an_evaluation_leaves_the_saved_tokenizer_as_it_was(tmp_path, tiny_random):
+    """The passkey probe generates with left padding and a padding token; it does so on its own copy of the
+    tokenizer, so a model directory saved after an evaluation holds the tokenizer the run started with (the tiny test
+    model's tokenizer has no padding token: the probe's copy gets one, the saved one must not)."""
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    recipe = load_recipe(TINY, fast(tiny_random) + [f"output_dir={tmp_path / 'run'}", "train.max_steps=2",
+                                                    "eval.passkey_samples=1", "eval.passkey_length=64",
+                                                    "eval.importance=false", "checkpoint.keep=1"])
+    trainer = Trainer(recipe, log=lambda _line: None)
+    assert trainer.tokenizer.pad_token is None and trainer.tokenizer.padding_side == "right"
+
+    def saved_tokenizer() -> dict[str, bytes]:
+        model = trainer.save_checkpoint() / "model"
+        return {name: (model / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json")}
+
+    before = saved_tokenizer()
+    row = trainer.evaluate()
+    assert "passkey_accuracy" in row  # the probe generated
+    assert trainer.tokenizer.pad_token is None and trainer.tokenizer.padding_side == "right"
+    assert saved_tokenizer() == before
+
+
+def test_the_trainer_parts_work_on_their_own(tmp_path, tiny_random):
+    """Every attribute exists once the trainer does: a checkpoint saved before any training step loads into a new
+    trainer (step 0, the same weights), and ``train`` then runs from there."""
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    overrides = fast(tiny_random) + [f"output_dir={tmp_path / 'run'}", "train.max_steps=2", "eval.importance=false"]
+    first = Trainer(load_recipe(TINY, overrides), log=lambda _line: None)
+    assert (first.step, first.cache, first.last_good) == (0, None, None)
+    checkpoint = first.save_checkpoint()
+    assert first.last_good == checkpoint and (checkpoint / "model" / "config.json").is_file()
+    second = Trainer(load_recipe(TINY, overrides), resume=True, log=lambda _line: None)
+    assert (second.step, second.last_good) == (0, checkpoint)
+    for (name, a), b in zip(first.model.state_dict().items(), second.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    summary = second.train()
+    assert summary["step"] == 2 and (tmp_path / "run" / "final" / "config.json").is_file()
+    assert json.loads((tmp_path / "run" / "eval_summary.json").read_text())["step"] == 2
+
+
+def _start_then_sigkill(command: list[str], run: Path) -> str | None:
+    """Start a 12-step run and SIGKILL it once its step-8 checkpoint is there; what went wrong, or None."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    deadline = time.time() + 240
+    checkpoint = run / "checkpoints" / "step-0000008"
+    while not checkpoint.is_dir() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    if not checkpoint.is_dir():
+        return "the run ended before its second checkpoint"
+    if (run / "final").exists():
+        return "the run finished before it was killed"
+    return None
+
+
+@pytest.mark.parametrize("state_passing", [False, True])
+def test_sigkill_then_resume_continues_the_same_loss_trajectory(tmp_path, state_passing, tiny_random):
+    overrides = fast(tiny_random) + ["trainable.mode=beta+lora", "train.max_steps=12", "train.log_every=1",
+                                     "checkpoint.every=4", f"data.state_passing={str(state_passing).lower()}"]
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides]
+    with ThreadPoolExecutor(1) as pool:  # the uninterrupted reference run, alongside the one to kill
+        reference_run = pool.submit(subprocess.run, [*command, f"output_dir={reference}"], capture_output=True,
+                                    text=True, env=ENV)
+        killed_first = _start_then_sigkill([*command, f"output_dir={killed}"], killed)
+        done = reference_run.result()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert killed_first is None, killed_first
+
+    resumed = subprocess.run([*command, f"output_dir={killed}", "--resume"], capture_output=True, text=True,
+                             env=ENV)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    expected = {r["step"]: r["loss"] for r in _metrics(reference) if "loss" in r}
+    got = {r["step"]: r["loss"] for r in _metrics(killed) if "loss" in r}
+    assert sorted(got) == list(range(1, 13))  # rows logged after the checkpoint were dropped, then re-logged
+    for step in range(1, 13):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
+    assert (killed / "final" / "config.json").is_file()
+
+
+def test_resume_refuses_a_changed_recipe_and_a_fresh_run_refuses_an_old_one(tmp_path, tiny_random):
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    run = tmp_path / "run"
+    overrides = fast(tiny_random)
+    recipe = load_recipe(TINY, overrides + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=2"])
+    Trainer(recipe, log=lambda _line: None).train()
+    with pytest.raises(PalimpsaError, match="holds a run with checkpoints; pass --resume"):
+        Trainer(recipe)
+    changed = load_recipe(TINY, overrides + [f"output_dir={run}", "trainable.mode=beta", "train.max_steps=2",
+                                             "optim.lr=0.5"])
+    with pytest.raises(PalimpsaError, match=r"recipe differs from the run's recipe.yaml in \['optim'\]"):
+        Trainer(changed, resume=True)
+    with pytest.raises(PalimpsaError, match="has no recipe.yaml"):
+        Trainer(load_recipe(TINY, overrides + [f"output_dir={tmp_path / 'new'}", "train.max_steps=2"]), resume=True)
+
+
+def test_yaml_no_reads_as_mixed_precision_no():
+    assert load_recipe(TINY, ["train.mixed_precision=no"]).train.mixed_precision == "no"
+
+
+def test_two_processes_equal_one_with_gradient_accumulation(tmp_path, tiny_random):
+    """Data-parallel training (two CPU processes, gloo) at the same global batch as one process accumulating two
+    micro-batches gives the same weights: each process takes its own share of the one seeded stream."""
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
+
+    overrides = fast(tiny_random) + ["trainable.mode=upgraded", "train.max_steps=2", "optim.grad_clip=null"]
+    single, double = run_together(
+        ([sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides, "train.grad_accum=2",
+          f"output_dir={tmp_path / 'one'}"], ENV),
+        ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+          "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides, f"output_dir={tmp_path / 'two'}"],
+         {**ENV, "ACCELERATE_USE_CPU": "true"}))
+    assert single.returncode == 0, single.stderr[-2000:]
+    assert double.returncode == 0, double.stderr[-2000:]
+    assert "x 2 process(es)" in double.stdout and double.stdout.count("Plan\n  model ") == 1
+    one = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "one" / "final")).state_dict()
+    two = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "two" / "final")).state_dict()
+    assert one.keys() == two.keys()
+    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-6
+
+
+def test_pretraining_from_scratch_exports_a_mamba_ssm_checkpoint(tmp_path):
+    """recipes/pretrain-tiny.yaml's path at toy size: a new Mamba2 trains, its loss falls, and export-model
+    --to-mamba2 writes a checkpoint that the loader reads back with the same logits."""
+    from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+    from palimpsa.upgrade.export.export import export_model
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM, model_from_state_dict
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    recipe = load_recipe(ROOT / "recipes" / "pretrain-tiny.yaml", [
+        f"output_dir={tmp_path / 'run'}", f"data.tokenizer={EMBEDDED}",
+        "model.scratch.d_model=32", "model.scratch.n_layer=2", "model.scratch.d_state=8", "model.scratch.headdim=8",
+        "data.seq_len=64", "data.batch_size=2", "train.max_steps=25", "train.mixed_precision=no",
+        "schedule.warmup_steps=2", "eval.every=0", "eval.passkey_samples=0", "eval.batches=1",
+        "checkpoint.every=0", "logging.tensorboard=false", "train.log_every=1"])
+    Trainer(recipe, log=lambda _line: None).train()
+    losses = [r["loss"] for r in _metrics(tmp_path / "run") if "loss" in r]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3, losses
+    model = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "run" / "final"))
+    assert model.config.upgraded_layers == [] and model.config.base_vocab_size == 257
+    export_model(tmp_path / "run", tmp_path / "mamba2", to_mamba2=True)
+    checkpoint = load_checkpoint(tmp_path / "mamba2")
+    assert checkpoint.format == "mamba_ssm" and [p.name for p in checkpoint.tokenizer_files]
+    exported = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False))
+    ids = torch.randint(0, 257, (1, 40))
+    with torch.no_grad():
+        assert (exported(ids).logits - model(ids).logits).abs().max().item() < 1e-5

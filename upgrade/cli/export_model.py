@@ -1,0 +1,54 @@
+"""``export-model``: a model directory, adapter or training run as a release directory (``export.export``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..export.export import export_model
+from .common import guarded
+
+EPILOG = """\
+examples:
+  export-model ./mamba2-2.7b-palimpsa-ft --output ./release --dtype bf16
+  export-model runs/a --output ./release --merge-lora --standalone
+  export-model ./model --output ./plain-mamba2 --to-mamba2
+
+SOURCE is a Palimpsa model directory, a LoRA adapter directory (merged into its base with --merge-lora) or a
+training run (its final/ model, else its newest checkpoints/step-*/model). The output holds safetensors shards
+with an index, config.json, generation_config.json, the tokenizer, a model card (with the recipe and evaluation
+summary when the run has them) and export_report.json with a sha256 for every file, checked at load time.
+--standalone adds the modeling code so that transformers loads it with trust_remote_code=True where palimpsa is
+not installed. --to-mamba2 writes a plain mamba_ssm-format Mamba2 (beta dropped) and states the difference.
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="export-model", description="Export a Palimpsa model, adapter or "
+                                     "training run as a release-ready model directory.", epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", metavar="SOURCE", help="model directory, LoRA adapter directory or training run")
+    parser.add_argument("--output", "-o", required=True, metavar="DIR", help="directory to write")
+    parser.add_argument("--merge-lora", action="store_true", help="merge a LoRA adapter into its base model")
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as stored)")
+    parser.add_argument("--shard-size", default="5GB", metavar="SIZE", help="largest safetensors shard (default 5GB)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="also write the modeling code (loads with trust_remote_code=True, no palimpsa needed)")
+    parser.add_argument("--to-mamba2", action="store_true",
+                        help="write a plain mamba_ssm-format Mamba2 with the beta parameters dropped")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no plan, figures or progress bars")
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    export_model(args.source, args.output, merge_lora=args.merge_lora, dtype=args.dtype, shard_size=args.shard_size,
+                 standalone=args.standalone, to_mamba2=args.to_mamba2, force=args.force, progress=not args.quiet,
+                 log=None if args.quiet else print)
+    return 0
+
+
+main = guarded(run, "export-model")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""``finetune-model RECIPE [key=value ...] [--resume]``: fine-tune an upgraded model as a recipe says.
+
+Also runs as ``python -m palimpsa.upgrade.cli.finetune_model`` so that ``accelerate launch`` can start it on several
+GPUs:
+
+    accelerate launch --config_file recipes/accelerate/fsdp-8gpu.yaml -m palimpsa.upgrade.cli.finetune_model RECIPE ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from ..errors import Interrupted, PalimpsaError
+from ..train.layout import describe_run, latest_checkpoint
+from ..train.recipe import load_recipe
+from ..train.trainer import Trainer
+from .common import guarded
+
+EPILOG = """\
+examples:
+  finetune-model recipes/tiny-cpu.yaml
+  finetune-model recipes/mamba2-2.7b-8layers-16k.yaml data.path=./books/ output_dir=runs/a
+  finetune-model recipes/mamba2-2.7b-8layers-16k.yaml output_dir=runs/a --resume
+
+Overrides use dotted keys with YAML values (train.max_steps=200, optim.lr=3e-4, trainable.mode=beta+lora).
+The recipe is validated before any work: unknown keys name the nearest valid key. The run writes recipe.yaml,
+metrics.jsonl, TensorBoard logs, checkpoints/step-*/ (full state, resumable) and final/ (a model directory).
+See docs/recipes.md.
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="finetune-model", description="Fine-tune a Palimpsa model from a "
+                                     "recipe.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", metavar="RECIPE", help="recipe YAML file (see recipes/)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides")
+    parser.add_argument("--resume", action="store_true", help="continue the run in output_dir from its last checkpoint")
+    parser.add_argument("--check", action="store_true", help="validate the recipe, print it resolved, and stop")
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    bad = [item for item in args.overrides if "=" not in item]
+    if bad:
+        raise PalimpsaError(f"cannot read {bad[0]!r}; overrides are key=value, e.g. train.max_steps=100")
+    recipe = load_recipe(args.recipe, args.overrides)
+    if args.check:
+        print(recipe.to_yaml(), end="")
+        return 0
+    try:
+        trainer = Trainer(recipe, resume=args.resume)  # prints the plan, then loads the model and the data
+        summary = trainer.train()
+    except KeyboardInterrupt:
+        output_dir = Path(recipe.output_dir).expanduser()
+        if latest_checkpoint(output_dir) is not None:
+            again = "resume with: " + shlex.join(["finetune-model", args.recipe, *args.overrides, "--resume"])
+        else:
+            again = "start it again with: " + shlex.join(["finetune-model", args.recipe, *args.overrides])
+        raise Interrupted(f"{describe_run(output_dir)}; {again}") from None
+    if trainer.is_main:  # one summary, not one per process
+        print(f"done: step {summary['step']}, eval {summary['eval']}, final model {summary['final']}")
+    return 0
+
+
+main = guarded(run, "finetune-model")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Export: a model directory, a LoRA adapter or a training run -> a self-describing model directory.
+
+Outputs either a Palimpsa model (sharded safetensors, config.json, generation_config.json, tokenizer, model card,
+export_report.json with sha256 checksums; with ``standalone`` also the modeling code for
+``trust_remote_code=True``) or, with ``to_mamba2``, a plain mamba_ssm-format Mamba2 with the beta parameters
+dropped and the measured difference stated.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..convert.checkpoint import mamba_ssm_config, tokenizer_files_in
+from ..convert.compare import compare_logits, probe_input_ids, probe_logits
+from ..convert.loading import load_mamba2, load_palimpsa
+from ..errors import PalimpsaError
+from ..io.dtypes import dtype_name, parse_dtype
+from ..io.model_directory import finish_model_directory, report_header, write_model_directory
+from ..io.output import atomic_directory, check_output_directory, write_json_atomic
+from ..io.shards import parse_size
+from ..model.modeling import PalimpsaForCausalLM
+from ..train import layout as run_layout
+from .standalone import AUTO_MAP, standalone_code
+
+
+def resolve_export_source(source: str | Path) -> tuple[Path, str]:
+    """Find what to export: ``(directory, kind)`` with kind ``model`` or ``adapter``.
+
+    ``source`` is a model directory (``config.json`` with ``model_type: palimpsa``), a LoRA adapter directory
+    (``adapter_config.json``), or a training run: its ``final/`` directory, else its newest
+    ``checkpoints/step-*/model``.
+    """
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise PalimpsaError(f"{source} does not exist; give a model directory, a LoRA adapter or a training run")
+    if not path.is_dir():
+        raise PalimpsaError(f"{source} is a file; give a directory")
+    if (path / "adapter_config.json").is_file():
+        return path, "adapter"
+    if (path / "config.json").is_file():
+        model_type = _read_json(path / "config.json").get("model_type")
+        if model_type != "palimpsa":
+            kind = f"a {model_type!r} model" if model_type else "a checkpoint without model_type (mamba_ssm format?)"
+            raise PalimpsaError(f"{source} holds {kind}, not a Palimpsa model; upgrade it first with upgrade-model")
+        return path, "model"
+    model = run_layout.run_model(path)
+    if model is not None:
+        return resolve_export_source(model)
+    raise PalimpsaError(f"{source} holds no model: expected config.json, adapter_config.json, final/ or "
+                        "checkpoints/step-*/model")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise PalimpsaError(f"{path} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise PalimpsaError(f"{path} does not hold a JSON object")
+    return value
+
+
+def load_export_source(directory: Path, kind: str, merge_lora: bool, dtype: torch.dtype | None):
+    """Load the model to export; a LoRA adapter is merged into its base model (``merge_lora`` required)."""
+    if kind == "adapter":
+        if not merge_lora:
+            raise PalimpsaError(f"{directory} is a LoRA adapter; pass --merge-lora to merge it into its base model")
+        from peft import PeftModel
+
+        adapter = _read_json(directory / "adapter_config.json")
+        base_path = adapter.get("base_model_name_or_path")
+        if not base_path:
+            raise PalimpsaError(f"{directory}/adapter_config.json names no base_model_name_or_path")
+        base_dir, base_kind = resolve_export_source(base_path)
+        base = load_export_source(base_dir, base_kind, False, dtype)
+        return PeftModel.from_pretrained(base, str(directory)).merge_and_unload()
+    return load_palimpsa(directory, dtype)
+
+
+def _export_sources(source: str | Path, directory: Path, kind: str) -> list[Path]:
+    """What an export reads and so must not write over: the source as given (a training run), the model directory
+    found in it, and an adapter's base model."""
+    sources = [Path(source).expanduser(), directory]
+    if kind == "adapter":
+        base = _read_json(directory / "adapter_config.json").get("base_model_name_or_path")
+        if base and Path(base).expanduser().exists():
+            sources.append(Path(base).expanduser())
+    return sources
+
+
+def _tokenizer_files(directory: Path, kind: str) -> list[Path]:
+    found = tokenizer_files_in(directory)
+    if not found and kind == "adapter":
+        base = _read_json(directory / "adapter_config.json").get("base_model_name_or_path", "")
+        found = tokenizer_files_in(Path(base))
+    return found
+
+
+def _run_summaries(directory: Path) -> tuple[str | None, dict | None]:
+    """The recipe (YAML text) and latest evaluation of the training run the model directory belongs to, when it
+    belongs to one that has them."""
+    run = run_layout.run_of(directory)
+    if run is None:
+        return None, None
+    recipe, evaluation = run / run_layout.RECIPE, run / run_layout.EVAL_SUMMARY
+    return (recipe.read_text() if recipe.is_file() else None,
+            _read_json(evaluation) if evaluation.is_file() else None)
+
+
+def export_model(
+    source: str | Path,
+    output: str | Path,
+    *,
+    merge_lora: bool = False,
+    dtype: str | torch.dtype | None = None,
+    shard_size: str | int = "5GB",
+    standalone: bool = False,
+    to_mamba2: bool = False,
+    force: bool = False,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Export ``source`` to ``output`` and return the export report (also written as export_report.json)."""
+    say = log or (lambda _line: None)
+    started = time.perf_counter()
+    output = Path(output).expanduser()
+    target_dtype = parse_dtype(dtype)
+    max_shard = parse_size(shard_size) if isinstance(shard_size, str) else int(shard_size)
+    if standalone and to_mamba2:
+        raise PalimpsaError("--standalone and --to-mamba2 exclude each other: a mamba_ssm checkpoint needs no code")
+    directory, kind = resolve_export_source(source)
+    check_output_directory(output, force, sources=_export_sources(source, directory, kind))
+    say(f"Plan\n  source      {directory} ({'LoRA adapter, merged' if kind == 'adapter' else 'model directory'})\n"
+        f"  output      {output} ({'mamba_ssm Mamba2, beta dropped' if to_mamba2 else 'Palimpsa safetensors'}"
+        f"{', standalone code' if standalone else ''})")
+    model = load_export_source(directory, kind, merge_lora, target_dtype).eval()
+    config = model.config
+    recipe, evaluation = _run_summaries(directory)
+    report = {
+        **report_header(),
+        "source": str(directory),
+        "source_kind": kind,
+        "format": "mamba_ssm" if to_mamba2 else "palimpsa",
+        "dtype": dtype_name(next(model.parameters()).dtype),
+        "upgraded_layers": list(config.upgraded_layers),
+        "beta": {"form": config.beta_form, "init": config.beta_init, "rank": config.beta_rank,
+                 "scale": config.beta_scale, "importance_prior": config.importance_prior},
+        "base_model": config.base_model,
+        "standalone": standalone,
+        "evaluation": evaluation,
+    }
+    tokenizer_files = _tokenizer_files(directory, kind)
+
+    def card(finished: dict) -> str:
+        return export_card(finished, recipe)
+
+    with atomic_directory(output, force) as staging:
+        if to_mamba2:
+            report["to_mamba2"] = _write_mamba2(model, staging, config)
+            finish_model_directory(staging, ["config.json", "pytorch_model.bin"], report_name="export_report.json",
+                                   report=report, tokenizer=tokenizer_files, card=card)
+        else:
+            if standalone:
+                config.auto_map = dict(AUTO_MAP)
+            write_model_directory(staging, config, model.state_dict(), report_name="export_report.json",
+                                  report=report, tokenizer=tokenizer_files, card=card, generation_config=True,
+                                  code=standalone_code() if standalone else None, max_shard_size=max_shard,
+                                  progress=progress)
+    report["seconds"] = round(time.perf_counter() - started, 2)  # known only now: rewrite the one small file
+    write_json_atomic(output / "export_report.json", report)
+    say(f"done in {report['seconds']:.1f} s: {output}")
+    if to_mamba2:
+        diff = report["to_mamba2"]
+        say(f"  dropping beta changes the logits by max {diff['max_abs_diff']:.3g} (mean KL {diff['mean_kl']:.3g} "
+            f"nats, top-1 agreement {diff['top1_agreement']:.1%}) on a {diff['probe']} probe")
+    return report
+
+
+def _write_mamba2(model: PalimpsaForCausalLM, directory: Path, config) -> dict:
+    """mamba_ssm format: ``config.json`` as ``MambaConfig`` writes it and ``pytorch_model.bin`` without beta; returns
+    what dropping beta costs, measured on the checkpoint read back as a user would."""
+    state = {name: tensor for name, tensor in model.state_dict().items() if ".beta_" not in name}
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["backbone.embedding.weight"]
+    (directory / "config.json").write_text(json.dumps(mamba_ssm_config(config), indent=2) + "\n")
+    torch.save({name: tensor.detach().contiguous() for name, tensor in state.items()},
+               directory / "pytorch_model.bin")
+    mamba2, _ = load_mamba2(directory)
+    probe = probe_input_ids(config.base_vocab_size or config.vocab_size, 2, 64, seed=0)
+    comparison = compare_logits(probe_logits(model, probe), probe_logits(mamba2, probe)).as_dict()
+    comparison["probe"] = "2 x 64 random tokens"
+    return comparison
+
+
+def export_card(report: dict, recipe: str | None) -> str:
+    lines = ["---", "library_name: transformers", "tags:", "- palimpsa", "- mamba2", "---", "",
+             f"# {'Mamba2 (beta dropped) from' if report['format'] == 'mamba_ssm' else 'Palimpsa model'} "
+             f"{report['base_model'] or ''}".rstrip(), "",
+             f"- Exported from: `{report['source']}` ({report['source_kind']})",
+             f"- Base model: `{report['base_model']}`",
+             f"- Upgraded layers: {report['upgraded_layers']}",
+             f"- Beta: gain init {report['beta']['init']:g}, rank {report['beta']['rank']}, "
+             f"scale {report['beta']['scale']:g}",
+             f"- Weights: {report['dtype']}, checksums in export_report.json", ""]
+    if report["format"] == "mamba_ssm":
+        diff = report["to_mamba2"]
+        lines += ["This is a plain mamba_ssm-format Mamba2: the Palimpsa layers' beta parameters were dropped, which "
+                  f"changes the logits by at most {diff['max_abs_diff']:.3g} (mean KL {diff['mean_kl']:.3g} nats, "
+                  f"top-1 agreement {diff['top1_agreement']:.1%}) on a {diff['probe']} probe.", ""]
+    else:
+        load = ("AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)  # no palimpsa needed"
+                if report["standalone"] else "import palimpsa.upgrade; AutoModelForCausalLM.from_pretrained(path)")
+        lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM", load, "```", ""]
+    if report.get("evaluation"):
+        lines += ["## Evaluation", "", "```json", json.dumps(report["evaluation"], indent=2), "```", ""]
+    if recipe:
+        lines += ["## Training recipe", "", "```yaml", recipe.rstrip(), "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,117 @@
+"""The one writer of a model directory: what ``upgrade-model``, the trainer's checkpoints and ``export-model`` write.
+
+A Palimpsa model directory holds its weights as safetensors (sharded with an index past ``max_shard_size``),
+``config.json``, optionally ``generation_config.json`` and the modeling code of a standalone copy, the tokenizer,
+a model card (``README.md``) and a JSON report (``upgrade_report.json`` or ``export_report.json``) whose ``files``
+lists every other file's size and sha256; ``from_pretrained`` checks them before it reads a weight.
+:func:`finish_model_directory` is the part shared with directories of another weight format (``--to-mamba2``).
+
+The writer fills a directory it is given; making that atomic (a staging directory renamed into place) is the
+caller's part, since each caller stages differently.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import torch
+
+from .manifest import file_manifest
+from .output import write_json_atomic
+from .shards import save_state_dict_sharded
+
+DEFAULT_SHARD_SIZE = 5 * 10**9
+ARCHITECTURE = "PalimpsaForCausalLM"
+
+
+def package_version() -> str:
+    try:
+        return version("palimpsa")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def report_header() -> dict:
+    """The first fields of every report: which palimpsa wrote it, and when."""
+    return {"palimpsa_version": package_version(),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def state_for_saving(state: dict[str, torch.Tensor], config) -> dict[str, torch.Tensor]:
+    """``state`` without a head tied to the embedding: it is the same tensor, re-tied at load."""
+    if getattr(config, "tie_word_embeddings", False):
+        return {name: tensor for name, tensor in state.items() if name != "lm_head.weight"}
+    return state
+
+
+def write_model_directory(directory: Path, config, state: dict[str, torch.Tensor], *, report_name: str,
+                          report: dict, tokenizer=None, card: Callable[[dict], str] | None = None,
+                          generation_config: bool = False, code: dict[str, str] | None = None,
+                          max_shard_size: int = DEFAULT_SHARD_SIZE, progress: bool = False) -> list[str]:
+    """Write a loadable Palimpsa model directory into the existing, empty ``directory``.
+
+    Args:
+        config: the model's ``PalimpsaConfig``; a copy is saved, with ``architectures`` and the weights' dtype set
+            (and whatever the caller set on it, e.g. an ``auto_map`` for ``code``).
+        state: the weights under the model's names (a tied head is left out here).
+        report_name, report: the JSON report; its ``files`` entry (the manifest) is filled in here, in place.
+        tokenizer: a tokenizer (saved with ``save_pretrained``), tokenizer files to copy, or None.
+        card: makes the model card from the finished report; None writes none.
+        generation_config: also write ``generation_config.json`` (bos/eos/pad from the config).
+        code: extra files, name -> text (the standalone modeling code).
+        max_shard_size: largest safetensors shard, in bytes.
+
+    Returns:
+        The names of the files written.
+    """
+    config = copy.deepcopy(config)
+    config.architectures = [ARCHITECTURE]
+    config.dtype = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
+    names = save_state_dict_sharded(state_for_saving(state, config), directory, max_shard_size, progress=progress)
+    for name, text in (code or {}).items():
+        (directory / name).write_text(text)
+        names.append(name)
+    config.save_pretrained(directory)
+    names.append("config.json")
+    if generation_config:
+        _generation_config(config).save_pretrained(directory)
+        names.append("generation_config.json")
+    return finish_model_directory(directory, names, report_name=report_name, report=report, tokenizer=tokenizer,
+                                  card=card)
+
+
+def finish_model_directory(directory: Path, names: list[str], *, report_name: str, report: dict, tokenizer=None,
+                           card: Callable[[dict], str] | None = None) -> list[str]:
+    """After the weights and config (``names``): the tokenizer, the manifest of every file in ``report["files"]``,
+    the card and the report. Returns every name written."""
+    names = names + _write_tokenizer(tokenizer, directory)
+    report["files"] = file_manifest(directory, names)
+    if card is not None:
+        (directory / "README.md").write_text(card(report))
+        names.append("README.md")
+    write_json_atomic(directory / report_name, report)
+    return names + [report_name]
+
+
+def _write_tokenizer(tokenizer, directory: Path) -> list[str]:
+    if tokenizer is None:
+        return []
+    if hasattr(tokenizer, "save_pretrained"):
+        return sorted({Path(path).name for path in tokenizer.save_pretrained(str(directory))
+                       if Path(path).is_file()})
+    files: Sequence[Path] = tokenizer
+    for path in files:
+        shutil.copy2(path, directory / path.name)
+    return [path.name for path in files]
+
+
+def _generation_config(config):
+    from transformers import GenerationConfig
+
+    pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
+    return GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=pad)
