@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    from palimpsa.upgrade import modeling
+    from palimpsa.upgrade.model import modeling
 
     fused_available = modeling.mamba_ssm_chunk_scan() is not None
     rows = []

@@ -39,12 +39,12 @@ TASKS = ("passkey", "niah_fwpkm", "repeat", "mqar_32", "mqar_gap_8")
 
 def train(args) -> bool:
     """Advance the run by at most ``args.minutes``; True once it has reached ``train.max_steps``."""
-    from palimpsa.upgrade.training import latest_checkpoint
+    from palimpsa.upgrade.train.layout import latest_checkpoint
 
     run_dir = Path(args.run_dir)
     if (run_dir / "final" / "config.json").is_file():
         return True
-    command = [sys.executable, "-m", "palimpsa.upgrade.finetune", str(args.recipe), f"output_dir={run_dir}",
+    command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(args.recipe), f"output_dir={run_dir}",
                *args.overrides]
     if (run_dir / "recipe.yaml").is_file() and latest_checkpoint(run_dir) is not None:
         command.append("--resume")
@@ -71,9 +71,9 @@ def evaluate_bar(model_dir: Path, samples: int, device: str) -> dict:
     """Recall per task and length on haystacks no training document used (pydoc_data.topics, the passkey filler,
     fresh seeds)."""
     import torch
-    from palimpsa.upgrade.evaluation import greedy_answers, mqar_accuracy, passkey_correct
-    from palimpsa.upgrade.generation import load_model_and_tokenizer
-    from palimpsa.upgrade.tasks import (
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+    from palimpsa.upgrade.evaluate.evaluation import greedy_answers, mqar_accuracy, passkey_correct
+    from palimpsa.upgrade.evaluate.tasks import (
         default_long_text,
         fwpkm_niah_samples,
         mqar_gap_samples,
@@ -131,9 +131,9 @@ def bar_table(report: dict) -> str:
 def ship(run_dir: Path, output: Path, report: dict, summary: dict) -> None:
     """The final model as a bf16 mamba_ssm checkpoint in safetensors shards of at most 15 MB, with card and log."""
     import torch
-    from palimpsa.upgrade.export import export_model
-    from palimpsa.upgrade.integrity import file_manifest
-    from palimpsa.upgrade.saving import save_state_dict_sharded
+    from palimpsa.upgrade.export.export import export_model
+    from palimpsa.upgrade.io.manifest import file_manifest
+    from palimpsa.upgrade.io.shards import save_state_dict_sharded
 
     with tempfile.TemporaryDirectory() as scratch:
         plain = Path(scratch) / "mamba2"
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text())
     steps = max(row["step"] for row in rows)
     final_config = json.loads((run_dir / "final" / "config.json").read_text())
-    from palimpsa.upgrade.generation import load_model_and_tokenizer
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer(run_dir / "final", need_tokenizer=False)
     summary = {"steps": steps, "tokens": steps * recipe["data"]["batch_size"] * recipe["data"]["seq_len"],

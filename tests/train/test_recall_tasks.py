@@ -6,15 +6,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from palimpsa.upgrade.data import DocumentSource
-from palimpsa.upgrade.recipe import SourceSection
-from palimpsa.upgrade.tasks import (
+from palimpsa.upgrade.evaluate.tasks import (
     docstring_text,
     fwpkm_niah_samples,
     mqar_gap_setup,
     mqar_interference_samples,
     repeat_samples,
 )
+from palimpsa.upgrade.train.data.mixture import DocumentSource
+from palimpsa.upgrade.train.recipe import SourceSection
 from transformers import AutoTokenizer
 
 VOCAB = 272

@@ -88,6 +88,8 @@ class SourceSection(Section):
     weight: float = Field(1.0, gt=0, description="share of this source in the mixture")
     loss: Literal["all", "answer"] = Field("all", description="synthetic documents: loss on every token, or on the "
                                            "answers only (passkey and niah digits, mqar values)")
+    loss_weight: float = Field(1.0, gt=0, description="weight of this source's targets in the loss, against 1 for "
+                               "the others (e.g. to give the few answers of answer-only documents their share)")
 
     @model_validator(mode="after")
     def _needs_location(self):
@@ -113,6 +115,8 @@ class DataSection(Section):
     state_passing: bool = Field(False, description="carry the state across consecutive segments (TBPTT)")
     eval_documents: int = Field(8, ge=0, description="documents held out for evaluation")
     tokenizer: str | None = Field(None, description="tokenizer directory (default: the model's)")
+    workers: int = Field(0, ge=0, le=64, description="processes that make the documents (0: one background "
+                         "thread); the batches are the same for any number")
     seed: int = Seed
 
     @model_validator(mode="after")

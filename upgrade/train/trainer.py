@@ -41,6 +41,16 @@ from .recipe import Recipe
 from .trainable import attach_lora, lr_factor, merged_state_dict, parameter_groups, select_trainable
 
 
+def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The weighted mean of the next-token losses: ``labels[t]`` (and its weight ``weights[t]``) is predicted at
+    ``t - 1``, as in the model's own loss; targets labelled -100 have no loss."""
+    logits, labels, weights = logits[:, :-1].float(), labels[:, 1:], weights[:, 1:]
+    losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                               ignore_index=-100, reduction="none")
+    weights = weights.reshape(-1) * (labels.reshape(-1) != -100)
+    return (losses * weights).sum() / weights.sum()
+
+
 class NonFiniteLoss(PalimpsaError):
     """The loss became NaN or infinite; the run stopped and kept its last good checkpoint."""
 
@@ -279,7 +289,10 @@ class Trainer:
     def _forward(self, batch) -> torch.Tensor:
         """The loss of one micro-batch; in state-passing mode the carried state (``cache``) goes in and is updated."""
         device = self.accelerator.device
-        inputs = {"input_ids": batch.input_ids.to(device), "labels": batch.labels.to(device)}
+        weighted = batch.weights is not None and batch.tokens
+        inputs = {"input_ids": batch.input_ids.to(device)}
+        if not weighted:
+            inputs["labels"] = batch.labels.to(device)
         if batch.cu_seqlens is not None:
             inputs["cu_seqlens"] = batch.cu_seqlens.to(device)
         else:  # truncated backpropagation through time: carry the (detached) state between batches
@@ -293,6 +306,8 @@ class Trainer:
             output = self.model(**inputs)
         if not batch.tokens:  # no target in this micro-batch (answer-only documents): a zero loss, not 0/0
             return output.logits.sum() * 0.0
+        if weighted:  # sources with a loss_weight: the weighted mean of the targets' losses
+            return weighted_loss(output.logits, batch.labels.to(device), batch.weights.to(device))
         return output.loss
 
     def _learning_rates(self) -> dict:

@@ -24,12 +24,13 @@ if TYPE_CHECKING:
 
 
 class Document(list):
-    """A document's token ids (it is the list) and ``targets``: None when every token is a training target, else one
-    bool per token, True where the token carries loss (the answers of an answer-only synthetic document)."""
+    """A document's token ids (it is the list), ``targets``: None when every token is a training target, else one
+    bool per token, True where the token carries loss (the answers of an answer-only synthetic document), and
+    ``weight``: its targets' weight in the loss (its source's ``loss_weight``)."""
 
-    def __init__(self, ids=(), targets: list[bool] | None = None):
+    def __init__(self, ids=(), targets: list[bool] | None = None, weight: float = 1.0):
         super().__init__(ids)
-        self.targets = targets
+        self.targets, self.weight = targets, weight
 
 
 class DocumentSource:
@@ -52,11 +53,13 @@ class DocumentSource:
             raise PalimpsaError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary only "
                                 f"{vocab_size}; use the model's tokenizer (unset data.tokenizer)")
         if tokenizer is None and any(s.type != "synthetic" or s.task != "mqar" for s in sources):
-            raise PalimpsaError("text sources and synthetic passkey, niah and mqar-gap documents need a tokenizer; "
+            raise PalimpsaError("text sources and synthetic passkey, niah, niah-fwpkm, repeat and mqar-gap documents "
+                                "need a tokenizer; "
                                 "set data.tokenizer")
         self.readers = [open_reader(s, f"{name} ({s.type})", tokenizer, seq_len, mix(seed, SYNTHETIC, i),
                                      vocab_size) for i, (s, name) in enumerate(zip(sources, names))]
         self.answer_only = [s.loss == "answer" for s in sources]
+        self.loss_weights = [s.loss_weight for s in sources]
         weights = np.array([s.weight for s in sources], dtype=np.float64)
         self.cumulative = list(np.cumsum(weights / weights.sum()))
         self.excluded: list[np.ndarray | None] = [None] * len(self.readers)
@@ -133,15 +136,20 @@ class DocumentSource:
         self._orders[index] = (epoch, order)
         return order
 
+    def _next_item(self, index: int) -> tuple[int, int]:
+        """Advance finite source ``index`` by one document: ``(document number, epoch)``."""
+        cursor = self.cursors[index]
+        order = self._order(index, cursor[0])
+        if cursor[1] >= len(order):
+            cursor[0], cursor[1] = cursor[0] + 1, 0
+            order = self._order(index, cursor[0])
+        cursor[1] += 1
+        return int(order[cursor[1] - 1]), cursor[0]
+
     def _read_next(self, index: int) -> str | list[int] | None:
         reader, cursor = self.readers[index], self.cursors[index]
         if reader.finite:
-            order = self._order(index, cursor[0])
-            if cursor[1] >= len(order):
-                cursor[0], cursor[1] = cursor[0] + 1, 0
-                order = self._order(index, cursor[0])
-            cursor[1] += 1
-            return reader.read(int(order[cursor[1] - 1]), cursor[0])
+            return reader.read(*self._next_item(index))
         for attempt in range(2):
             live = self._live.get(index)
             if live is None or live[:2] != (cursor[0], cursor[1]):
@@ -167,15 +175,46 @@ class DocumentSource:
         while True:
             index = self._pick(self.drawn)
             self.drawn += 1
-            document = self._read_next(index)
-            ids = self._tokenise(document, self.readers[index], self.answer_only[index]) if document else []
-            if ids:
-                self._empty_run[index] = 0
+            ids = self._document(index, self._read_next(index))
+            if self.accept(index, ids):
                 return ids
-            self._empty_run[index] += 1
-            reader = self.readers[index]
-            if reader.finite and self._empty_run[index] > len(reader):
-                raise PalimpsaError(f"{reader.label}: every document is empty; add text or point it elsewhere")
+
+    def _document(self, index: int, document: str | list[int] | Segments | None) -> Document:
+        if not document:
+            return Document()
+        ids = self._tokenise(document, self.readers[index], self.answer_only[index])
+        ids.weight = self.loss_weights[index]
+        return ids
+
+    def accept(self, index: int, ids: Document) -> bool:
+        """True for a document with tokens; an empty one is skipped, and a source that yields nothing else fails."""
+        if ids:
+            self._empty_run[index] = 0
+            return True
+        self._empty_run[index] += 1
+        reader = self.readers[index]
+        if reader.finite and self._empty_run[index] > len(reader):
+            raise PalimpsaError(f"{reader.label}: every document is empty; add text or point it elsewhere")
+        return False
+
+    # -- documents made elsewhere (data.workers): where the next one is, and making it from there -------------------
+
+    @property
+    def addressable(self) -> bool:
+        """Whether every source is finite, so that a document can be made from its address alone."""
+        return all(reader.finite for reader in self.readers)
+
+    def next_address(self) -> tuple[int, int, int]:
+        """Advance by one document without making it: ``(source, document number, epoch)``, which
+        :meth:`document_from` turns into the document that :meth:`next_document` would have returned (or an empty
+        one, which :meth:`accept` skips). Finite sources only (:attr:`addressable`)."""
+        index = self._pick(self.drawn)
+        self.drawn += 1
+        return (index, *self._next_item(index))
+
+    def document_from(self, address: tuple[int, int, int]) -> Document:
+        index, number, epoch = address
+        return self._document(index, self.readers[index].read(number, epoch))
 
     def __iter__(self) -> Iterator[list[int]]:
         while True:

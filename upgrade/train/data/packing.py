@@ -39,7 +39,8 @@ class Batch:
     ``[batch_size, seq_len]`` with ``continues``. ``labels`` is -100 where there is no target (the first token of
     every piece, padding, and the non-answer tokens of answer-only documents); the model shifts labels by one, so
     ``labels[t]`` is predicted at ``t - 1``. ``tokens`` counts the targets, ``input_tokens`` the positions that hold
-    a document token (what throughput counts)."""
+    a document token (what throughput counts). ``weights`` (same shape as ``labels``) is each target's weight in the
+    loss, None when every target weighs 1 (no source sets ``loss_weight``)."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
@@ -47,6 +48,14 @@ class Batch:
     continues: torch.Tensor | None
     tokens: int
     input_tokens: int
+    weights: torch.Tensor | None = None
+
+
+def _weights(labels: list[int], weights: list[float]) -> torch.Tensor | None:
+    """The weights of a batch's targets, or None when every target weighs 1."""
+    if all(w == 1.0 for label, w in zip(labels, weights) if label != -100):
+        return None
+    return torch.tensor([w if label != -100 else 0.0 for label, w in zip(labels, weights)], dtype=torch.float32)
 
 
 def piece_labels(doc: list[int], start: int, end: int) -> list[int]:
@@ -67,6 +76,7 @@ class PackedRows:
         self.seq_len, self.size = seq_len, rows * seq_len
         self.ids: list[int] = []
         self.labels: list[int] = []
+        self.weights: list[float] = []
         self.starts: list[int] = []  # where each piece starts
 
     @property
@@ -79,18 +89,22 @@ class PackedRows:
         self.starts.append(len(self.ids))
         self.ids.extend(doc[offset:end])
         self.labels.extend(piece_labels(doc, offset, end))
+        self.weights.extend([getattr(doc, "weight", 1.0)] * (end - offset))
         return end
 
     def batch(self, pad_id: int | None = None) -> Batch:
         """The rows flattened into one packed row with ``cu_seqlens``; with ``pad_id``, a last row left short is
         filled with it as a piece of its own (labels -100)."""
-        ids, labels, starts = self.ids, self.labels, self.starts
+        ids, labels, weights, starts = self.ids, self.labels, self.weights, self.starts
         if pad_id is not None and len(ids) % self.seq_len:
             padding = self.seq_len - len(ids) % self.seq_len
             ids, labels, starts = ids + [pad_id] * padding, labels + [-100] * padding, starts + [len(ids)]
+            weights = weights + [0.0] * padding
         tokens = sum(1 for label in labels if label != -100)
+        weight = _weights(labels, weights)
         return Batch(torch.tensor([ids], dtype=torch.long), torch.tensor([labels], dtype=torch.long),
-                     torch.tensor(starts + [len(ids)], dtype=torch.long), None, tokens, len(self.ids))
+                     torch.tensor(starts + [len(ids)], dtype=torch.long), None, tokens, len(self.ids),
+                     None if weight is None else weight[None])
 
 
 class TokenStream:
@@ -132,6 +146,7 @@ class TokenStream:
         length = self.seq_len
         ids = torch.full((self.batch_size, length), self.pad_id, dtype=torch.long)
         labels = torch.full((self.batch_size, length), -100, dtype=torch.long)
+        weights = torch.zeros((self.batch_size, length), dtype=torch.float32)
         continues = torch.zeros(self.batch_size, dtype=torch.bool)
         input_tokens = 0
         for r in range(self.batch_size):
@@ -146,7 +161,11 @@ class TokenStream:
             input_tokens += len(piece)
             ids[r, : len(piece)] = torch.tensor(piece, dtype=torch.long)
             labels[r, : len(piece)] = torch.tensor(piece_labels(row["doc"], start, start + len(piece)))
-        return Batch(ids, labels, None, continues, int((labels != -100).sum()), input_tokens)
+            weights[r, : len(piece)] = getattr(row["doc"], "weight", 1.0)
+        targets = labels != -100
+        weighted = weights[targets].ne(1.0).any().item()
+        return Batch(ids, labels, None, continues, int(targets.sum()), input_tokens,
+                     weights.masked_fill(~targets, 0.0) if weighted else None)
 
     # -- position ------------------------------------------------------------------------------------------------
 

@@ -1,12 +1,18 @@
 """Batches made ahead on a background thread, so that tokenising and generating documents overlaps the accelerator's
-work."""
+work; with ``data.workers``, the documents themselves made by worker processes."""
 
 from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
+from typing import TYPE_CHECKING
 
+from ...errors import PalimpsaError
 from .packing import Batch, TokenStream
+
+if TYPE_CHECKING:
+    from .mixture import Document, DocumentSource
 
 
 class Prefetcher:
@@ -53,3 +59,88 @@ class Prefetcher:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        close = getattr(self.stream.documents, "close", None)  # the worker processes of data.workers
+        if close is not None:
+            close()
+
+
+class ParallelDocuments:
+    """A :class:`~.mixture.DocumentSource` whose documents are made by ``workers`` processes: this process only
+    decides which document comes next (cheap: a seeded draw and a cursor), the workers read and tokenise it (the
+    expensive part: generating synthetic prompts, fitting them to their length). The documents come back in order,
+    so the stream is exactly the one the source makes on its own, for any number of workers, and its position is
+    the source's position after the last document handed out. Finite sources only (an ``hf`` stream cannot be read
+    from an address)."""
+
+    def __init__(self, documents: DocumentSource, make: tuple, workers: int, chunk: int = 16):
+        import multiprocessing
+
+        if not documents.addressable:
+            raise PalimpsaError("data.workers needs finite sources: an hf stream is read in order on one thread; "
+                                "set data.workers: 0")
+        self.documents, self.pad_id, self.heldout = documents, documents.pad_id, documents.heldout
+        self.chunk, self.ahead = chunk, 4 * workers
+        # fork where there is one (as torch's DataLoader): no re-import of the main module, a quick start
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        context = multiprocessing.get_context(method)
+        self._pool = context.Pool(workers, initializer=_start_worker, initargs=(make,))
+        self._pending: deque = deque()  # (result of a chunk, the position after each of its documents)
+        self._ready: deque = deque()  # (address, document, position after it)
+        self._position = documents.state_dict()
+
+    def _submit(self) -> None:
+        addresses, positions = [], []
+        for _ in range(self.chunk):
+            addresses.append(self.documents.next_address())
+            positions.append(self.documents.state_dict())
+        self._pending.append((self._pool.apply_async(_make_documents, (addresses,)), addresses, positions))
+
+    def next_document(self) -> Document:
+        while True:
+            while len(self._pending) < self.ahead:
+                self._submit()
+            if not self._ready:
+                result, addresses, positions = self._pending.popleft()
+                self._ready.extend(zip(addresses, result.get(), positions))
+            address, document, self._position = self._ready.popleft()
+            if self.documents.accept(address[0], document):
+                return document
+
+    def __iter__(self):
+        while True:
+            yield self.next_document()
+
+    def state_dict(self) -> dict:
+        return self._position
+
+    def load_state_dict(self, state: dict) -> None:
+        self.documents.load_state_dict(state)
+        self._pending.clear()  # made for the old position; their results are dropped
+        self._ready.clear()
+        self._position = self.documents.state_dict()
+
+    def document_at(self, state: dict) -> Document:
+        return self.documents.document_at(state)
+
+    def close(self) -> None:
+        self._pool.terminate()
+
+
+_WORKER_SOURCE = None
+
+
+def _start_worker(make: tuple) -> None:
+    global _WORKER_SOURCE
+    import signal
+
+    from .mixture import DocumentSource
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle; it ends the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool ends its workers with SIGTERM: no handler of ours
+
+    sources, tokenizer, kwargs = make
+    _WORKER_SOURCE = DocumentSource(sources, tokenizer, **kwargs)
+
+
+def _make_documents(addresses: list) -> list:
+    return [_WORKER_SOURCE.document_from(address) for address in addresses]

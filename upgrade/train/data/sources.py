@@ -17,12 +17,14 @@ Sources (``data.sources``, or ``data.path`` for one local source):
   ``lib2to3``, ``site-packages`` and caches left out), in sorted path order; about 12 MB on Python 3.11. Always
   installed, so a from-scratch pretraining corpus needs no download; it depends on the Python version.
 - ``synthetic``: ``documents`` seeded documents per epoch from :mod:`palimpsa.upgrade.evaluate.tasks`, generated on
-  demand and new in every epoch (the seed includes the epoch), so repeated epochs never repeat a document: passkey
-  and niah (0 to 3 distractor needles) as ``prompt + " " + answer`` text of ``seq_len // 4`` to ``seq_len - 16``
-  tokens (at least 64); mqar as token ids (``k v`` pairs then the queried keys each followed by its value) of at
-  most ``seq_len`` tokens, drawn from the tokenizer's range below the model's vocabulary, special tokens left out;
-  mqar-gap as token ids (up to 32 pairs, a gap of haystack text, then every key queried) of ``4 * pairs`` to
-  ``seq_len - 1`` tokens, keys and values drawn from the ids the haystack never uses.
+  demand and new in every epoch (the seed includes the epoch), so repeated epochs never repeat a document: passkey,
+  niah (0 to 3 distractor needles), niah-fwpkm (five 4-character keys with 6-digit values in the standard library's
+  docstrings) and repeat (a 24-character string to repeat after a gap of docstrings) as ``prompt + " " + answer``
+  text of ``seq_len // 4`` to ``seq_len - 16`` tokens (at least 64); mqar as token ids (``k v`` pairs then the
+  queried keys each followed by its value) of at most ``seq_len`` tokens, drawn from the tokenizer's range below
+  the model's vocabulary, special tokens left out; mqar-gap as token ids (up to 32 pairs, a gap of haystack text,
+  then every key queried) of ``4 * pairs`` to ``seq_len - 1`` tokens, keys and values drawn from the ids the
+  haystack never uses. ``pairs: [low, high]`` draws mqar and mqar-gap's pairs log-uniformly from that range.
 
 A finite reader gives random access to its documents (``read(i)``: text, token ids, or :data:`Segments`; None for an
 empty one); a streaming reader (``hf``) gives iterators.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import random
 import re
 from array import array
@@ -42,12 +45,15 @@ from typing import TYPE_CHECKING
 
 from ...errors import PalimpsaError
 from ...evaluate.tasks import (
+    docstring_text,
+    fwpkm_niah_samples,
     mqar_gap_samples,
     mqar_gap_setup,
     mqar_samples,
     mqar_token_range,
     niah_samples,
     passkey_samples,
+    repeat_samples,
 )
 from .seeds import HF, mix
 
@@ -286,6 +292,7 @@ class _SyntheticReader(Reader):
                  label: str):
         self.label, self.task, self.count = label, section.task, section.documents
         self.tokenizer, self.seq_len, self.seed = tokenizer, seq_len, seed
+        self.pairs = section.pairs
         if self.task == "mqar-gap":
             if tokenizer is None:
                 raise PalimpsaError(f"{label}: mqar-gap documents need a tokenizer (their gap is haystack text)")
@@ -302,6 +309,9 @@ class _SyntheticReader(Reader):
                 raise PalimpsaError(f"{label}: the vocabulary [{self.low}, {self.high}) is too small for mqar")
         elif tokenizer is None:
             raise PalimpsaError(f"{label}: {self.task} documents are text and need a tokenizer")
+        if self.pairs is not None and self.pairs[0] > self.max_pairs:
+            raise PalimpsaError(f"{label}: pairs {list(self.pairs)} asks for more than the {self.max_pairs} pairs "
+                                f"that fit in seq_len {seq_len} (and the free token ids); lower pairs")
 
     def __len__(self) -> int:
         return self.count
@@ -310,20 +320,32 @@ class _SyntheticReader(Reader):
         rng = random.Random(mix(self.seed, index) if epoch == 0 else mix(self.seed, index, epoch))
         sample_seed = rng.randrange(1 << 31)
         if self.task == "mqar-gap":
-            pairs = rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
+            pairs = self._pairs(rng)
             length = rng.randint(4 * pairs, max(4 * pairs, self.seq_len - 1))
             return _answer_segments(mqar_gap_samples(self.filler, self.keys, self.values, [length], pairs, pairs, 1,
                                                      sample_seed)[0])
         if self.task == "mqar":
-            pairs = rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
+            pairs = self._pairs(rng)
             return _answer_segments(mqar_samples(self.high, [pairs], pairs, 1, sample_seed, reserved=self.low)[0])
         length = rng.randint(min(max(64, self.seq_len // 4), max(64, self.seq_len - 16)), max(64, self.seq_len - 16))
         depth = rng.random()
         if self.task == "passkey":
             sample = passkey_samples(self.tokenizer, [length], [depth], 1, sample_seed)[0]
+        elif self.task == "niah-fwpkm":
+            sample = fwpkm_niah_samples(self.tokenizer, docstring_text(), [length], [depth], 1, sample_seed)[0]
+        elif self.task == "repeat":
+            sample = repeat_samples(self.tokenizer, docstring_text(), [length], 1, sample_seed)[0]
         else:
             sample = niah_samples(self.tokenizer, [length], [depth], 1, sample_seed, distractors=rng.randint(0, 3))[0]
         return [(sample.prompt, False), (" " + sample.answer, True)]
+
+    def _pairs(self, rng: random.Random) -> int:
+        """Key-value pairs of one mqar document: log-uniform in ``pairs`` when given, else uniform in
+        ``[max_pairs / 4, max_pairs]`` (the documents that recipes without ``pairs`` have always had)."""
+        if self.pairs is None:
+            return rng.randint(max(1, self.max_pairs // 4), self.max_pairs)
+        low, high = self.pairs[0], min(self.pairs[1], self.max_pairs)
+        return min(high, int(math.exp(rng.uniform(math.log(low), math.log(high + 1)))))
 
 
 def _answer_segments(sample) -> Segments:
