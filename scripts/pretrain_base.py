@@ -206,11 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=40, help="prompts per task and length for the bar")
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--lengths", default=None, help="bar lengths, comma list (default 512,1024,2048,4096)")
+    parser.add_argument("--probe", type=int, default=0, metavar="N",
+                        help="when the run pauses, check recall at 1x and 2x on its newest checkpoint with N prompts "
+                        "per cell (default 0: no check)")
     args = parser.parse_args(argv)
     if args.lengths:
         LENGTHS[:] = [int(n) for n in args.lengths.split(",")]
     started = time.perf_counter()
     if not train(args):
+        if args.probe:  # how far recall has come at the newest checkpoint (1x and 2x)
+            import torch
+            from palimpsa.upgrade.train.layout import latest_checkpoint
+
+            checkpoint = latest_checkpoint(Path(args.run_dir))
+            if checkpoint is not None:
+                LENGTHS[:] = LENGTHS[:2]
+                report = evaluate_bar(checkpoint / "model", args.probe,
+                                      args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+                print(f"pretrain_base: recall at {checkpoint.name} ({args.probe} prompts per cell)\n"
+                      + bar_table(report), flush=True)
         return 0
     import torch
 

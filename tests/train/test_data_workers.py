@@ -23,7 +23,12 @@ def sections_with_synthetic(tmp_path, tok) -> list[dict]:
     return [*mixture(tmp_path, tok),
             {"type": "synthetic", "task": "passkey", "documents": 9, "weight": 1.0, "loss": "answer",
              "loss_weight": 4.0},
-            {"type": "synthetic", "task": "mqar", "documents": 7, "weight": 1.0, "loss": "answer"}]
+            {"type": "synthetic", "task": "mqar", "documents": 7, "weight": 1.0, "loss": "answer"},
+            {"type": "synthetic", "task": "repeat", "documents": 5, "weight": 2.0, "answer_weight": 3.0}]
+
+
+def same_weighted(a, b) -> bool:
+    return same(a, b) and ((a.weights is None and b.weights is None) or torch.equal(a.weights, b.weights))
 
 
 @pytest.mark.parametrize("state_passing", [False, True])
@@ -39,7 +44,7 @@ def test_workers_make_exactly_the_batches_of_one_thread_and_resume_exactly(tmp_p
     reference = [next(single) for _ in range(30)]  # several epochs of the small sources
     parallel = make(2)
     try:
-        assert all(same(a, next(parallel)) for a in reference)
+        assert all(same_weighted(a, next(parallel)) for a in reference)
         assert parallel.state_dict() == single.state_dict()
     finally:
         parallel.documents.close()
@@ -51,7 +56,7 @@ def test_workers_make_exactly_the_batches_of_one_thread_and_resume_exactly(tmp_p
         try:
             resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
             for i in range(k, 30):
-                assert same(next(resumed), reference[i]), f"batch {i} differs after resuming at {k}"
+                assert same_weighted(next(resumed), reference[i]), f"batch {i} differs after resuming at {k}"
         finally:
             resumed.documents.close()
 
@@ -79,8 +84,8 @@ def test_loss_weight_marks_its_sources_targets(tmp_path, tok, state_passing):
         assert batch.weights.shape == batch.labels.shape
         assert torch.all(batch.weights[~targets] == 0)
         seen.update(batch.weights[targets].unique().tolist())
-    assert seen == {1.0, 4.0}  # the passkey answers weigh 4, every other target 1
-    unweighted = [{k: v for k, v in s.items() if k != "loss_weight"} for s in sections]
+    assert seen == {1.0, 3.0, 4.0}  # passkey answers 4, repeat's answers 3 and its other tokens 1, the rest 1
+    unweighted = [{k: v for k, v in s.items() if k not in ("loss_weight", "answer_weight")} for s in sections]
     plain = build_data(DataSection(sources=unweighted, seq_len=48, batch_size=3, state_passing=state_passing,
                                    eval_documents=2), tok, vocab_size=VOCAB)[0]
     assert all(next(plain).weights is None for _ in range(30))
@@ -103,3 +108,19 @@ def test_weighted_loss_is_the_models_loss_under_equal_weights_and_weighs_targets
     valid = labels[:, 1:] != -100
     expected = (losses[valid].sum() + 4 * losses[0, 14]) / (valid.sum() + 4)
     assert torch.allclose(weighted_loss(logits, labels, weights), expected, atol=1e-6)
+
+
+def test_answer_weight_weighs_exactly_the_answer_of_a_full_loss_document(tmp_path, tok):
+    from palimpsa.upgrade.train.data import DocumentSource
+    from palimpsa.upgrade.train.recipe import SourceSection
+
+    def documents(**options):
+        section = SourceSection(type="synthetic", task="passkey", documents=3, **options)
+        return DocumentSource([section], tok, seq_len=128, vocab_size=VOCAB)
+
+    full = documents(answer_weight=6.0).next_document()
+    answer_only = documents(loss="answer").next_document()
+    assert list(full) == list(answer_only) and full.targets is None
+    assert full.weight == [6.0 if a else 1.0 for a in answer_only.targets]
+    assert tok.decode([t for t, w in zip(full, full.weight) if w == 6.0]).strip().isdigit()
+    assert documents().next_document().weight == 1.0

@@ -90,6 +90,8 @@ class SourceSection(Section):
                                            "answers only (passkey and niah digits, mqar values)")
     loss_weight: float = Field(1.0, gt=0, description="weight of this source's targets in the loss, against 1 for "
                                "the others (e.g. to give the few answers of answer-only documents their share)")
+    answer_weight: float = Field(1.0, gt=0, description="synthetic documents: the weight of their answer tokens "
+                                 "against their other tokens (with loss: all)")
 
     @model_validator(mode="after")
     def _needs_location(self):

@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 class Document(list):
     """A document's token ids (it is the list), ``targets``: None when every token is a training target, else one
     bool per token, True where the token carries loss (the answers of an answer-only synthetic document), and
-    ``weight``: its targets' weight in the loss (its source's ``loss_weight``)."""
+    ``weight``: its targets' weight in the loss (its source's ``loss_weight``), or one weight per token (a source
+    with an ``answer_weight``)."""
 
-    def __init__(self, ids=(), targets: list[bool] | None = None, weight: float = 1.0):
+    def __init__(self, ids=(), targets: list[bool] | None = None, weight: float | list[float] = 1.0):
         super().__init__(ids)
         self.targets, self.weight = targets, weight
 
@@ -60,6 +61,7 @@ class DocumentSource:
                                      vocab_size) for i, (s, name) in enumerate(zip(sources, names))]
         self.answer_only = [s.loss == "answer" for s in sources]
         self.loss_weights = [s.loss_weight for s in sources]
+        self.answer_weights = [s.answer_weight for s in sources]
         weights = np.array([s.weight for s in sources], dtype=np.float64)
         self.cumulative = list(np.cumsum(weights / weights.sum()))
         self.excluded: list[np.ndarray | None] = [None] * len(self.readers)
@@ -93,14 +95,20 @@ class DocumentSource:
     def sizes(self) -> list[int | None]:
         return [len(r) if r.finite else None for r in self.readers]
 
-    def _tokenise(self, document: str | list[int] | Segments, reader: Reader, answer_only: bool = False) -> Document:
-        """Token ids with EOS appended; for :data:`Segments` with ``answer_only``, the answers as the only targets."""
+    def _tokenise(self, document: str | list[int] | Segments, reader: Reader, answer_only: bool = False,
+                  answer_weight: float = 1.0) -> Document:
+        """Token ids with EOS appended; for :data:`Segments` with ``answer_only``, the answers as the only targets,
+        and with an ``answer_weight`` other than 1, the answer tokens weighing that much (``weight`` per token)."""
         if isinstance(document, list) and document and isinstance(document[0], tuple):
-            if answer_only:
+            if answer_only or answer_weight != 1.0:
                 parts = [(self._ids(part), answer) for part, answer in document]
                 ids = [t for part, _ in parts for t in part]
-                targets = [answer for part, answer in parts for _ in part]
-                return self._checked(ids, targets, reader)
+                answers = [answer for part, answer in parts for _ in part]
+                checked = self._checked(ids, answers if answer_only else None, reader)
+                if answer_weight != 1.0 and checked:
+                    checked.weight = [answer_weight if a else 1.0 for a in answers]
+                    checked.weight += [1.0] * (len(checked) - len(answers))  # the EOS
+                return checked
             texts = [part for part, _ in document]
             document = "".join(texts) if isinstance(texts[0], str) else [t for part in texts for t in part]
         return self._checked(self._ids(document), None, reader)
@@ -182,8 +190,9 @@ class DocumentSource:
     def _document(self, index: int, document: str | list[int] | Segments | None) -> Document:
         if not document:
             return Document()
-        ids = self._tokenise(document, self.readers[index], self.answer_only[index])
-        ids.weight = self.loss_weights[index]
+        ids = self._tokenise(document, self.readers[index], self.answer_only[index], self.answer_weights[index])
+        weight = self.loss_weights[index]
+        ids.weight = [weight * w for w in ids.weight] if isinstance(ids.weight, list) else weight
         return ids
 
     def accept(self, index: int, ids: Document) -> bool:

@@ -68,6 +68,12 @@ def piece_labels(doc: list[int], start: int, end: int) -> list[int]:
     return [-100, *rest]
 
 
+def token_weights(doc: list[int], start: int, end: int) -> list[float]:
+    """The loss weights of the tokens ``doc[start:end]``: the document's ``weight``, one for all or one per token."""
+    weight = getattr(doc, "weight", 1.0)
+    return weight[start:end] if isinstance(weight, list) else [weight] * (end - start)
+
+
 class PackedRows:
     """The ``rows`` rows of ``seq_len`` tokens of one packed batch, filled piece by piece: a document that overflows
     a row goes on at the start of the next one, as a new piece."""
@@ -89,7 +95,7 @@ class PackedRows:
         self.starts.append(len(self.ids))
         self.ids.extend(doc[offset:end])
         self.labels.extend(piece_labels(doc, offset, end))
-        self.weights.extend([getattr(doc, "weight", 1.0)] * (end - offset))
+        self.weights.extend(token_weights(doc, offset, end))
         return end
 
     def batch(self, pad_id: int | None = None) -> Batch:
@@ -161,7 +167,7 @@ class TokenStream:
             input_tokens += len(piece)
             ids[r, : len(piece)] = torch.tensor(piece, dtype=torch.long)
             labels[r, : len(piece)] = torch.tensor(piece_labels(row["doc"], start, start + len(piece)))
-            weights[r, : len(piece)] = getattr(row["doc"], "weight", 1.0)
+            weights[r, : len(piece)] = torch.tensor(token_weights(row["doc"], start, start + len(piece)))
         targets = labels != -100
         weighted = weights[targets].ne(1.0).any().item()
         return Batch(ids, labels, None, continues, int(targets.sum()), input_tokens,
