@@ -67,6 +67,87 @@ def train(args) -> bool:
     return done
 
 
+SMALL_STATE = ("scheduler.bin", "random_states_0.pkl")
+
+
+def pack(run_dir: Path, folder: Path) -> None:
+    """The run's newest checkpoint in a form that travels (a device call returns at most 64 MB, 16 MB a file, and
+    takes at most 64 MB with the repository): the float32 weights in shards of at most 14 MB, Adam's second moments in
+    bfloat16 (the first moments are left out: they rebuild in ~10 steps), the optimizer's step counts and groups,
+    the scheduler and RNG states, the trainer state and the run's log. ``unpack`` makes a checkpoint of it again."""
+    import tarfile
+
+    import torch
+    from palimpsa.upgrade.train.layout import latest_checkpoint
+    from safetensors.torch import load_file, save_file
+
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise SystemExit(f"pretrain_base: {run_dir} has no checkpoint to pack")
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = load_file(checkpoint / "state" / "model.safetensors")
+    shards, size = [[]], 0
+    for name in sorted(weights):
+        if size + weights[name].numel() * 4 > 14 * 10**6 and shards[-1]:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += weights[name].numel() * 4
+    for i, names in enumerate(shards):
+        save_file({n: weights[n].contiguous() for n in names}, folder / f"model-{i}.safetensors")
+    optimizer = torch.load(checkpoint / "state" / "optimizer.bin", map_location="cpu", weights_only=False)
+    save_file({str(i): s["exp_avg_sq"].to(torch.bfloat16).contiguous() for i, s in optimizer["state"].items()},
+              folder / "exp_avg_sq.safetensors")
+    torch.save({"param_groups": optimizer["param_groups"],
+                "steps": {str(i): s["step"] for i, s in optimizer["state"].items()}}, folder / "optimizer_meta.pt")
+    with tarfile.open(folder / "small.tgz", "w:gz") as tar:
+        for name in ("recipe.yaml", "metrics.jsonl", "eval_summary.json"):
+            if (run_dir / name).is_file():
+                tar.add(run_dir / name, arcname=name)
+        tar.add(checkpoint / "trainer_state.json", arcname=f"{checkpoint.name}/trainer_state.json")
+        for name in SMALL_STATE:
+            tar.add(checkpoint / "state" / name, arcname=f"{checkpoint.name}/state/{name}")
+    print(f"pretrain_base: packed {checkpoint} into {folder}", flush=True)
+
+
+def unpack(folder: Path, run_dir: Path) -> None:
+    """A checkpoint in ``run_dir`` from what ``pack`` wrote (a fresh machine goes on where the last one stopped);
+    the trainer state's checksums are rewritten for the rebuilt files."""
+    import tarfile
+
+    import torch
+    from palimpsa.upgrade.io.manifest import file_manifest
+    from safetensors.torch import load_file, save_file
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(folder / "small.tgz") as tar:
+        names = tar.getnames()
+        tar.extractall(run_dir / "unpacking", filter="data")
+    staging = run_dir / "unpacking"
+    checkpoint = staging / Path(next(n for n in names if n.endswith("trainer_state.json"))).parent
+    step_name = checkpoint.name
+    for name in ("recipe.yaml", "metrics.jsonl", "eval_summary.json"):
+        if (staging / name).is_file():
+            shutil.move(staging / name, run_dir / name)
+    weights = {}
+    for shard in sorted(folder.glob("model-*.safetensors")):
+        weights.update(load_file(shard))
+    save_file(weights, checkpoint / "state" / "model.safetensors", metadata={"format": "pt"})
+    meta = torch.load(folder / "optimizer_meta.pt", map_location="cpu", weights_only=False)
+    second = load_file(folder / "exp_avg_sq.safetensors")
+    state = {int(i): {"step": meta["steps"][i], "exp_avg": torch.zeros_like(v, dtype=torch.float32),
+                      "exp_avg_sq": v.float()} for i, v in second.items()}
+    torch.save({"state": state, "param_groups": meta["param_groups"]}, checkpoint / "state" / "optimizer.bin")
+    trainer_state = json.loads((checkpoint / "trainer_state.json").read_text())
+    files = sorted(str(p.relative_to(checkpoint)) for p in (checkpoint / "state").rglob("*") if p.is_file())
+    trainer_state["files"] = file_manifest(checkpoint, files)
+    (checkpoint / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+    (run_dir / "checkpoints").mkdir(exist_ok=True)
+    shutil.move(checkpoint, run_dir / "checkpoints" / step_name)
+    shutil.rmtree(staging)
+    print(f"pretrain_base: unpacked {folder} into {run_dir / 'checkpoints' / step_name}", flush=True)
+
+
 def evaluate_bar(model_dir: Path, samples: int, device: str) -> dict:
     """Recall per task and length on haystacks no training document used (pydoc_data.topics, the passkey filler,
     fresh seeds)."""
@@ -206,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=40, help="prompts per task and length for the bar")
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--lengths", default=None, help="bar lengths, comma list (default 512,1024,2048,4096)")
+    parser.add_argument("--pack", type=Path, default=None, metavar="DIR",
+                        help="after training, write the newest checkpoint to DIR in a compact form that a device "
+                        "call can return (about 35 MB for the base)")
+    parser.add_argument("--unpack", type=Path, default=None, metavar="DIR",
+                        help="when the run has no checkpoint, first rebuild one from DIR (written by --pack)")
     parser.add_argument("--probe", type=int, default=0, metavar="N",
                         help="when the run pauses, check recall at 1x and 2x on its newest checkpoint with N prompts "
                         "per cell (default 0: no check)")
@@ -213,7 +299,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.lengths:
         LENGTHS[:] = [int(n) for n in args.lengths.split(",")]
     started = time.perf_counter()
-    if not train(args):
+    from palimpsa.upgrade.train.layout import latest_checkpoint
+
+    if args.unpack and latest_checkpoint(Path(args.run_dir)) is None:
+        unpack(args.unpack, Path(args.run_dir))
+    finished = train(args)
+    if args.pack:
+        pack(Path(args.run_dir), args.pack)
+    if not finished:
         if args.probe:  # how far recall has come at the newest checkpoint (1x and 2x)
             import torch
             from palimpsa.upgrade.train.layout import latest_checkpoint

@@ -59,7 +59,7 @@ class Prefetcher:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        close = getattr(self.stream.documents, "close", None)  # the worker processes of data.workers
+        close = getattr(getattr(self.stream, "documents", None), "close", None)  # data.workers' processes
         if close is not None:
             close()
 
