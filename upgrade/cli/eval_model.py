@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..convert.loading import load_model_and_tokenizer, resolve_device
 from ..errors import PalimpsaError, checked_number
-from ..evaluate.evaluation import TASKS, EvalSettings, evaluate_model, text_token_ids, write_outputs
 from ..io.output import check_writable
 from .common import MAX_TOKENS, SEED, add_number, guarded, int_list
 
@@ -56,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # torch and transformers load here, once the arguments are read
+    from ..convert.loading import load_model_and_tokenizer, resolve_device
+    from ..evaluate.evaluation import TASKS, EvalSettings, evaluate_model, text_token_ids, write_outputs
+
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:

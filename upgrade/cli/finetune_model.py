@@ -14,8 +14,6 @@ from pathlib import Path
 
 from ..errors import Interrupted, PalimpsaError
 from ..train.layout import describe_run, latest_checkpoint
-from ..train.recipe import load_recipe
-from ..train.trainer import Trainer
 from .common import guarded
 
 EPILOG = """\
@@ -46,6 +44,10 @@ def run(argv: list[str] | None = None) -> int:
     bad = [item for item in args.overrides if "=" not in item]
     if bad:
         raise PalimpsaError(f"cannot read {bad[0]!r}; overrides are key=value, e.g. train.max_steps=100")
+    # torch and transformers load here, once the arguments are read
+    from ..train.recipe import load_recipe
+    from ..train.trainer import Trainer
+
     recipe = load_recipe(args.recipe, args.overrides)
     if args.check:
         print(recipe.to_yaml(), end="")

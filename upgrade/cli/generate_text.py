@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from ..errors import PalimpsaError
-from ..evaluate.generation import generate_text
 from .common import MAX_TOKENS, SEED, add_number, guarded
 
 
@@ -32,6 +31,9 @@ def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.temperature == 0 and (args.top_k is not None or args.top_p is not None):
         raise PalimpsaError("--top-k and --top-p apply to sampling; give a --temperature above 0 with them")
+    # torch and transformers load here, once the arguments are checked
+    from ..evaluate.generation import generate_text
+
     for prompt, completion in zip(args.prompt, generate_text(
             args.model, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
             top_k=args.top_k, top_p=args.top_p, beta_scale=args.beta_scale, seed=args.seed)):
