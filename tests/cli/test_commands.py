@@ -1,5 +1,5 @@
 """The command lines as a user meets them: every console script answers ``--help`` and a wrong argument before torch
-and transformers load."""
+and transformers load, and ``palimpsa`` (or ``python -m palimpsa``) runs each of them under one name."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from checkpoints import EMBEDDED
+from palimpsa.upgrade.cli.palimpsa import COMMANDS
 
 BIN = Path(sys.executable).parent  # the console scripts installed with the Python that runs the tests
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -46,3 +49,42 @@ def test_help_and_argument_errors_come_before_torch_and_transformers(name):
         assert not {"torch", "transformers"} & modules, f"{name} {args[0]} imported them"
         assert "Traceback" not in result.stderr
     assert "usage:" in run([script(name), "--help"]).stdout
+
+
+def test_the_palimpsa_command_lists_every_script_once():
+    """``palimpsa --help`` (and ``python -m palimpsa``): one line per command, one command per console script."""
+    listing = run([script("palimpsa"), "--help"])
+    assert listing.returncode == 0
+    assert run([sys.executable, "-m", "palimpsa", "--help"]).stdout == listing.stdout
+    lines = listing.stdout.split("commands:\n")[1].split("\n\n")[0].splitlines()
+    assert [line.split()[0] for line in lines] == list(COMMANDS)
+    assert {script for _, script, _ in COMMANDS.values()} == set(SCRIPTS) - {"palimpsa"}
+    for name in COMMANDS:  # a command's help is its script's, under the name typed
+        help_text = run([script("palimpsa"), name, "--help"]).stdout if name != "lm-eval" else None
+        if help_text is not None:
+            assert help_text.startswith(f"usage: palimpsa {name} ")
+    unknown = run([script("palimpsa"), "upgrad", "x"])
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == "palimpsa: error: unknown command 'upgrad'; did you mean upgrade?"
+    wrong = run([script("palimpsa"), "eval"])
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().splitlines()[-1] == ("palimpsa eval: error: the following arguments are required: "
+                                                     "MODEL")
+
+
+def test_a_command_under_palimpsa_does_what_its_script_does():
+    """``palimpsa generate`` and ``generate-text`` print the same completions, one after another with a header
+    naming each; a mistake is one line under the name typed."""
+    args = [str(EMBEDDED), "-p", "def add(a, b):", "-p", "import os\n", "--max-new-tokens", "12"]
+    commands = {"script": [script("generate-text"), *args], "palimpsa": [script("palimpsa"), "generate", *args],
+                "missing": [sys.executable, "-m", "palimpsa", "generate", "no-such-model", "-p", "hi"]}
+    with ThreadPoolExecutor(len(commands)) as pool:
+        results = dict(zip(commands, pool.map(run, commands.values())))
+    assert results["script"].returncode == 0, results["script"].stderr[-2000:]
+    assert results["palimpsa"].stdout == results["script"].stdout
+    blocks = re.split(r"^--- completion (\d) of 2 ---\n", results["script"].stdout, flags=re.MULTILINE)
+    assert blocks[0] == "" and blocks[1::2] == ["1", "2"]
+    assert blocks[2].startswith("def add(a, b):") and blocks[4].startswith("import os\n")
+    missing = results["missing"]
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().splitlines()[-1].startswith("palimpsa generate: error: ")
