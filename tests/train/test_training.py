@@ -393,24 +393,42 @@ def test_yaml_no_reads_as_mixed_precision_no():
 
 
 def test_two_processes_equal_one_with_gradient_accumulation(tmp_path, tiny_random):
-    """Data-parallel training (two CPU processes, gloo) at the same global batch as one process accumulating two
-    micro-batches gives the same weights: each process takes its own share of the one seeded stream."""
+    """Data parallelism on the CPU as a user starts it, with ``torchrun --nproc_per_node 2`` and with ``accelerate
+    launch --cpu --num_processes 2`` (which starts one process; the command starts the two): two processes joined
+    over gloo, each taking its own share of the one seeded stream, give the weights that one process accumulating
+    their two micro-batches gives (so they trained on different batches and averaged their gradients), their weights
+    agree at every checkpoint (checked by the trainer), and only the main process writes the run's files."""
     from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
 
-    overrides = fast(tiny_random) + ["trainable.mode=upgraded", "train.max_steps=2", "optim.grad_clip=null"]
-    single, double = run_together(
-        ([sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides, "train.grad_accum=2",
-          f"output_dir={tmp_path / 'one'}"], ENV),
-        ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-          "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides, f"output_dir={tmp_path / 'two'}"],
-         {**ENV, "ACCELERATE_USE_CPU": "true"}))
-    assert single.returncode == 0, single.stderr[-2000:]
-    assert double.returncode == 0, double.stderr[-2000:]
-    assert "x 2 process(es)" in double.stdout and double.stdout.count("Plan\n  model ") == 1
+    bin_dir = Path(sys.executable).parent
+    module = ["-m", "palimpsa.upgrade.cli.finetune_model", str(TINY)]
+    overrides = fast(tiny_random) + ["trainable.mode=upgraded", "train.max_steps=2", "optim.grad_clip=null",
+                                     "checkpoint.every=1", "train.log_every=1"]
+    runs = {
+        "one": [sys.executable, *module, *overrides, "train.grad_accum=2"],
+        "torchrun": [str(bin_dir / "torchrun"), "--standalone", "--nproc_per_node", "2", *module, *overrides],
+        "accelerate": [str(bin_dir / "accelerate"), "launch", "--cpu", "--num_processes", "2",
+                       *module, *overrides],
+    }
+    results = dict(zip(runs, run_together(*[(command + [f"output_dir={tmp_path / name}"], ENV)
+                                            for name, command in runs.items()])))
+    for name, result in results.items():
+        assert result.returncode == 0, f"{name}: {result.stderr[-3000:]}"
     one = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "one" / "final")).state_dict()
-    two = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "two" / "final")).state_dict()
-    assert one.keys() == two.keys()
-    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-6
+    for name in ("torchrun", "accelerate"):
+        stdout, run_dir = results[name].stdout, tmp_path / name
+        assert stdout.count("Plan\n  model ") == 1 and "x 2 process(es)" in stdout, stdout
+        assert "processes   2 data-parallel (MULTI_CPU, gloo)" in stdout
+        two = PalimpsaForCausalLM.from_pretrained(str(run_dir / "final")).state_dict()
+        assert one.keys() == two.keys()
+        assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-6, name
+        for step in (1, 2):
+            checkpoint = run_dir / "checkpoints" / f"step-{step:07d}"
+            assert json.loads((checkpoint / "trainer_state.json").read_text())["processes"] == 2
+            assert sorted(p.name for p in (checkpoint / "state").glob("random_states_*")) == [
+                "random_states_0.pkl", "random_states_1.pkl"]
+        assert [row["step"] for row in _metrics(run_dir) if "loss" in row] == [1, 2]  # one writer
+    assert "starting the 2 data-parallel processes" in results["accelerate"].stderr
 
 
 def test_pretraining_from_scratch_exports_a_mamba_ssm_checkpoint(tmp_path):

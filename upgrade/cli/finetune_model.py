@@ -1,15 +1,18 @@
 """``finetune-model RECIPE [key=value ...] [--resume]``: fine-tune an upgraded model as a recipe says.
 
-Also runs as ``python -m palimpsa.upgrade.cli.finetune_model`` so that ``accelerate launch`` can start it on several
-GPUs:
+Also runs as ``python -m palimpsa.upgrade.cli.finetune_model`` so that ``accelerate launch`` and ``torchrun`` can
+start it as several data-parallel processes, on GPUs or on the CPU:
 
     accelerate launch --config_file recipes/accelerate/fsdp-8gpu.yaml -m palimpsa.upgrade.cli.finetune_model RECIPE ...
+    torchrun --nproc_per_node 2 -m palimpsa.upgrade.cli.finetune_model RECIPE ...
+    accelerate launch --cpu --num_processes 2 -m palimpsa.upgrade.cli.finetune_model RECIPE ...
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from ..errors import Interrupted, PalimpsaError
@@ -44,14 +47,22 @@ def run(argv: list[str] | None = None) -> int:
     bad = [item for item in args.overrides if "=" not in item]
     if bad:
         raise PalimpsaError(f"cannot read {bad[0]!r}; overrides are key=value, e.g. train.max_steps=100")
-    # torch and transformers load here, once the arguments are read
     from ..train.recipe import load_recipe
-    from ..train.trainer import Trainer
 
     recipe = load_recipe(args.recipe, args.overrides)
     if args.check:
         print(recipe.to_yaml(), end="")
         return 0
+    from ..train.processes import processes_asked_of_accelerate, run_as_processes
+
+    processes = processes_asked_of_accelerate()
+    if processes > 1:  # accelerate launch --cpu --num_processes N started this one process alone
+        print(f"finetune-model: accelerate launch --cpu starts one process; starting the {processes} data-parallel "
+              "processes asked for with torch.distributed.run", file=sys.stderr, flush=True)
+        return run_as_processes(processes)
+    # torch and transformers load here, once the recipe is known to be valid
+    from ..train.trainer import Trainer
+
     try:
         trainer = Trainer(recipe, resume=args.resume)  # prints the plan, then loads the model and the data
         summary = trainer.train()
