@@ -96,6 +96,35 @@ def test_recipe_lists_every_problem_and_overrides_are_typed(tmp_path):
         load_recipe(tmp_path / "bad.yaml")
 
 
+def test_a_five_step_smoke_run_works_in_one_try_from_any_directory(tmp_path):
+    """``finetune-model recipes/tiny-cpu.yaml train.max_steps=5`` from another working directory: the recipe's
+    model.path is read from the recipe's folder, its 5-step warmup becomes a tenth of the run with a note in the plan;
+    a top-level ``max_steps=5`` is refused naming ``train.max_steps``; ``--check`` catches a path that is not there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    small = ["data.seq_len=64", "data.batch_size=2", "eval.passkey_samples=0", "eval.batches=1", "eval.every=0",
+             "checkpoint.every=0", "logging.tensorboard=false", "output_dir=run"]
+    copy = tmp_path / "mine" / "recipe.yaml"  # a recipe of one's own, next to the model it names
+    copy.parent.mkdir()
+    copy.write_text(TINY.read_text().replace("path: ../upgrade/assets/tiny-mamba2", "path: ../no-such-model"))
+    finetune = [str(Path(sys.executable).parent / "finetune-model")]
+    smoke, top_level, check = [subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=elsewhere)
+                               for command in (finetune + [str(TINY), "train.max_steps=5", *small],
+                                               finetune + [str(TINY), "max_steps=5", *small],
+                                               finetune + [str(copy), "--check"])]
+    assert smoke.returncode == 0, smoke.stderr[-2000:]
+    assert ("note        schedule.warmup_steps 5 does not fit in train.max_steps 5: warming up over 0 step(s), a "
+            "tenth of the run") in smoke.stdout
+    assert [row["step"] for row in _metrics(elsewhere / "run") if "loss" in row] == [5]
+    assert top_level.returncode == 2 and "Traceback" not in top_level.stderr
+    assert top_level.stderr.strip().endswith("unknown key max_steps; did you mean train.max_steps?")
+    assert check.returncode == 2 and "Traceback" not in check.stderr
+    assert f"model.path {tmp_path / 'no-such-model'}" in check.stderr.strip().splitlines()[-1]
+    copy.write_text(TINY.read_text().replace("path: ../upgrade/assets/tiny-mamba2", f"path: {EMBEDDED}"))
+    again = subprocess.run(finetune + [str(copy), "--check"], capture_output=True, text=True, env=ENV, cwd=elsewhere)
+    assert again.returncode == 0 and f"path: {EMBEDDED}" in again.stdout
+
+
 def test_a_layer_count_override_reads_as_the_text_it_stands_for():
     """``model.upgrade_layers=8`` on the command line parses as a number; the field takes it as "8"."""
     assert load_recipe(TINY, ["model.upgrade_layers=8"]).model.upgrade_layers == "8"

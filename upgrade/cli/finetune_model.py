@@ -26,9 +26,11 @@ examples:
   finetune-model recipes/mamba2-2.7b-8layers-16k.yaml output_dir=runs/a --resume
 
 Overrides use dotted keys with YAML values (train.max_steps=200, optim.lr=3e-4, trainable.mode=beta+lora).
-The recipe is validated before any work: unknown keys name the nearest valid key. The run writes recipe.yaml,
-metrics.jsonl, TensorBoard logs, checkpoints/step-*/ (full state, resumable) and final/ (a model directory).
-See docs/recipes.md.
+The recipe is validated before any work: unknown keys name the nearest valid key, and the paths it reads must
+exist (relative ones in the recipe file are read from its folder, on the command line from the working
+directory). A warmup longer than a short run (train.max_steps=5) becomes a tenth of the run, with a note.
+The run writes recipe.yaml, metrics.jsonl, TensorBoard logs, checkpoints/step-*/ (full state, resumable) and
+final/ (a model directory). See docs/recipes.md.
 """
 
 
@@ -47,11 +49,12 @@ def run(argv: list[str] | None = None) -> int:
     bad = [item for item in args.overrides if "=" not in item]
     if bad:
         raise PalimpsaError(f"cannot read {bad[0]!r}; overrides are key=value, e.g. train.max_steps=100")
-    from ..train.recipe import load_recipe
+    from ..train.recipe import check_paths, load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)
+    check_paths(recipe)
     if args.check:
-        print(recipe.to_yaml(), end="")
+        print("".join(f"# note: {note}\n" for note in recipe.notes) + recipe.to_yaml(), end="")
         return 0
     from ..train.processes import processes_asked_of_accelerate, run_as_processes
 

@@ -185,7 +185,8 @@ class Trainer:
                 f"  steps       {recipe.train.max_steps} ({recipe.schedule.type}, warmup "
                 f"{recipe.schedule.warmup_steps}, lr {recipe.optim.lr:g}, beta lr "
                 f"{recipe.optim.beta_lr or recipe.optim.lr:g})\n"
-                f"  output      {recipe.output_dir}" + (" (resuming)" if self.resume else ""))
+                + "".join(f"  note        {note}\n" for note in recipe.notes)
+                + f"  output      {recipe.output_dir}" + (" (resuming)" if self.resume else ""))
 
     def processes_line(self) -> str:
         """The plan's line on processes: how many, and how they share the work."""
