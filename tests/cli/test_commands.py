@@ -88,3 +88,14 @@ def test_a_command_under_palimpsa_does_what_its_script_does():
     missing = results["missing"]
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert missing.stderr.strip().splitlines()[-1].startswith("palimpsa generate: error: ")
+
+
+def test_eval_model_help_shows_the_defaults():
+    text = run([script("eval-model"), "--help"], COLUMNS="200").stdout.split("options:\n")[1].split("\n\n")[0]
+    entries = [" ".join(entry.split()) for entry in re.split(r"\n(?=  -)", text)]  # an option and its help
+    for option, default in (("--tasks TASKS", "nll-position,passkey,niah,mqar"), ("--lengths LENGTHS", "256,512,1024"),
+                            ("--samples SAMPLES", "2"), ("--segment-length SEGMENT_LENGTH", "512"),
+                            ("--batch-size BATCH_SIZE", "4"), ("--seed SEED", "0"), ("--device DEVICE", "auto"),
+                            ("--output DIR, -o DIR", "eval-results")):
+        [entry] = [entry for entry in entries if entry.startswith(option + " ")]
+        assert entry.endswith(f"(default: {default})"), entry
