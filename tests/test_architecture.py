@@ -80,7 +80,8 @@ def test_the_package_loads_nothing_heavy_and_registers_with_transformers_in_any_
              "\nprint(type(AutoModelForCausalLM.from_config(config)).__name__)")
     auto = "from transformers import AutoConfig, AutoModelForCausalLM"
     snippets = {
-        "light": "import sys, palimpsa.upgrade\nprint(sorted({'torch', 'transformers'} & set(sys.modules)))",
+        "light": "import sys, palimpsa.upgrade\nassert palimpsa.upgrade.train.__name__ == 'palimpsa.upgrade.train'\n"
+                 "print(sorted({'torch', 'transformers'} & set(sys.modules)))",
         "package first": f"import palimpsa.upgrade\n{auto}\n{build}",
         "transformers first": f"{auto}\nimport palimpsa.upgrade\n{build}",
         "through a module": f"from palimpsa.upgrade.convert.loading import load_mamba2\n{auto}\n{build}",

@@ -67,7 +67,12 @@ __all__ = [
 _registered = _registering = False
 
 
+_STAGES = ("errors", "io", "model", "convert", "evaluate", "train", "export", "cli")  # palimpsa.upgrade.convert...
+
+
 def __getattr__(name: str):
+    if name in _STAGES:
+        return importlib.import_module(f".{name}", __name__)
     source = _SOURCES.get(name)
     if source is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -77,7 +82,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_SOURCES))
+    return sorted(set(globals()) | set(_SOURCES) | set(_STAGES))
 
 
 def _register_with_transformers() -> None:
