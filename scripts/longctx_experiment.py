@@ -51,8 +51,9 @@ def recipe_for(arm: str, lr: float, args, output_dir: Path) -> dict:
     overrides, _ = ARMS[arm]
     recipe = {
         "output_dir": str(output_dir),
-        "model": {"path": str(args.base), "upgrade_layers": "none" if arm == "mamba2-full" else args.layers,
-                  "dtype": "float32"},
+        # a recipe's relative paths are read from its own folder: a local base is written absolute
+        "model": {"path": str(Path(args.base).resolve()) if Path(args.base).exists() else args.base,
+                  "upgrade_layers": "none" if arm == "mamba2-full" else args.layers, "dtype": "float32"},
         "data": {"sources": [{"type": "stdlib", "weight": 0.1},
                              {"type": "synthetic", "task": "passkey", "documents": 20000, "weight": 1},
                              {"type": "synthetic", "task": "niah", "documents": 20000, "weight": 1},

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import palimpsa.upgrade
 import pytest
@@ -60,9 +64,36 @@ def test_every_package_is_in_the_distribution():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {"palimpsa." + ".".join(init.parent.relative_to(ROOT).parts)
                for root in (ROOT / "upgrade", ROOT / "kernels") for init in root.rglob("__init__.py")}
-    assert folders == listed
+    assert folders | {"palimpsa"} == listed  # palimpsa/: a namespace holding __main__.py (python -m palimpsa)
 
 
 @pytest.mark.parametrize("name", palimpsa.upgrade.__all__)
 def test_the_short_api_imports(name):
     assert getattr(palimpsa.upgrade, name) is not None
+
+
+def test_the_package_loads_nothing_heavy_and_registers_with_transformers_in_any_order():
+    """``import palimpsa.upgrade`` imports neither torch nor transformers (the command lines parse their arguments
+    first), and model type ``palimpsa`` is known to transformers' Auto classes however the two meet: the package
+    first, transformers first, or transformers pulled in by one of the package's own modules."""
+    build = ("config = AutoConfig.for_model('palimpsa', d_model=16, n_layer=1, vocab_size=32, d_state=8, headdim=8)"
+             "\nprint(type(AutoModelForCausalLM.from_config(config)).__name__)")
+    auto = "from transformers import AutoConfig, AutoModelForCausalLM"
+    snippets = {
+        "light": "import sys, palimpsa.upgrade\nassert palimpsa.upgrade.train.__name__ == 'palimpsa.upgrade.train'\n"
+                 "print(sorted({'torch', 'transformers'} & set(sys.modules)))",
+        "package first": f"import palimpsa.upgrade\n{auto}\n{build}",
+        "transformers first": f"{auto}\nimport palimpsa.upgrade\n{build}",
+        "through a module": f"from palimpsa.upgrade.convert.loading import load_mamba2\n{auto}\n{build}",
+    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    with ThreadPoolExecutor(2) as pool:
+        results = dict(zip(snippets, pool.map(
+            lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env),
+            snippets.values())))
+    for name, result in results.items():
+        assert result.returncode == 0, f"{name}: {result.stderr[-2000:]}"
+    assert results["light"].stdout.strip() == "[]"
+    assert {results[name].stdout.strip() for name in snippets if name != "light"} == {"PalimpsaForCausalLM"}
+    assert set(palimpsa.upgrade.__all__) <= set(dir(palimpsa.upgrade))

@@ -446,3 +446,32 @@ def test_cli_is_deterministic(eval_runs, root):
     second = json.loads((root / "second" / "summary.json").read_text())
     assert first["models"] == second["models"]
     assert (root / "first" / "nll_position.csv").read_text() == (root / "second" / "nll_position.csv").read_text()
+
+
+def test_the_nll_plot_says_when_curves_coincide(tmp_path):
+    """Two models with the same NLL curve (an upgraded model at beta scale 0 and its base) would print as one line:
+    the later one is drawn dashed with hollow markers, its legend entry names the curve it lies on, and the plot
+    returns the pair; curves that differ are left as they are."""
+    from palimpsa.upgrade.evaluate import plots
+
+    def result(name: str, nll: list[float]) -> dict:
+        return {"name": name, "nll_position": {"bucket_start": [0, 64, 128], "bucket_end": [64, 128, 192],
+                                               "mean_nll": nll}}
+
+    drawn = []
+    real_plot = plots.plt.Axes.plot
+
+    def recording_plot(axis, *args, **kwargs):
+        drawn.append(kwargs)
+        return real_plot(axis, *args, **kwargs)
+
+    base, same, other = [3.0, 2.5, 2.25], [3.0, 2.5 + 1e-6, 2.25], [3.2, 2.9, 2.8]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots.plt.Axes, "plot", recording_plot)
+        hidden = plots.plot_nll([result("base", base), result("beta 0", same), result("tuned", other)], 128,
+                                tmp_path / "nll.png")
+    assert hidden == {"beta 0": "base"}
+    assert [kwargs["label"] for kwargs in drawn] == ["base", "beta 0 (on top of base: the curves coincide)", "tuned"]
+    assert drawn[1]["linestyle"] == "--" and drawn[1]["markerfacecolor"] == "none"
+    assert (tmp_path / "nll.png").stat().st_size > 0
+    assert plots.plot_nll([result("a", base), result("b", other)], None, tmp_path / "two.png") == {}

@@ -304,6 +304,43 @@ def test_command_line_runs_a_local_task(model_dir, tmp_path, monkeypatch):
     assert 0.0 <= results["acc,none"] <= 1.0
 
 
+# what lm-eval's plugin discovery does with an installed package's `lm_eval.models` entry points, before its CLI runs
+DISCOVERY = """
+import importlib.metadata
+import lm_eval.models
+from lm_eval.api.registry import model_registry
+for entry in importlib.metadata.entry_points(group="lm_eval.models"):
+    if entry.name not in model_registry:
+        model_registry.register(entry.name, target=entry)
+from lm_eval.__main__ import cli_evaluate
+cli_evaluate()
+"""
+
+
+def test_lm_eval_finds_the_model_through_its_entry_point(model_dir, tmp_path):
+    """``lm_eval run --model palimpsa`` with nothing of palimpsa imported first: the package declares an
+    ``lm_eval.models`` entry point, and lm-eval registers those as lazy placeholders (its plugin discovery, in the
+    releases after 0.4.13). Where the installed lm-eval discovers them, its own ``lm_eval`` command runs; 0.4.13
+    reads no entry points, so there the same discovery step runs before lm-eval's command-line entry."""
+    import subprocess
+
+    from lm_eval.api import registry
+
+    arguments = ["run", "--model", "palimpsa", "--model_args",
+                 f"pretrained={model_dir},device=cpu,dtype=float32,batch_size=4", "--tasks", "palimpsa_tiny_mc",
+                 "--include_path", str(TASKS), "--limit", "2", "--output_path", str(tmp_path / "out")]
+    lm_eval_command = ([str(Path(sys.executable).parent / "lm_eval")] if hasattr(registry, "load_plugins")
+                       else [sys.executable, "-c", DISCOVERY])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    result = subprocess.run(lm_eval_command + arguments, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [result_file] = (tmp_path / "out").rglob("results_*.json")
+    output = json.loads(result_file.read_text())
+    assert output["config"]["model"] == "palimpsa"
+    assert 0.0 <= output["results"]["palimpsa_tiny_mc"]["acc,none"] <= 1.0
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # without lm_eval
 

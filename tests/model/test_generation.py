@@ -373,10 +373,9 @@ def test_generate_text_cli_greedy(cli_runs, tiny_upgraded):
     completions = generate_text(tiny_upgraded, PROMPTS, max_new_tokens=12)
     assert len(completions) == 2
     assert all(completions), completions
-    # one line per prompt, starting with the prompt (the completion may itself hold line breaks)
-    assert stdout == "".join(f"{prompt}{completion}\n" for prompt, completion in zip(PROMPTS, completions))
-    assert stdout.startswith(PROMPTS[0])
-    assert f"\n{PROMPTS[1]}" in stdout
+    # each prompt and its completion after a header line (the completion may itself hold line breaks)
+    assert stdout == "".join(f"--- completion {i} of 2 ---\n{prompt}{completion}\n"
+                             for i, (prompt, completion) in enumerate(zip(PROMPTS, completions), 1))
 
 
 def test_generate_text_batch_equals_prompts_alone(tiny_upgraded):

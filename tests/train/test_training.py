@@ -96,6 +96,35 @@ def test_recipe_lists_every_problem_and_overrides_are_typed(tmp_path):
         load_recipe(tmp_path / "bad.yaml")
 
 
+def test_a_five_step_smoke_run_works_in_one_try_from_any_directory(tmp_path):
+    """``finetune-model recipes/tiny-cpu.yaml train.max_steps=5`` from another working directory: the recipe's
+    model.path is read from the recipe's folder, its 5-step warmup becomes a tenth of the run with a note in the plan;
+    a top-level ``max_steps=5`` is refused naming ``train.max_steps``; ``--check`` catches a path that is not there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    small = ["data.seq_len=64", "data.batch_size=2", "eval.passkey_samples=0", "eval.batches=1", "eval.every=0",
+             "checkpoint.every=0", "logging.tensorboard=false", "output_dir=run"]
+    copy = tmp_path / "mine" / "recipe.yaml"  # a recipe of one's own, next to the model it names
+    copy.parent.mkdir()
+    copy.write_text(TINY.read_text().replace("path: ../upgrade/assets/tiny-mamba2", "path: ../no-such-model"))
+    finetune = [str(Path(sys.executable).parent / "finetune-model")]
+    smoke, top_level, check = [subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=elsewhere)
+                               for command in (finetune + [str(TINY), "train.max_steps=5", *small],
+                                               finetune + [str(TINY), "max_steps=5", *small],
+                                               finetune + [str(copy), "--check"])]
+    assert smoke.returncode == 0, smoke.stderr[-2000:]
+    assert ("note        schedule.warmup_steps 5 does not fit in train.max_steps 5: warming up over 0 step(s), a "
+            "tenth of the run") in smoke.stdout
+    assert [row["step"] for row in _metrics(elsewhere / "run") if "loss" in row] == [5]
+    assert top_level.returncode == 2 and "Traceback" not in top_level.stderr
+    assert top_level.stderr.strip().endswith("unknown key max_steps; did you mean train.max_steps?")
+    assert check.returncode == 2 and "Traceback" not in check.stderr
+    assert f"model.path {tmp_path / 'no-such-model'}" in check.stderr.strip().splitlines()[-1]
+    copy.write_text(TINY.read_text().replace("path: ../upgrade/assets/tiny-mamba2", f"path: {EMBEDDED}"))
+    again = subprocess.run(finetune + [str(copy), "--check"], capture_output=True, text=True, env=ENV, cwd=elsewhere)
+    assert again.returncode == 0 and f"path: {EMBEDDED}" in again.stdout
+
+
 def test_a_layer_count_override_reads_as_the_text_it_stands_for():
     """``model.upgrade_layers=8`` on the command line parses as a number; the field takes it as "8"."""
     assert load_recipe(TINY, ["model.upgrade_layers=8"]).model.upgrade_layers == "8"
@@ -393,24 +422,42 @@ def test_yaml_no_reads_as_mixed_precision_no():
 
 
 def test_two_processes_equal_one_with_gradient_accumulation(tmp_path, tiny_random):
-    """Data-parallel training (two CPU processes, gloo) at the same global batch as one process accumulating two
-    micro-batches gives the same weights: each process takes its own share of the one seeded stream."""
+    """Data parallelism on the CPU as a user starts it, with ``torchrun --nproc_per_node 2`` and with ``accelerate
+    launch --cpu --num_processes 2`` (which starts one process; the command starts the two): two processes joined
+    over gloo, each taking its own share of the one seeded stream, give the weights that one process accumulating
+    their two micro-batches gives (so they trained on different batches and averaged their gradients), their weights
+    agree at every checkpoint (checked by the trainer), and only the main process writes the run's files."""
     from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
 
-    overrides = fast(tiny_random) + ["trainable.mode=upgraded", "train.max_steps=2", "optim.grad_clip=null"]
-    single, double = run_together(
-        ([sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides, "train.grad_accum=2",
-          f"output_dir={tmp_path / 'one'}"], ENV),
-        ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-          "-m", "palimpsa.upgrade.cli.finetune_model", str(TINY), *overrides, f"output_dir={tmp_path / 'two'}"],
-         {**ENV, "ACCELERATE_USE_CPU": "true"}))
-    assert single.returncode == 0, single.stderr[-2000:]
-    assert double.returncode == 0, double.stderr[-2000:]
-    assert "x 2 process(es)" in double.stdout and double.stdout.count("Plan\n  model ") == 1
+    bin_dir = Path(sys.executable).parent
+    module = ["-m", "palimpsa.upgrade.cli.finetune_model", str(TINY)]
+    overrides = fast(tiny_random) + ["trainable.mode=upgraded", "train.max_steps=2", "optim.grad_clip=null",
+                                     "checkpoint.every=1", "train.log_every=1"]
+    runs = {
+        "one": [sys.executable, *module, *overrides, "train.grad_accum=2"],
+        "torchrun": [str(bin_dir / "torchrun"), "--standalone", "--nproc_per_node", "2", *module, *overrides],
+        "accelerate": [str(bin_dir / "accelerate"), "launch", "--cpu", "--num_processes", "2",
+                       *module, *overrides],
+    }
+    results = dict(zip(runs, run_together(*[(command + [f"output_dir={tmp_path / name}"], ENV)
+                                            for name, command in runs.items()])))
+    for name, result in results.items():
+        assert result.returncode == 0, f"{name}: {result.stderr[-3000:]}"
     one = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "one" / "final")).state_dict()
-    two = PalimpsaForCausalLM.from_pretrained(str(tmp_path / "two" / "final")).state_dict()
-    assert one.keys() == two.keys()
-    assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-6
+    for name in ("torchrun", "accelerate"):
+        stdout, run_dir = results[name].stdout, tmp_path / name
+        assert stdout.count("Plan\n  model ") == 1 and "x 2 process(es)" in stdout, stdout
+        assert "processes   2 data-parallel (MULTI_CPU, gloo)" in stdout
+        two = PalimpsaForCausalLM.from_pretrained(str(run_dir / "final")).state_dict()
+        assert one.keys() == two.keys()
+        assert max((one[k] - two[k]).abs().max().item() for k in one) < 1e-6, name
+        for step in (1, 2):
+            checkpoint = run_dir / "checkpoints" / f"step-{step:07d}"
+            assert json.loads((checkpoint / "trainer_state.json").read_text())["processes"] == 2
+            assert sorted(p.name for p in (checkpoint / "state").glob("random_states_*")) == [
+                "random_states_0.pkl", "random_states_1.pkl"]
+        assert [row["step"] for row in _metrics(run_dir) if "loss" in row] == [1, 2]  # one writer
+    assert "starting the 2 data-parallel processes" in results["accelerate"].stderr
 
 
 def test_pretraining_from_scratch_exports_a_mamba_ssm_checkpoint(tmp_path):

@@ -4,6 +4,7 @@ gives goes through ``errors.checked_number``)."""
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 from collections.abc import Callable
@@ -12,6 +13,19 @@ from ..errors import MAX_SEED, Interrupted, PalimpsaError, checked_number
 
 SEED = {"kind": int, "low": 0, "high": MAX_SEED}
 MAX_TOKENS = 1 << 20  # a bound on any length a user asks for: beyond it a typo, not a plan
+
+
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Epilogs as written, and each option's default after its help: ``(default: 512)``, unless the default is None
+    or False (nothing to show) or the help text already states it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = not (action.default is None or action.default is False or action.default == []
+                     or action.default == argparse.SUPPRESS)
+        if action.option_strings and shown and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
 
 
 def add_number(parser, *flags: str, kind: type = float, low: float | None = None, high: float | None = None,

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..convert.loading import load_model_and_tokenizer, resolve_device
 from ..errors import PalimpsaError, checked_number
-from ..evaluate.evaluation import TASKS, EvalSettings, evaluate_model, text_token_ids, write_outputs
 from ..io.output import check_writable
-from .common import MAX_TOKENS, SEED, add_number, guarded, int_list
+from .common import MAX_TOKENS, SEED, DefaultsHelpFormatter, add_number, guarded, int_list
 
 EPILOG = """\
 examples:
@@ -28,7 +26,7 @@ CSV and PNG files to --output.
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eval-model", description="Evaluate long-context behaviour of one or more "
                                      "models side by side, with plots.", epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("model", metavar="MODEL", help="model directory (Palimpsa) or Mamba2 checkpoint")
     parser.add_argument("--compare", nargs="*", default=[], metavar="OTHER", help="more models to evaluate alike")
     parser.add_argument("--tasks", default="nll-position,passkey,niah,mqar", help="comma list of tasks")
@@ -44,18 +42,23 @@ def parser() -> argparse.ArgumentParser:
     add_number(parser, "--train-length", kind=int, low=1, high=MAX_TOKENS, default=None,
                help="training length, marked on the NLL plot")
     parser.add_argument("--text", default=None, metavar="FILE", help="long text for nll-position")
-    add_number(parser, "--batch-size", kind=int, low=1, high=4096, default=4)
+    add_number(parser, "--batch-size", kind=int, low=1, high=4096, default=4,
+               help="prompts per forward for the recall tasks")
     add_number(parser, "--beta-scale", low=0, default=None, metavar="S",
                help="evaluate every Palimpsa model with its beta scaled by S; 0 runs each upgraded layer as its "
                     "Mamba2 layer (the ablation that tells metaplasticity from the other weights)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    add_number(parser, "--seed", **SEED, default=0)
+    add_number(parser, "--seed", **SEED, default=0, help="seed of every generated input")
     parser.add_argument("--output", "-o", default="eval-results", metavar="DIR", help="where to write results")
     return parser
 
 
 def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # torch and transformers load here, once the arguments are read
+    from ..convert.loading import load_model_and_tokenizer, resolve_device
+    from ..evaluate.evaluation import TASKS, EvalSettings, evaluate_model, text_token_ids, write_outputs
+
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:

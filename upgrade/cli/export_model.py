@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..export.export import export_model
 from .common import guarded
 
 EPILOG = """\
@@ -42,6 +41,9 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # torch and transformers load here, once the arguments are read
+    from ..export.export import export_model
+
     export_model(args.source, args.output, merge_lora=args.merge_lora, dtype=args.dtype, shard_size=args.shard_size,
                  standalone=args.standalone, to_mamba2=args.to_mamba2, force=args.force, progress=not args.quiet,
                  log=None if args.quiet else print)

@@ -1,21 +1,22 @@
 """``finetune-model RECIPE [key=value ...] [--resume]``: fine-tune an upgraded model as a recipe says.
 
-Also runs as ``python -m palimpsa.upgrade.cli.finetune_model`` so that ``accelerate launch`` can start it on several
-GPUs:
+Also runs as ``python -m palimpsa.upgrade.cli.finetune_model`` so that ``accelerate launch`` and ``torchrun`` can
+start it as several data-parallel processes, on GPUs or on the CPU:
 
     accelerate launch --config_file recipes/accelerate/fsdp-8gpu.yaml -m palimpsa.upgrade.cli.finetune_model RECIPE ...
+    torchrun --nproc_per_node 2 -m palimpsa.upgrade.cli.finetune_model RECIPE ...
+    accelerate launch --cpu --num_processes 2 -m palimpsa.upgrade.cli.finetune_model RECIPE ...
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from ..errors import Interrupted, PalimpsaError
 from ..train.layout import describe_run, latest_checkpoint
-from ..train.recipe import load_recipe
-from ..train.trainer import Trainer
 from .common import guarded
 
 EPILOG = """\
@@ -25,9 +26,11 @@ examples:
   finetune-model recipes/mamba2-2.7b-8layers-16k.yaml output_dir=runs/a --resume
 
 Overrides use dotted keys with YAML values (train.max_steps=200, optim.lr=3e-4, trainable.mode=beta+lora).
-The recipe is validated before any work: unknown keys name the nearest valid key. The run writes recipe.yaml,
-metrics.jsonl, TensorBoard logs, checkpoints/step-*/ (full state, resumable) and final/ (a model directory).
-See docs/recipes.md.
+The recipe is validated before any work: unknown keys name the nearest valid key, and the paths it reads must
+exist (relative ones in the recipe file are read from its folder, on the command line from the working
+directory). A warmup longer than a short run (train.max_steps=5) becomes a tenth of the run, with a note.
+The run writes recipe.yaml, metrics.jsonl, TensorBoard logs, checkpoints/step-*/ (full state, resumable) and
+final/ (a model directory). See docs/recipes.md.
 """
 
 
@@ -46,10 +49,23 @@ def run(argv: list[str] | None = None) -> int:
     bad = [item for item in args.overrides if "=" not in item]
     if bad:
         raise PalimpsaError(f"cannot read {bad[0]!r}; overrides are key=value, e.g. train.max_steps=100")
+    from ..train.recipe import check_paths, load_recipe
+
     recipe = load_recipe(args.recipe, args.overrides)
+    check_paths(recipe)
     if args.check:
-        print(recipe.to_yaml(), end="")
+        print("".join(f"# note: {note}\n" for note in recipe.notes) + recipe.to_yaml(), end="")
         return 0
+    from ..train.processes import processes_asked_of_accelerate, run_as_processes
+
+    processes = processes_asked_of_accelerate()
+    if processes > 1:  # accelerate launch --cpu --num_processes N started this one process alone
+        print(f"finetune-model: accelerate launch --cpu starts one process; starting the {processes} data-parallel "
+              "processes asked for with torch.distributed.run", file=sys.stderr, flush=True)
+        return run_as_processes(processes)
+    # torch and transformers load here, once the recipe is known to be valid
+    from ..train.trainer import Trainer
+
     try:
         trainer = Trainer(recipe, resume=args.resume)  # prints the plan, then loads the model and the data
         summary = trainer.train()

@@ -5,16 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..convert.loading import load_model_and_tokenizer, resolve_device
 from ..errors import PalimpsaError
-from ..evaluate.importance import (
-    head_table,
-    inspect_importance,
-    plot_importance,
-    probe_from_text,
-    summary_table,
-    task_probe,
-)
 from ..io.output import check_writable, write_json_atomic
 from .common import SEED, add_number, guarded, int_list
 
@@ -61,6 +52,17 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # torch and transformers load here, once the arguments are read
+    from ..convert.loading import load_model_and_tokenizer, resolve_device
+    from ..evaluate.importance import (
+        head_table,
+        inspect_importance,
+        plot_importance,
+        probe_from_text,
+        summary_table,
+        task_probe,
+    )
+
     length = int_list(args.length, "--length")[0]
     if length < 16:
         raise PalimpsaError(f"--length must be at least 16 tokens, got {length}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..convert.upgrade import upgrade_model
 from .common import MAX_TOKENS, SEED, add_number, guarded
 
 EPILOG = """\
@@ -70,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # torch and transformers load here, once the arguments are read
+    from ..convert.upgrade import upgrade_model
+
     upgrade_model(
         args.source, args.layers, output=args.output, strategy=args.strategy, dtype=args.dtype,
         beta_init=args.beta_init, beta_rank=args.beta_rank, verify=not args.skip_verify, max_kl=args.max_kl,

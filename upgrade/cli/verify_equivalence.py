@@ -6,12 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..convert.compare import probe_input_ids
-from ..convert.loading import load_mamba2, load_model_and_tokenizer
 from ..errors import PalimpsaError
-from ..evaluate.equivalence import probe_from_text, run_sweep, sweep_dtype
-from ..evaluate.plots import plot_sweep
-from ..io.dtypes import dtype_name
 from ..io.output import check_writable, write_json_atomic
 from .common import MAX_TOKENS, SEED, add_number, guarded
 
@@ -48,6 +43,13 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # torch and transformers load here, once the arguments are read
+    from ..convert.compare import probe_input_ids
+    from ..convert.loading import load_mamba2, load_model_and_tokenizer
+    from ..evaluate.equivalence import probe_from_text, run_sweep, sweep_dtype
+    from ..evaluate.plots import plot_sweep
+    from ..io.dtypes import dtype_name
+
     for option, path in (("--json", args.json), ("--plot", args.plot)):
         if path:
             check_writable(Path(path).expanduser().parent, f"{option} {path}")

@@ -1,7 +1,10 @@
 """An lm-evaluation-harness (``lm_eval``) model for Palimpsa and Mamba2 models, registered as ``"palimpsa"``.
 
-lm_eval is not a dependency of this package: install it separately (``pip install lm-eval``). Then either run its
-command line as ``palimpsa-lm-eval`` (``palimpsa.upgrade.cli.palimpsa_lm_eval``), which registers the model first::
+lm_eval is not a dependency of this package: install it separately (``pip install lm-eval``). The package declares
+the model as an ``lm_eval.models`` entry point, which lm-eval's plugin discovery (the releases after 0.4.13) reads:
+there ``lm_eval run --model palimpsa ...`` finds it. lm-eval 0.4.13 reads no entry points; with it, run its command
+line as ``palimpsa lm-eval`` or ``palimpsa-lm-eval`` (``palimpsa.upgrade.cli.palimpsa_lm_eval``), which registers
+the model first::
 
     palimpsa-lm-eval run --model palimpsa \\
         --model_args pretrained=DIR,device=cpu,dtype=float32,batch_size=4,beta_scale=1.0 --tasks hellaswag

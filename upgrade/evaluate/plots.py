@@ -9,14 +9,45 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# a curve drawn on top of an earlier one: dashed, with hollow markers of another shape, so that both stay visible
+_OVER = [dict(linestyle="--", marker=marker, markersize=6, markerfacecolor="none") for marker in "sD^v"]
 
-def plot_nll(results: list[dict], train_length: int | None, path: Path) -> None:
-    """Mean NLL per position bucket, one curve per model, a marker at the training length."""
-    figure, axis = plt.subplots(figsize=(7, 4.2))
+
+def coinciding(curves: dict[str, tuple[list, list]], tolerance: float = 2e-3) -> dict[str, str]:
+    """Curve name -> the earlier curve it lies on: same x values and y values within ``tolerance`` times the span of
+    all y values (at that distance two lines of a plot print on the same pixels)."""
+    values = [y for _, ys in curves.values() for y in ys]
+    span = (max(values) - min(values)) if values else 0.0
+    limit = tolerance * (span or 1.0)
+    hidden, seen = {}, []
+    for name, (xs, ys) in curves.items():
+        under = next((other for other in seen if curves[other][0] == xs and len(curves[other][1]) == len(ys)
+                      and all(abs(a - b) <= limit for a, b in zip(curves[other][1], ys))), None)
+        if under is not None:
+            hidden[name] = hidden.get(under, under)
+        seen.append(name)
+    return hidden
+
+
+def plot_nll(results: list[dict], train_length: int | None, path: Path) -> dict[str, str]:
+    """Mean NLL per position bucket, one curve per model, a marker at the training length.
+
+    Curves that coincide (a model at beta scale 0 and the Mamba2 it came from, say) would hide one another: each
+    later one is drawn dashed with hollow markers and its legend entry says which curve it lies on. Returns those
+    (curve -> the curve it lies on)."""
+    curves = {}
     for result in results:
         data = result["nll_position"]
-        centres = [(a + b) / 2 for a, b in zip(data["bucket_start"], data["bucket_end"])]
-        axis.plot(centres, data["mean_nll"], "o-", markersize=3, label=result["name"])
+        curves[result["name"]] = ([(a + b) / 2 for a, b in zip(data["bucket_start"], data["bucket_end"])],
+                                  data["mean_nll"])
+    hidden = coinciding(curves)
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    for index, (name, (centres, values)) in enumerate(curves.items()):
+        if name in hidden:
+            axis.plot(centres, values, label=f"{name} (on top of {hidden[name]}: the curves coincide)",
+                      **_OVER[index % len(_OVER)])
+        else:
+            axis.plot(centres, values, "o-", markersize=3, label=name)
     if train_length:
         axis.axvline(train_length, color="grey", linestyle="--", label=f"training length {train_length}")
     axis.set_xlabel("position (tokens)")
@@ -27,6 +58,7 @@ def plot_nll(results: list[dict], train_length: int | None, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+    return hidden
 
 
 def plot_grid(grid: dict, title: str, path: Path) -> None:

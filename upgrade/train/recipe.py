@@ -7,11 +7,12 @@ Unknown keys are errors that name the nearest valid key; values are range-checke
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import MAX_SEED, PalimpsaError
 
@@ -214,6 +215,9 @@ class LoggingSection(Section):
 
 
 class Recipe(Section):
+    """A validated recipe. ``notes``: what :func:`load_recipe` adjusted to make it run, one line each (the plan and
+    ``--check`` print them)."""
+
     output_dir: str
     model: ModelSection
     data: DataSection
@@ -240,6 +244,12 @@ class Recipe(Section):
                              f"train.max_steps ({self.train.max_steps})")
         return self
 
+    _notes: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        return self._notes
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
@@ -261,15 +271,32 @@ def _section_fields(path: tuple) -> list[str]:
     return list(getattr(model, "model_fields", {}))
 
 
+def _dotted_keys(model: type[BaseModel] = None, prefix: str = "") -> list[str]:
+    """Every key of the schema as a dotted path (``train.max_steps``), sections and fields alike."""
+    keys = []
+    for name, field in (model or Recipe).model_fields.items():
+        keys.append(prefix + name)
+        candidates = [field.annotation, *getattr(field.annotation, "__args__", ())]
+        section = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if section is not None:
+            keys += _dotted_keys(section, f"{prefix}{name}.")
+    return keys
+
+
 def _describe(error: dict) -> str:
     location = ".".join(str(p) for p in error["loc"])
     if error["type"] == "extra_forbidden":
         key = str(error["loc"][-1])
         valid = _section_fields(error["loc"][:-1])
+        # a key of another section first (max_steps at the top is train.max_steps), then a misspelling here
+        elsewhere = {path.rsplit(".", 1)[-1]: path for path in reversed(_dotted_keys())}
+        parent = ".".join(str(p) for p in error["loc"][:-1])
         nearest = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-        hint = f"; did you mean {'.'.join(str(p) for p in error['loc'][:-1]) + '.' if len(error['loc']) > 1 else ''}" \
-               f"{nearest[0]}?" if nearest else f"; valid keys here: {', '.join(valid)}"
-        return f"unknown key {location}{hint}"
+        if key in elsewhere:
+            return f"unknown key {location}; did you mean {elsewhere[key]}?"
+        if nearest:
+            return f"unknown key {location}; did you mean {parent + '.' if parent else ''}{nearest[0]}?"
+        return f"unknown key {location}; valid keys here: {', '.join(valid)}"
     if error["type"] == "missing":
         return f"missing required key {location}"
     message = error["msg"].removeprefix("Value error, ")
@@ -297,8 +324,80 @@ def _apply_override(data: dict, assignment: str) -> None:
         target[parts[-1]] = raw
 
 
+# the recipe's paths to things it reads; those that may also name a Hugging Face repository: hub=True
+_INPUT_PATHS = (("model", "path", True), ("data", "path", False), ("data", "tokenizer", True))
+_HUB_ID = re.compile(r"[\w][\w.-]*/[\w.-]+")
+
+
+def _input_paths(data: dict) -> list[tuple[dict, str, str, bool]]:
+    """(the mapping holding it, its key, its dotted name, may be a hub id) for every input path set in ``data``."""
+    found = []
+    for section, key, hub in _INPUT_PATHS:
+        node = data.get(section)
+        if isinstance(node, dict) and isinstance(node.get(key), str):
+            found.append((node, key, f"{section}.{key}", hub))
+    sources = data.get("data", {}).get("sources") if isinstance(data.get("data"), dict) else None
+    for index, source in enumerate(sources if isinstance(sources, list) else []):
+        if isinstance(source, dict) and isinstance(source.get("path"), str):
+            found.append((source, "path", f"data.sources.{index}.path", False))
+    return found
+
+
+def _resolve_paths(data: dict, base: Path, only: set[str] | None = None) -> None:
+    """Make the relative input paths in ``data`` absolute from ``base`` (those named in ``only``, when given). A path
+    that may name a hub repository and looks like one (``owner/name``) stays as it is unless it exists under base."""
+    for node, key, name, hub in _input_paths(data):
+        text = node[key]
+        if (only is not None and name not in only) or not text or Path(text).expanduser().is_absolute():
+            node[key] = str(Path(text).expanduser()) if text.startswith("~") else text
+            continue
+        local = (base / text).resolve()
+        if hub and _HUB_ID.fullmatch(text) and not local.exists():
+            continue
+        node[key] = str(local)
+
+
+def check_paths(recipe: Recipe) -> None:
+    """Refuse, before any work, a recipe whose local input paths do not exist (``finetune-model`` and its
+    ``--check`` run this). A path that may be a hub id and looks like one is left to the loader."""
+    missing = []
+    for _, _, name, hub in _input_paths(recipe.model_dump()):
+        text = _dotted_value(recipe, name)
+        if not Path(text).exists() and not (hub and _HUB_ID.fullmatch(text)):
+            missing.append(f"{name} {text}")
+    if missing:
+        raise PalimpsaError(f"recipe paths not found: {'; '.join(missing)} (a relative path in a recipe file is read "
+                            "from the recipe's folder, one given on the command line from the working directory)")
+
+
+def _dotted_value(recipe: Recipe, name: str):
+    value = recipe
+    for part in name.split("."):
+        value = value[int(part)] if part.isdigit() else getattr(value, part)
+    return value
+
+
+def _fit_warmup(data: dict) -> str | None:
+    """A warmup as long as the run (a recipe's warmup with a short ``train.max_steps=5`` override) becomes a tenth of
+    the run; returns the note saying so, or None when it fits."""
+    schedule, train = data.get("schedule"), data.get("train")
+    if not (isinstance(schedule, dict) and isinstance(train, dict)) or schedule.get("type") == "constant":
+        return None
+    warmup, steps = schedule.get("warmup_steps"), train.get("max_steps")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (warmup, steps)) or not 0 < steps <= warmup:
+        return None
+    schedule["warmup_steps"] = steps // 10
+    return (f"schedule.warmup_steps {warmup} does not fit in train.max_steps {steps}: warming up over "
+            f"{steps // 10} step(s), a tenth of the run")
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read, override and validate a recipe; PalimpsaError lists every problem found."""
+    """Read, override and validate a recipe; PalimpsaError lists every problem found.
+
+    Relative input paths (``model.path``, ``data.path``, ``data.sources[].path``, ``data.tokenizer``) are read
+    from the recipe file's folder, those in ``overrides`` from the working directory; both become absolute. A
+    recipe's warmup that does not fit in the run (``train.max_steps=5``) is shortened to a tenth of it, with a note
+    (``Recipe.notes``); one given in ``overrides`` is kept, and refused when it does not fit."""
     path = Path(path)
     if not path.is_file():
         raise PalimpsaError(f"recipe {path} does not exist; see recipes/ for examples")
@@ -308,10 +407,17 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
         raise PalimpsaError(f"recipe {path} is not valid YAML: {str(error).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise PalimpsaError(f"recipe {path} must be a mapping of sections (model, data, train, ...)")
+    _resolve_paths(data, path.resolve().parent)
     for assignment in overrides or []:
         _apply_override(data, assignment)
+    overridden = {item.split("=", 1)[0].strip() for item in overrides or []}
+    _resolve_paths(data, Path.cwd(), only=overridden)
+    note = None if "schedule.warmup_steps" in overridden else _fit_warmup(data)  # one asked for stays
     try:
-        return Recipe.model_validate(data)
+        recipe = Recipe.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(_describe(e) for e in error.errors())
         raise PalimpsaError(f"recipe {path}: {problems}") from None
+    if note:
+        recipe.notes.append(note)
+    return recipe

@@ -37,6 +37,7 @@ from ..model.configuration import PalimpsaConfig, padded_vocab_size
 from ..model.modeling import PalimpsaForCausalLM, enable_activation_checkpointing, palimpsa_mixers_of
 from . import layout
 from .data import Prefetcher, build_data
+from .processes import cpu_data_parallel
 from .recipe import Recipe
 from .trainable import attach_lora, lr_factor, merged_state_dict, parameter_groups, select_trainable
 
@@ -126,9 +127,10 @@ class Trainer:
         self.recipe, self.resume = recipe, resume
         self.output_dir = Path(recipe.output_dir).expanduser()
         # The schedule counts optimizer steps: stepped by hand once per step, not per process or micro-batch.
+        # cpu: several processes on a machine without a GPU are joined over gloo, not run as copies of the run
         self.accelerator = Accelerator(gradient_accumulation_steps=recipe.train.grad_accum,
                                        mixed_precision=recipe.train.mixed_precision,
-                                       step_scheduler_with_optimizer=False)
+                                       step_scheduler_with_optimizer=False, cpu=cpu_data_parallel())
         self.is_main = self.accelerator.is_main_process
         self.log = log if self.is_main else (lambda _line: None)
         set_seed(recipe.train.seed)
@@ -179,10 +181,21 @@ class Trainer:
                 f"{recipe.data.batch_size} x {recipe.data.seq_len} tokens per micro-batch x {recipe.train.grad_accum} "
                 f"accumulation x {self.accelerator.num_processes} process(es)"
                 f"{', state passing' if recipe.data.state_passing else ', packed'}\n"
+                f"  processes   {self.processes_line()}\n"
                 f"  steps       {recipe.train.max_steps} ({recipe.schedule.type}, warmup "
                 f"{recipe.schedule.warmup_steps}, lr {recipe.optim.lr:g}, beta lr "
                 f"{recipe.optim.beta_lr or recipe.optim.lr:g})\n"
-                f"  output      {recipe.output_dir}" + (" (resuming)" if self.resume else ""))
+                + "".join(f"  note        {note}\n" for note in recipe.notes)
+                + f"  output      {recipe.output_dir}" + (" (resuming)" if self.resume else ""))
+
+    def processes_line(self) -> str:
+        """The plan's line on processes: how many, and how they share the work."""
+        accelerator = self.accelerator
+        if accelerator.num_processes == 1:
+            return f"1 ({accelerator.device})"
+        return (f"{accelerator.num_processes} data-parallel ({accelerator.distributed_type.value}, "
+                f"{accelerator.state.backend}): batches dealt to them in turn, gradients averaged, the main process "
+                "writes")
 
     def _check_run_directory(self) -> None:
         check_writable(self.output_dir, f"output_dir {self.output_dir}")
@@ -420,6 +433,7 @@ class Trainer:
         model directory, atomically: written under ``step-N.partial`` (removed if this fails or is interrupted) and
         renamed when complete. Older checkpoints beyond ``checkpoint.keep`` are removed. Returns the checkpoint."""
         accelerator = self.accelerator
+        self._check_replicas()
         final = layout.checkpoint_directory(self.output_dir, self.step)
         partial = layout.partial(final)
         if self.is_main:
@@ -436,7 +450,7 @@ class Trainer:
                 self._save_model_directory(state, partial / "model")
                 files = sorted(str(p.relative_to(partial)) for p in (partial / "state").rglob("*") if p.is_file())
                 trainer_state = {"step": self.step, "data": self.batches.state_dict(),
-                                 "files": file_manifest(partial, files)}
+                                 "processes": accelerator.num_processes, "files": file_manifest(partial, files)}
                 (partial / layout.TRAINER_STATE).write_text(json.dumps(trainer_state, indent=2) + "\n")
                 if final.exists():
                     shutil.rmtree(final)
@@ -450,6 +464,22 @@ class Trainer:
         accelerator.wait_for_everyone()
         self.last_good = final
         return final
+
+    def _check_replicas(self) -> None:
+        """Data-parallel processes must hold the same weights (each step applies the same averaged gradients): at
+        every checkpoint, each process's sum of every trainable tensor is gathered and compared, bit for bit."""
+        from accelerate.utils import DistributedType
+
+        accelerator = self.accelerator
+        if accelerator.num_processes == 1 or accelerator.distributed_type not in (DistributedType.MULTI_CPU,
+                                                                                  DistributedType.MULTI_GPU):
+            return  # one process, or sharded weights (FSDP) that no two processes hold alike
+        sums = torch.stack([p.detach().double().sum() for p in self.model.parameters() if p.requires_grad])
+        gathered = accelerator.gather(sums[None].to(accelerator.device))
+        if not bool((gathered == gathered[0]).all()):
+            apart = sorted({int(i) for i in (gathered != gathered[0]).any(dim=1).nonzero().flatten()})
+            raise RuntimeError(f"at step {self.step} the weights of process(es) {apart} differ from process 0's; "
+                               "the data-parallel processes diverged")
 
     def _full_state_dict(self) -> dict[str, torch.Tensor]:
         model = self.accelerator.unwrap_model(self.model)
