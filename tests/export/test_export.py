@@ -178,8 +178,11 @@ directory, ids = sys.argv[1], torch.tensor(json.loads(sys.argv[2]))
 model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True).eval()
 with torch.no_grad():
     logits = model(ids).logits.float()
+    hidden = model(ids, output_hidden_states=True).hidden_states
+    as_tuple = model(ids, return_dict=False)
     generated = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
-print(json.dumps({"module": type(model).__module__, "logits": logits.tolist(), "generated": generated.tolist()}))
+print(json.dumps({"module": type(model).__module__, "logits": logits.tolist(), "generated": generated.tolist(),
+                  "hidden_states": len(hidden), "tuple": type(as_tuple) is tuple and torch.equal(as_tuple[0], logits)}))
 """
 
 
@@ -381,6 +384,8 @@ def test_standalone_loads_without_palimpsa(sources, exports, cli_runs):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert not result["module"].startswith("palimpsa")
     assert "modeling_palimpsa" in result["module"]
+    assert result["hidden_states"] == read_json(exports["standalone"] / "config.json")["n_layer"] + 1
+    assert result["tuple"] is True
 
     installed = load(exports["standalone"])  # with palimpsa imported, its own class serves the same directory
     assert type(installed) is PalimpsaForCausalLM
