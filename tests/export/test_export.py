@@ -575,6 +575,41 @@ def test_upgrade_output_is_checked(sources, tmp_path, monkeypatch):
     load(copy)
 
 
+def test_an_edited_config_is_not_corruption(sources, tmp_path):
+    """The issue's repro: a copy of an upgraded model with beta_scale edited in config.json loads (the manifest
+    guards the weights; the config is validated when read), and computes with the edited scale."""
+    copy = shutil.copytree(sources.upgraded, tmp_path / "model")
+    config = read_json(copy / "config.json")
+    config["beta_scale"] = 0.0
+    (copy / "config.json").write_text(json.dumps(config, indent=2))
+    model = load(copy)
+    assert model.config.beta_scale == 0.0 and all(m.beta_scale == 0.0 for m in model.palimpsa_mixers())
+    with model.beta_scaled(1.0):
+        assert max_diff(logits_of(model, sources.ids), sources.logits["upgraded"]) <= 1e-6
+
+
+def test_save_pretrained_over_its_own_directory_keeps_the_manifest_true(sources, tmp_path):
+    copy = shutil.copytree(sources.upgraded, tmp_path / "model")
+    model = PalimpsaForCausalLM.from_pretrained(str(copy)).eval()
+    with torch.no_grad():
+        model.backbone.layers[0].mixer.out_proj.weight.mul_(1.5)
+    model.set_beta_scale(0.5)
+    expected = logits_of(model, sources.ids)
+    model.save_pretrained(copy)
+    report = read_json(copy / "upgrade_report.json")
+    present = {p.name for p in copy.iterdir()} - {"upgrade_report.json", "README.md"}
+    assert set(report["files"]) == present and "model.safetensors" in present
+    for name, entry in report["files"].items():
+        assert entry == {"bytes": (copy / name).stat().st_size, "sha256": sha256(copy / name)}, name
+    assert report["verification"] == read_json(sources.upgraded / "upgrade_report.json")["verification"]
+    reloaded = load(copy)
+    assert reloaded.config.beta_scale == 0.5
+    assert max_diff(logits_of(reloaded, sources.ids), expected) <= 1e-6
+    flip_byte(copy / "model.safetensors")  # and real corruption is still caught
+    with pytest.raises(PalimpsaError, match=r"model\.safetensors.*sha256"):
+        load(copy)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # refusals: one line, exit status 2, nothing written
 

@@ -24,7 +24,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
 from ..errors import PalimpsaError
-from ..io.manifest import check_model_directory, check_weight
+from ..io.manifest import check_model_directory, check_weight, refresh_manifest
 from .cache import PalimpsaCache
 from .configuration import PalimpsaConfig
 
@@ -350,6 +350,14 @@ class PalimpsaPreTrainedModel(PreTrainedModel):
     base_model_prefix = "backbone"
     _no_split_modules = ["PalimpsaBlock"]
     supports_gradient_checkpointing = True
+
+    def save_pretrained(self, save_directory, *args, is_main_process: bool = True, **kwargs):
+        """transformers' ``save_pretrained``; then a report the directory carries (``upgrade_report.json``,
+        ``export_report.json``: a model saved over its own directory) is rewritten to list the files as they are
+        now, so that the next ``from_pretrained`` finds its weights true to it."""
+        super().save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
+        if is_main_process:
+            refresh_manifest(save_directory)
 
     @torch.no_grad()
     def _init_weights(self, module):
