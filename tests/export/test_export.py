@@ -159,7 +159,7 @@ def sources(tmp_path_factory, tiny_random) -> Sources:
     return found
 
 
-STANDALONE_SCRIPT = """\
+NO_PALIMPSA = """\
 import sys; [sys.modules.__setitem__(n, None) for n in ("palimpsa", "palimpsa.upgrade", "palimpsa.kernels")]
 import json
 
@@ -174,15 +174,44 @@ for name in ("palimpsa", "palimpsa.upgrade", "palimpsa.kernels"):
 import torch
 from transformers import AutoModelForCausalLM
 
-directory, ids = sys.argv[1], torch.tensor(json.loads(sys.argv[2]))
+"""
+
+STANDALONE_SCRIPT = NO_PALIMPSA + """
+directory, ids, resaved = sys.argv[1], torch.tensor(json.loads(sys.argv[2])), sys.argv[3]
 model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True).eval()
 with torch.no_grad():
     logits = model(ids).logits.float()
     hidden = model(ids, output_hidden_states=True).hidden_states
     as_tuple = model(ids, return_dict=False)
     generated = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
+model.save_pretrained(resaved)  # transformers copies the remote code itself
+again = AutoModelForCausalLM.from_pretrained(resaved, trust_remote_code=True).eval()
+with torch.no_grad():
+    resaved_logits = again(ids).logits.float()
 print(json.dumps({"module": type(model).__module__, "logits": logits.tolist(), "generated": generated.tolist(),
-                  "hidden_states": len(hidden), "tuple": type(as_tuple) is tuple and torch.equal(as_tuple[0], logits)}))
+                  "hidden_states": len(hidden), "tuple": type(as_tuple) is tuple and torch.equal(as_tuple[0], logits),
+                  "resaved": torch.equal(resaved_logits, logits)}))
+"""
+
+# A user without palimpsa meets a model directory palimpsa wrote (upgrade-model's output, save_pretrained's).
+AUTO_CLASSES_SCRIPT = NO_PALIMPSA + """
+from transformers import AutoConfig, AutoTokenizer
+
+ids, found = torch.tensor(json.loads(sys.argv[1])), {}
+for directory in sys.argv[2:]:
+    refusals = []
+    for load in (AutoConfig.from_pretrained, AutoModelForCausalLM.from_pretrained):
+        try:
+            load(directory)
+        except ValueError as error:
+            refusals.append(str(error))
+    config = AutoConfig.from_pretrained(directory, trust_remote_code=True)
+    model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True).eval()
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    found[directory] = {"refusals": refusals, "config": type(config).__name__, "module": type(model).__module__,
+                        "logits": logits.tolist(), "tokenizer": len(AutoTokenizer.from_pretrained(directory))}
+print("\\n" + json.dumps(found))  # after transformers' prompt for trust_remote_code, which ends no line
 """
 
 
@@ -221,8 +250,10 @@ def cli_runs(sources, exports) -> dict[str, subprocess.CompletedProcess]:
                      "--shard-size", "100KB"], {}),
         "missing": (["export-model", str(root / "no-such-model"), "--output", str(root / "missing" / "out")], {}),
         # a Python that cannot import palimpsa, in a directory away from the repository
-        "standalone": ([sys.executable, "-c", STANDALONE_SCRIPT, str(exports["standalone"]), ids],
-                       {"HF_MODULES_CACHE": str(root / "modules"), "PYTHONPATH": ""}),
+        "standalone": ([sys.executable, "-c", STANDALONE_SCRIPT, str(exports["standalone"]), ids,
+                        str(root / "resaved")], {"HF_MODULES_CACHE": str(root / "modules"), "PYTHONPATH": ""}),
+        "auto_classes": ([sys.executable, "-c", AUTO_CLASSES_SCRIPT, ids, str(sources.upgraded), str(sources.trained)],
+                         {"HF_MODULES_CACHE": str(root / "modules-auto"), "PYTHONPATH": ""}),
     }
     with ThreadPoolExecutor(len(planned)) as pool:
         futures = {name: pool.submit(run_cli, args, root, env) for name, (args, env) in planned.items()}
@@ -260,7 +291,7 @@ def test_export_single_file(sources, exports):
             *TINY_TOKENIZER} <= names
     assert not any(name.startswith("model-") for name in names)
     assert "model.safetensors.index.json" not in names
-    assert not any(name.endswith(".py") for name in names)  # no code without --standalone
+    assert {"configuration_palimpsa.py", "modeling_palimpsa.py"} <= names  # the code for trust_remote_code
     assert_tokenizer_copied(output, sources.base)
     report = assert_report_matches_files(output)
     assert report["format"] == "palimpsa"
@@ -277,7 +308,7 @@ def test_export_single_file(sources, exports):
     assert config["beta_init"] == 0.5 and config["beta_scale"] == 0.7
     assert config["base_model"] == str(sources.base)
     assert config["architectures"] == ["PalimpsaForCausalLM"]
-    assert "auto_map" not in config
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_palimpsa.PalimpsaForCausalLM"
     generation = read_json(output / "generation_config.json")
     assert generation["eos_token_id"] == 256
     assert generation["pad_token_id"] == 256
@@ -386,6 +417,7 @@ def test_standalone_loads_without_palimpsa(sources, exports, cli_runs):
     assert "modeling_palimpsa" in result["module"]
     assert result["hidden_states"] == read_json(exports["standalone"] / "config.json")["n_layer"] + 1
     assert result["tuple"] is True
+    assert result["resaved"] is True
 
     installed = load(exports["standalone"])  # with palimpsa imported, its own class serves the same directory
     assert type(installed) is PalimpsaForCausalLM
@@ -396,6 +428,23 @@ def test_standalone_loads_without_palimpsa(sources, exports, cli_runs):
         generated = installed.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
     assert torch.equal(torch.tensor(result["generated"]), generated)
     assert len(result["generated"][0]) == 18
+
+
+def test_model_directories_load_without_palimpsa(sources, cli_runs):
+    """upgrade-model's output and save_pretrained's carry the modeling code and an auto_map: without palimpsa,
+    transformers asks for trust_remote_code=True (rather than to update itself) and then loads them."""
+    run = cli_runs["auto_classes"]
+    assert run.returncode == 0 and run.stdout.strip(), run.stderr[-3000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    ids = sources.ids[:, :12]
+    for name, directory in (("upgraded", sources.upgraded), ("trained", sources.trained)):
+        result = found[str(directory)]
+        assert len(result["refusals"]) == 2, result["refusals"]
+        assert all("trust_remote_code=True" in refusal for refusal in result["refusals"])
+        assert result["config"] == "PalimpsaConfig" and "modeling_palimpsa" in result["module"]
+        assert result["tokenizer"] == 257
+        expected = logits_of(load(directory), ids)
+        assert max_diff(torch.tensor(result["logits"]), expected) <= 1e-5, name
 
 
 # ----------------------------------------------------------------------------------------------------------------

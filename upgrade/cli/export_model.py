@@ -10,15 +10,15 @@ from .common import guarded
 EPILOG = """\
 examples:
   export-model ./mamba2-2.7b-palimpsa-ft --output ./release --dtype bf16
-  export-model runs/a --output ./release --merge-lora --standalone
+  export-model runs/a --output ./release --merge-lora
   export-model ./model --output ./plain-mamba2 --to-mamba2
 
 SOURCE is a Palimpsa model directory, a LoRA adapter directory (merged into its base with --merge-lora) or a
 training run (its final/ model, else its newest checkpoints/step-*/model). The output holds safetensors shards
 with an index, config.json, generation_config.json, the tokenizer, a model card (with the recipe and evaluation
-summary when the run has them) and export_report.json with a sha256 for every file, checked at load time.
---standalone adds the modeling code so that transformers loads it with trust_remote_code=True where palimpsa is
-not installed. --to-mamba2 writes a plain mamba_ssm-format Mamba2 (beta dropped) and states the difference.
+summary when the run has them), export_report.json with a sha256 for every file (the weights' checked at load
+time), and the modeling code, so that transformers loads it with trust_remote_code=True where palimpsa is not
+installed. --to-mamba2 writes a plain mamba_ssm-format Mamba2 (beta dropped) and states the difference.
 """
 
 
@@ -32,7 +32,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as stored)")
     parser.add_argument("--shard-size", default="5GB", metavar="SIZE", help="largest safetensors shard (default 5GB)")
     parser.add_argument("--standalone", action="store_true",
-                        help="also write the modeling code (loads with trust_remote_code=True, no palimpsa needed)")
+                        help="accepted for older scripts: every export carries the modeling code now")
     parser.add_argument("--to-mamba2", action="store_true",
                         help="write a plain mamba_ssm-format Mamba2 with the beta parameters dropped")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")

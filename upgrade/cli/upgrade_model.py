@@ -20,11 +20,12 @@ HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE=1, and fetch only the config, one weig
 The output directory receives safetensors weights (sharded past --shard-size, with an index), config.json,
 the tokenizer files, a model card (README.md) and upgrade_report.json. It is written under a hidden temporary
 name (.OUT.partial-PID) and renamed at the end: a failed or interrupted run (Ctrl-C, SIGTERM) removes it, and
-after SIGKILL the next run to the same output does. The output may not be, lie inside or contain SOURCE. Load it
-with:
+after SIGKILL the next run to the same output does. The output may not be, lie inside or contain SOURCE. It
+carries its modeling code: load it with
 
-  import palimpsa.upgrade; from transformers import AutoModelForCausalLM
-  model = AutoModelForCausalLM.from_pretrained("./out")
+  from transformers import AutoModelForCausalLM
+  model = AutoModelForCausalLM.from_pretrained("./out", trust_remote_code=True)  # anywhere
+  import palimpsa.upgrade; model = AutoModelForCausalLM.from_pretrained("./out")  # palimpsa's classes
 """
 
 

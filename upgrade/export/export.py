@@ -1,9 +1,9 @@
 """Export: a model directory, a LoRA adapter or a training run -> a self-describing model directory.
 
-Outputs either a Palimpsa model (sharded safetensors, config.json, generation_config.json, tokenizer, model card,
-export_report.json with sha256 checksums; with ``standalone`` also the modeling code for
-``trust_remote_code=True``) or, with ``to_mamba2``, a plain mamba_ssm-format Mamba2 with the beta parameters
-dropped and the measured difference stated.
+Outputs either a Palimpsa model (sharded safetensors, config.json, the modeling code for
+``trust_remote_code=True``, generation_config.json, tokenizer, model card, export_report.json with sha256
+checksums) or, with ``to_mamba2``, a plain mamba_ssm-format Mamba2 with the beta parameters dropped and the
+measured difference stated.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from ..io.output import atomic_directory, check_output_directory, write_json_ato
 from ..io.shards import parse_size
 from ..model.modeling import PalimpsaForCausalLM
 from ..train import layout as run_layout
-from .standalone import AUTO_MAP, standalone_code
 
 
 def resolve_export_source(source: str | Path) -> tuple[Path, str]:
@@ -125,7 +124,11 @@ def export_model(
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    """Export ``source`` to ``output`` and return the export report (also written as export_report.json)."""
+    """Export ``source`` to ``output`` and return the export report (also written as export_report.json).
+
+    Every Palimpsa export carries the modeling code for ``trust_remote_code=True``; ``standalone`` is kept for the
+    callers that ask for it by name.
+    """
     say = log or (lambda _line: None)
     started = time.perf_counter()
     output = Path(output).expanduser()
@@ -137,7 +140,7 @@ def export_model(
     check_output_directory(output, force, sources=_export_sources(source, directory, kind))
     say(f"Plan\n  source      {directory} ({'LoRA adapter, merged' if kind == 'adapter' else 'model directory'})\n"
         f"  output      {output} ({'mamba_ssm Mamba2, beta dropped' if to_mamba2 else 'Palimpsa safetensors'}"
-        f"{', standalone code' if standalone else ''})")
+        f"{'' if to_mamba2 else ' with its modeling code'})")
     model = load_export_source(directory, kind, merge_lora, target_dtype).eval()
     config = model.config
     recipe, evaluation = _run_summaries(directory)
@@ -151,7 +154,7 @@ def export_model(
         "beta": {"form": config.beta_form, "init": config.beta_init, "rank": config.beta_rank,
                  "scale": config.beta_scale, "importance_prior": config.importance_prior},
         "base_model": config.base_model,
-        "standalone": standalone,
+        "standalone": not to_mamba2,
         "evaluation": evaluation,
     }
     tokenizer_files = _tokenizer_files(directory, kind)
@@ -165,12 +168,9 @@ def export_model(
             finish_model_directory(staging, ["config.json", "pytorch_model.bin"], report_name="export_report.json",
                                    report=report, tokenizer=tokenizer_files, card=card)
         else:
-            if standalone:
-                config.auto_map = dict(AUTO_MAP)
             write_model_directory(staging, config, model.state_dict(), report_name="export_report.json",
                                   report=report, tokenizer=tokenizer_files, card=card, generation_config=True,
-                                  code=standalone_code() if standalone else None, max_shard_size=max_shard,
-                                  progress=progress)
+                                  max_shard_size=max_shard, progress=progress)
     report["seconds"] = round(time.perf_counter() - started, 2)  # known only now: rewrite the one small file
     write_json_atomic(output / "export_report.json", report)
     say(f"done in {report['seconds']:.1f} s: {output}")
@@ -213,9 +213,10 @@ def export_card(report: dict, recipe: str | None) -> str:
                   f"changes the logits by at most {diff['max_abs_diff']:.3g} (mean KL {diff['mean_kl']:.3g} nats, "
                   f"top-1 agreement {diff['top1_agreement']:.1%}) on a {diff['probe']} probe.", ""]
     else:
-        load = ("AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)  # no palimpsa needed"
-                if report["standalone"] else "import palimpsa.upgrade; AutoModelForCausalLM.from_pretrained(path)")
-        lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM", load, "```", ""]
+        lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM",
+                  "model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)  # no palimpsa needed",
+                  "import palimpsa.upgrade; model = AutoModelForCausalLM.from_pretrained(path)  # palimpsa's classes",
+                  "```", ""]
     if report.get("evaluation"):
         lines += ["## Evaluation", "", "```json", json.dumps(report["evaluation"], indent=2), "```", ""]
     if recipe:

@@ -13,6 +13,7 @@ import functools
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,7 @@ from transformers.utils import ModelOutput
 
 from ..errors import PalimpsaError
 from ..io.manifest import check_model_directory, check_weight, refresh_manifest
+from ..io.remote_code import write_remote_code
 from .cache import PalimpsaCache
 from .configuration import PalimpsaConfig
 
@@ -352,9 +354,17 @@ class PalimpsaPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
 
     def save_pretrained(self, save_directory, *args, is_main_process: bool = True, **kwargs):
-        """transformers' ``save_pretrained``; then a report the directory carries (``upgrade_report.json``,
-        ``export_report.json``: a model saved over its own directory) is rewritten to list the files as they are
-        now, so that the next ``from_pretrained`` finds its weights true to it."""
+        """transformers' ``save_pretrained``, with the modeling code beside the weights and an ``auto_map`` in the
+        config (so that the directory loads with ``trust_remote_code=True`` where palimpsa is not installed); then
+        a report the directory carries (``upgrade_report.json``, ``export_report.json``: a model saved over its own
+        directory) is rewritten to list the files as they are now, so that the next ``from_pretrained`` finds its
+        weights true to it.
+
+        A copy loaded as remote code (``_auto_class`` set) leaves its code to transformers, which copies its own
+        files."""
+        if is_main_process and self._auto_class is None:
+            Path(save_directory).mkdir(parents=True, exist_ok=True)
+            write_remote_code(Path(save_directory), self.config)  # first: a push_to_hub inside takes them along
         super().save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
         if is_main_process:
             refresh_manifest(save_directory)

@@ -1,9 +1,12 @@
-"""Standalone modeling code: the model and the scan op bundled into two files that transformers loads with
-``trust_remote_code=True`` on a machine where palimpsa is not installed.
+"""The model's code as files beside its weights, so that transformers loads a model directory with
+``AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True)`` where palimpsa is not installed (a
+model downloaded from the hub).
 
-The files are assembled from this package's own sources (one truth, no hand-kept copy): the kernel modules
-(reference, chunked path, dispatch) and the model's modules (``MODEL_SOURCES``) are concatenated with their
-intra-package imports removed; the config module is copied as it is (it imports nothing of the package).
+The files are assembled from this package's own sources (one truth, no hand-kept copy), read as text and never
+imported here: the kernel modules (reference, chunked path, dispatch) and the model's modules (``MODEL_SOURCES``)
+are concatenated with their intra-package imports removed; the config module is copied as it is (it imports
+nothing of the package). Every model directory the toolkit writes carries them, with ``AUTO_MAP`` in its
+``config.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ MODELING_FILE = "modeling_palimpsa.py"
 AUTO_MAP = {"AutoConfig": "configuration_palimpsa.PalimpsaConfig",
             "AutoModelForCausalLM": "modeling_palimpsa.PalimpsaForCausalLM"}
 
+# What the standalone copy has in place of the package's names that its modules use.
+_STAND_INS = '''
+
+class PalimpsaError(Exception):
+    pass
+
+
+def write_remote_code(directory, config) -> None:
+    """A standalone copy has no package sources to assemble: transformers saves its files itself."""
+'''
+
 
 def _body(source: str) -> str:
     """Drop the module docstring, ``from __future__`` and intra-package imports."""
@@ -33,9 +47,9 @@ def _body(source: str) -> str:
 
 def modeling_source() -> str:
     parts = [_body((_KERNELS / name).read_text()) for name in KERNEL_SOURCES]
-    parts.append("\n\nclass PalimpsaError(Exception):\n    pass\n")
+    parts.append(_STAND_INS)
     parts += [_body((_UPGRADE / name).read_text()) for name in MODEL_SOURCES]
-    header = ('"""Palimpsa model (standalone copy written by palimpsa\'s export-model --standalone).\n\n'
+    header = ('"""Palimpsa model (standalone copy of the modeling code, written by palimpsa).\n\n'
               'Load with AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True)."""\n\n'
               "from __future__ import annotations\n\nfrom .configuration_palimpsa import PalimpsaConfig\n")
     return header + "\n".join(parts)
@@ -45,6 +59,15 @@ def config_source() -> str:
     return (_UPGRADE / "model" / "configuration.py").read_text()
 
 
-def standalone_code() -> dict[str, str]:
-    """The two files, name -> text; whoever writes them adds ``AUTO_MAP`` to ``config.json``."""
+def remote_code() -> dict[str, str]:
+    """The files, name -> text; whoever writes them sets ``AUTO_MAP`` as the config's ``auto_map``."""
     return {CONFIG_FILE: config_source(), MODELING_FILE: modeling_source()}
+
+
+def write_remote_code(directory: Path, config) -> list[str]:
+    """Write the files into ``directory`` and point ``config.auto_map`` at them; returns their names."""
+    config.auto_map = dict(AUTO_MAP)
+    files = remote_code()
+    for name, text in files.items():
+        (Path(directory) / name).write_text(text)
+    return list(files)
