@@ -226,6 +226,8 @@ def exports(sources) -> dict[str, Path]:
         "bf16": (s.trained, {"dtype": "bf16"}),
         "standalone": (s.trained, {"standalone": True, "shard_size": "100KB"}),
         "mamba2": (s.trained, {"to_mamba2": True}),
+        "hf_mamba2": (s.trained, {"to_hf_mamba2": True}),
+        "hf_from_plain": (s.base, {"to_hf_mamba2": True}),
         "merged": (s.adapter, {"merge_lora": True}),
         "run": (s.run, {}),
         "run_final": (s.run_final, {}),
@@ -249,6 +251,8 @@ def cli_runs(sources, exports) -> dict[str, subprocess.CompletedProcess]:
         "sharded": (["export-model", str(sources.trained), "--output", str(root / "sharded" / "out"),
                      "--shard-size", "100KB"], {}),
         "missing": (["export-model", str(root / "no-such-model"), "--output", str(root / "missing" / "out")], {}),
+        "hf_mamba2": (["export-model", str(sources.upgraded), "--output", str(root / "hf-mamba2"), "--to-hf-mamba2",
+                       "--shard-size", "100KB"], {}),
         # a Python that cannot import palimpsa, in a directory away from the repository
         "standalone": ([sys.executable, "-c", STANDALONE_SCRIPT, str(exports["standalone"]), ids,
                         str(root / "resaved")], {"HF_MODULES_CACHE": str(root / "modules"), "PYTHONPATH": ""}),
@@ -561,6 +565,83 @@ def test_to_mamba2(sources, exports):
 def test_to_mamba2_generates(exports):
     completions = generate_text(exports["mamba2"], ["abc"], max_new_tokens=4)
     assert len(completions) == 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --to-hf-mamba2
+
+
+def test_to_hf_mamba2_cli(sources, cli_runs):
+    """export-model --to-hf-mamba2 as a user runs it: transformers' own Mamba2ForCausalLM loads the output and
+    computes what the Palimpsa model computes with beta at 0."""
+    from transformers import Mamba2ForCausalLM
+
+    run = cli_runs["hf_mamba2"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "dropping beta changes the logits by max" in run.stdout
+    output = cli_runs["_root"] / "hf-mamba2"
+    config = read_json(output / "config.json")
+    assert config["model_type"] == "mamba2" and config["architectures"] == ["Mamba2ForCausalLM"]
+    assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (64, 4, 272)
+    assert not any(name.endswith(".py") for name in os.listdir(output)) and "auto_map" not in config
+    index = read_json(output / "model.safetensors.index.json")["weight_map"]
+    assert "backbone.embeddings.weight" in index and not any("beta" in key for key in index)
+    assert "lm_head.weight" not in index  # tied, as transformers saves it
+    assert_tokenizer_copied(output, sources.base)
+    report = assert_report_matches_files(output)
+    assert report["format"] == "transformers"
+
+    model = Mamba2ForCausalLM.from_pretrained(str(output)).eval()
+    assert type(model) is Mamba2ForCausalLM and model.config.vocab_size == 272
+    source = PalimpsaForCausalLM.from_pretrained(str(sources.upgraded)).eval()
+    with source.beta_scaled(0.0):
+        reference = logits_of(source, sources.ids)
+    assert max_diff(logits_of(model, sources.ids), reference) <= 1e-5 * reference.abs().max().item()
+    assert f"{report['to_hf_mamba2']['max_abs_diff']:.3g}" in run.stdout
+
+
+def test_to_hf_mamba2_states_what_dropping_beta_costs(sources, exports):
+    from transformers import AutoModelForCausalLM as Auto
+    from transformers import Mamba2ForCausalLM
+
+    output = exports["hf_mamba2"]
+    model = Auto.from_pretrained(str(output)).eval()  # model_type mamba2: transformers' class, no palimpsa's
+    assert type(model) is Mamba2ForCausalLM
+    source = PalimpsaForCausalLM.from_pretrained(str(sources.trained)).eval()  # beta scale 0.7
+    probe = probe_input_ids(257, 2, 64, seed=0)
+    measured = max_diff(logits_of(source, probe), logits_of(model, probe))
+    stated = read_json(output / "export_report.json")["to_hf_mamba2"]["max_abs_diff"]
+    assert measured > 0.1 and abs(stated - measured) <= 1e-6 * max(1.0, measured), (stated, measured)
+    card = (output / "README.md").read_text()
+    assert f"{stated:.3g}" in card and "Mamba2ForCausalLM" in card
+    source.set_beta_scale(0.0)
+    reference = logits_of(source, sources.ids)
+    assert max_diff(logits_of(model, sources.ids), reference) <= 1e-5 * reference.abs().max().item()
+
+
+def test_to_hf_mamba2_converts_a_plain_mamba2(sources, exports):
+    from transformers import Mamba2ForCausalLM
+
+    output = exports["hf_from_plain"]
+    report = read_json(output / "export_report.json")
+    assert report["source_kind"] == "mamba2" and report["upgraded_layers"] == []
+    assert report["to_hf_mamba2"]["top1_agreement"] == 1.0  # no beta to drop: only the scans' rounding differs
+    model = Mamba2ForCausalLM.from_pretrained(str(output)).eval()
+    checkpoint = load_checkpoint(sources.base)
+    plain = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False)).eval()
+    reference = logits_of(plain, sources.ids)
+    assert max_diff(logits_of(model, sources.ids), reference) <= 1e-5 * reference.abs().max().item()
+
+
+def test_to_hf_mamba2_refuses_what_transformers_cannot_hold(tmp_path, monkeypatch, capsys):
+    from checkpoints import write_mamba_ssm
+
+    source = write_mamba_ssm(tmp_path / "sources" / "d-per-channel", D_has_hdim=True)
+    assert_refused(tmp_path, [str(source), "--output", str(tmp_path / "out"), "--to-hf-mamba2"],
+                   "cannot be written in transformers' Mamba2 format: its skip term D has one value per channel",
+                   monkeypatch, capsys)
+    assert_refused(tmp_path, [str(source), "--output", str(tmp_path / "out"), "--to-hf-mamba2", "--to-mamba2"],
+                   "--to-mamba2 and --to-hf-mamba2 exclude each other", monkeypatch, capsys)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -12,13 +12,16 @@ examples:
   export-model ./mamba2-2.7b-palimpsa-ft --output ./release --dtype bf16
   export-model runs/a --output ./release --merge-lora
   export-model ./model --output ./plain-mamba2 --to-mamba2
+  export-model ./model --output ./hf-mamba2 --to-hf-mamba2
 
 SOURCE is a Palimpsa model directory, a LoRA adapter directory (merged into its base with --merge-lora) or a
 training run (its final/ model, else its newest checkpoints/step-*/model). The output holds safetensors shards
 with an index, config.json, generation_config.json, the tokenizer, a model card (with the recipe and evaluation
 summary when the run has them), export_report.json with a sha256 for every file (the weights' checked at load
 time), and the modeling code, so that transformers loads it with trust_remote_code=True where palimpsa is not
-installed. --to-mamba2 writes a plain mamba_ssm-format Mamba2 (beta dropped) and states the difference.
+installed. --to-mamba2 writes a plain mamba_ssm-format Mamba2 and --to-hf-mamba2 one in transformers'
+Mamba2ForCausalLM format (model_type mamba2), beta dropped and the difference stated; both also convert a plain
+Mamba2 checkpoint of either format.
 """
 
 
@@ -35,6 +38,8 @@ def parser() -> argparse.ArgumentParser:
                         help="accepted for older scripts: every export carries the modeling code now")
     parser.add_argument("--to-mamba2", action="store_true",
                         help="write a plain mamba_ssm-format Mamba2 with the beta parameters dropped")
+    parser.add_argument("--to-hf-mamba2", action="store_true",
+                        help="write transformers' Mamba2ForCausalLM format (model_type mamba2), beta dropped")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     parser.add_argument("--quiet", "-q", action="store_true", help="no plan, figures or progress bars")
     return parser
@@ -43,8 +48,8 @@ def parser() -> argparse.ArgumentParser:
 def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     export_model(args.source, args.output, merge_lora=args.merge_lora, dtype=args.dtype, shard_size=args.shard_size,
-                 standalone=args.standalone, to_mamba2=args.to_mamba2, force=args.force, progress=not args.quiet,
-                 log=None if args.quiet else print)
+                 standalone=args.standalone, to_mamba2=args.to_mamba2, to_hf_mamba2=args.to_hf_mamba2,
+                 force=args.force, progress=not args.quiet, log=None if args.quiet else print)
     return 0
 
 

@@ -78,7 +78,7 @@ def write_model_directory(directory: Path, config, state: dict[str, torch.Tensor
     config.save_pretrained(directory)
     names.append("config.json")
     if generation_config:
-        _generation_config(config).save_pretrained(directory)
+        generation_config_for(config).save_pretrained(directory)
         names.append("generation_config.json")
     return finish_model_directory(directory, names, report_name=report_name, report=report, tokenizer=tokenizer,
                                   card=card)
@@ -109,7 +109,8 @@ def _write_tokenizer(tokenizer, directory: Path) -> list[str]:
     return [path.name for path in files]
 
 
-def _generation_config(config):
+def generation_config_for(config):
+    """transformers' ``GenerationConfig`` of a model: bos/eos from its config, pad falling back to eos."""
     from transformers import GenerationConfig
 
     pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
