@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from checkpoints import hub_cache_layout
+from hub_server import HubStandIn
 from palimpsa.upgrade import PalimpsaError, PalimpsaForCausalLM, upgrade_model
 from palimpsa.upgrade.cli.export_model import main as export_main
 from palimpsa.upgrade.convert.checkpoint import load_checkpoint
@@ -240,9 +243,19 @@ def exports(sources) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def cli_runs(sources, exports) -> dict[str, subprocess.CompletedProcess]:
+def hub():
+    """The local stand-in of the hub's HTTP API that --push-to-hub talks to (tests/hub_server.py)."""
+    server = HubStandIn(refuse=("me/denied",)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cli_runs(sources, exports, hub) -> dict[str, subprocess.CompletedProcess]:
     root = sources.root.parent / "cli"
     root.mkdir()
+    hub_env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_stand_in", "HF_HUB_OFFLINE": "0",
+               "HF_HOME": str(root / "hf-home")}
     (root / "sharded").mkdir()
     (root / "missing").mkdir()
     (root / "modules").mkdir()
@@ -258,6 +271,12 @@ def cli_runs(sources, exports) -> dict[str, subprocess.CompletedProcess]:
                         str(root / "resaved")], {"HF_MODULES_CACHE": str(root / "modules"), "PYTHONPATH": ""}),
         "auto_classes": ([sys.executable, "-c", AUTO_CLASSES_SCRIPT, ids, str(sources.upgraded), str(sources.trained)],
                          {"HF_MODULES_CACHE": str(root / "modules-auto"), "PYTHONPATH": ""}),
+        "push": (["export-model", str(sources.run_final), "-o", str(root / "pushed"), "--push-to-hub",
+                  "me/tiny-palimpsa", "--private"], hub_env),
+        "push_refused": (["export-model", str(sources.trained), "-o", str(root / "refused"), "--push-to-hub",
+                          "me/denied"], hub_env),
+        "upgrade_push": (["upgrade-model", str(sources.base), "--layers", "2", "--skip-verify", "-o",
+                          str(root / "upgrade-pushed"), "--push-to-hub", "me/tiny-upgrade"], hub_env),
     }
     with ThreadPoolExecutor(len(planned)) as pool:
         futures = {name: pool.submit(run_cli, args, root, env) for name, (args, env) in planned.items()}
@@ -642,6 +661,118 @@ def test_to_hf_mamba2_refuses_what_transformers_cannot_hold(tmp_path, monkeypatc
                    monkeypatch, capsys)
     assert_refused(tmp_path, [str(source), "--output", str(tmp_path / "out"), "--to-hf-mamba2", "--to-mamba2"],
                    "--to-mamba2 and --to-hf-mamba2 exclude each other", monkeypatch, capsys)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# model cards and the hub
+
+
+def front_matter(card: str) -> dict:
+    assert card.startswith("---\n"), card[:200]
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_the_card_carries_the_hub_metadata_and_no_local_path(sources, exports, cli_runs):
+    for name in ("single", "run", "mamba2", "hf_mamba2"):
+        card = (exports[name] / "README.md").read_text()
+        matter = front_matter(card)
+        assert matter["pipeline_tag"] == "text-generation" and {"palimpsa", "mamba2"} <= set(matter["tags"])
+        assert matter.get("library_name") == (None if name == "mamba2" else "transformers")
+        assert "base_model" not in matter and "license" not in matter  # a local base, with no card of its own
+        assert str(sources.root) not in card and str(Path.home()) not in card, name
+        assert "<namespace>/<model-name>" in card
+    card = (exports["single"] / "README.md").read_text()
+    assert 'AutoModelForCausalLM.from_pretrained("<namespace>/<model-name>", trust_remote_code=True)' in card
+    assert "tiny-random-mamba2 (a local checkpoint)" in card
+    assert 'AutoModelForCausalLM.from_pretrained("<namespace>/<model-name>")' in (
+        exports["hf_mamba2"] / "README.md").read_text()
+    run = cli_runs["sharded"]
+    assert "note: the model card states no license" in run.stdout and "--hub-id or --push-to-hub" in run.stdout
+
+
+def test_the_card_names_a_hub_base_and_its_license(sources, tmp_path):
+    """A base from the hub (here its cache, offline) is named by its id in base_model, and the license of its card
+    travels to the upgraded model's card and on to an export's, whose snippet loads from --hub-id."""
+    base = shutil.copytree(sources.base, tmp_path / "base")
+    (base / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a tiny Mamba2\n")
+    cache = tmp_path / "cache"
+    hub_cache_layout(base, cache, "owner/tiny-mamba2")
+    upgraded = tmp_path / "upgraded"
+    upgrade_model("owner/tiny-mamba2", 2, output=upgraded, verify=False, cache_dir=cache)
+    card = (upgraded / "README.md").read_text()
+    matter = front_matter(card)
+    assert (matter["base_model"], matter["license"], matter["library_name"]) == ("owner/tiny-mamba2", "apache-2.0",
+                                                                                "transformers")
+    assert str(tmp_path) not in card and "# Palimpsa upgrade of owner/tiny-mamba2" in card
+    exported = tmp_path / "exported"
+    lines = []
+    export_model(upgraded, exported, hub_id="owner/tiny-palimpsa", log=lines.append)
+    card = (exported / "README.md").read_text()
+    assert front_matter(card)["license"] == "apache-2.0" and front_matter(card)["base_model"] == "owner/tiny-mamba2"
+    assert 'AutoModelForCausalLM.from_pretrained("owner/tiny-palimpsa", trust_remote_code=True)' in card
+    assert "<namespace>" not in card and not any(line.startswith("note:") for line in lines)
+
+
+def test_push_to_hub(hub, cli_runs):
+    run = cli_runs["push"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "pushed: " in run.stdout
+    output = cli_runs["_root"] / "pushed"
+    repository = hub.repositories["me/tiny-palimpsa"]
+    assert repository.visibility == "private" and repository.token == "hf_stand_in"
+    assert repository.files == {p.name: p.read_bytes() for p in output.iterdir()}  # every file, as written
+    card = repository.files["README.md"].decode()
+    assert 'AutoModelForCausalLM.from_pretrained("me/tiny-palimpsa", trust_remote_code=True)' in card
+    assert "## Training recipe" in card and "<namespace>" not in card
+    assert any(metadata.get("pipeline_tag") == "text-generation" for metadata in hub.validated)
+    assert not [request for request in hub.unexpected if "me/tiny-palimpsa" in request]
+
+
+def test_upgrade_model_pushes_to_hub(hub, cli_runs):
+    run = cli_runs["upgrade_push"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    output = cli_runs["_root"] / "upgrade-pushed"
+    repository = hub.repositories["me/tiny-upgrade"]
+    assert repository.visibility != "private"
+    assert repository.files == {p.name: p.read_bytes() for p in output.iterdir()}
+    assert 'from_pretrained("me/tiny-upgrade", trust_remote_code=True)' in repository.files["README.md"].decode()
+
+
+def test_a_failed_push_keeps_the_export_and_says_how_to_push_again(hub, cli_runs):
+    run = cli_runs["push_refused"]
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    line = [line for line in run.stderr.splitlines() if line.strip()][-1]
+    output = cli_runs["_root"] / "refused"
+    assert line.startswith(f"{PREFIX}pushing to the hub repository me/denied failed ("), line
+    assert line.endswith(f"the export is written in {output}: push it again with `hf upload me/denied {output}`")
+    assert_report_matches_files(output)
+    assert "me/denied" not in hub.repositories
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--push-to-hub", "not a repo"], "--push-to-hub 'not a repo' is not a hub repository id; write it as"),
+    (["--push-to-hub", "bare-name"], "--push-to-hub 'bare-name' is not a hub repository id"),
+    (["--private"], "--private applies to the repository --push-to-hub creates"),
+    (["--hub-id", "a/b", "--push-to-hub", "a/c"], "name different repositories"),
+    (["--push-to-hub", "me/x"], "offline mode is on (HF_HUB_OFFLINE=1)"),
+])
+def test_hub_options_are_checked_before_any_work(sources, tmp_path, monkeypatch, capsys, args, match):
+    assert_refused(tmp_path, [str(sources.upgraded), "--output", str(tmp_path / "out"), *args], match,
+                   monkeypatch, capsys)
+
+
+def test_a_push_without_a_token_is_refused_before_any_work(sources, tmp_path, monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-tokens"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    (tmp_path / "work").mkdir()
+    assert_refused(tmp_path / "work", [str(sources.upgraded), "--output", str(tmp_path / "work" / "out"),
+                                       "--push-to-hub", "me/x"], "needs a hub token with write access", monkeypatch,
+                   capsys)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ examples:
   export-model runs/a --output ./release --merge-lora
   export-model ./model --output ./plain-mamba2 --to-mamba2
   export-model ./model --output ./hf-mamba2 --to-hf-mamba2
+  export-model runs/a --output ./release --push-to-hub me/mamba2-palimpsa --private
 
 SOURCE is a Palimpsa model directory, a LoRA adapter directory (merged into its base with --merge-lora) or a
 training run (its final/ model, else its newest checkpoints/step-*/model). The output holds safetensors shards
@@ -22,6 +23,11 @@ time), and the modeling code, so that transformers loads it with trust_remote_co
 installed. --to-mamba2 writes a plain mamba_ssm-format Mamba2 and --to-hf-mamba2 one in transformers'
 Mamba2ForCausalLM format (model_type mamba2), beta dropped and the difference stated; both also convert a plain
 Mamba2 checkpoint of either format.
+
+The card's metadata (base_model, license, pipeline_tag, library_name) is what the hub reads; its snippet loads
+the model from --hub-id (or the --push-to-hub repository), a placeholder without one. --push-to-hub creates the
+repository (private with --private) and uploads the finished directory, with huggingface_hub's token (HF_TOKEN or
+`hf auth login`) and endpoint (HF_ENDPOINT).
 """
 
 
@@ -40,6 +46,12 @@ def parser() -> argparse.ArgumentParser:
                         help="write a plain mamba_ssm-format Mamba2 with the beta parameters dropped")
     parser.add_argument("--to-hf-mamba2", action="store_true",
                         help="write transformers' Mamba2ForCausalLM format (model_type mamba2), beta dropped")
+    hub = parser.add_argument_group("hub")
+    hub.add_argument("--hub-id", default=None, metavar="REPO_ID",
+                     help="the hub repository the model card's snippet loads from (namespace/name)")
+    hub.add_argument("--push-to-hub", default=None, metavar="REPO_ID",
+                     help="create this hub repository and upload the export to it once written")
+    hub.add_argument("--private", action="store_true", help="make the repository --push-to-hub creates private")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     parser.add_argument("--quiet", "-q", action="store_true", help="no plan, figures or progress bars")
     return parser
@@ -49,7 +61,8 @@ def run(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     export_model(args.source, args.output, merge_lora=args.merge_lora, dtype=args.dtype, shard_size=args.shard_size,
                  standalone=args.standalone, to_mamba2=args.to_mamba2, to_hf_mamba2=args.to_hf_mamba2,
-                 force=args.force, progress=not args.quiet, log=None if args.quiet else print)
+                 hub_id=args.hub_id, push_to_hub=args.push_to_hub, private=args.private, force=args.force,
+                 progress=not args.quiet, log=None if args.quiet else print)
     return 0
 
 

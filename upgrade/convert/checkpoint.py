@@ -409,13 +409,14 @@ def _looks_like_path(source: str) -> bool:
 
 
 def _download(repo_id: str, revision, cache_dir, token, local_files_only) -> Path:
-    """Fetch only what an upgrade needs (config, one weight format, tokenizer) through huggingface_hub.
+    """Fetch only what an upgrade needs (config, one weight format, tokenizer, the card for its license) through
+    huggingface_hub.
 
     Offline (``local_files_only`` or ``HF_HUB_OFFLINE=1``), or when the hub cannot be reached, the cached
     snapshot is used.
     """
     offline = constants.HF_HUB_OFFLINE if local_files_only is None else local_files_only
-    cached_patterns = ["config.json", *TOKENIZER_FILES, "*.safetensors", "*.safetensors.index.json",
+    cached_patterns = ["config.json", "README.md", *TOKENIZER_FILES, "*.safetensors", "*.safetensors.index.json",
                        "pytorch_model*.bin", "pytorch_model.bin.index.json"]
     try:
         if not offline:
@@ -426,7 +427,7 @@ def _download(repo_id: str, revision, cache_dir, token, local_files_only) -> Pat
             except Exception:  # unreachable hub (connection errors come from the HTTP client): use the cache
                 offline = True
             else:
-                wanted = ["config.json", *TOKENIZER_FILES, *_weight_patterns(files)]
+                wanted = ["config.json", "README.md", *TOKENIZER_FILES, *_weight_patterns(files)]
                 return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
                                               allow_patterns=wanted))
         return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,

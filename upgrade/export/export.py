@@ -27,6 +27,8 @@ from ..convert.compare import compare_logits, probe_input_ids, probe_logits
 from ..convert.loading import load_mamba2, load_palimpsa
 from ..errors import PalimpsaError
 from ..io.dtypes import dtype_name, parse_dtype
+from ..io.hub import hub_repository, push_directory
+from ..io.model_card import license_of, missing_metadata, release_card
 from ..io.model_directory import finish_model_directory, generation_config_for, report_header, write_model_directory
 from ..io.output import atomic_directory, check_output_directory, write_json_atomic
 from ..io.shards import parse_size, save_state_dict_sharded
@@ -114,14 +116,14 @@ def _tokenizer_files(directory: Path, kind: str) -> list[Path]:
     return found
 
 
-def _run_summaries(directory: Path) -> tuple[str | None, dict | None]:
-    """The recipe (YAML text) and latest evaluation of the training run the model directory belongs to, when it
-    belongs to one that has them."""
+def _run_summaries(directory: Path) -> tuple[str | None, str | None, dict | None]:
+    """The name, recipe (YAML text) and latest evaluation of the training run the model directory belongs to, when
+    it belongs to one (None for what it lacks)."""
     run = run_layout.run_of(directory)
     if run is None:
-        return None, None
+        return None, None, None
     recipe, evaluation = run / run_layout.RECIPE, run / run_layout.EVAL_SUMMARY
-    return (recipe.read_text() if recipe.is_file() else None,
+    return (run.resolve().name, recipe.read_text() if recipe.is_file() else None,
             _read_json(evaluation) if evaluation.is_file() else None)
 
 
@@ -157,6 +159,9 @@ def export_model(
     standalone: bool = False,
     to_mamba2: bool = False,
     to_hf_mamba2: bool = False,
+    hub_id: str | None = None,
+    push_to_hub: str | None = None,
+    private: bool = False,
     force: bool = False,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
@@ -166,6 +171,9 @@ def export_model(
     Every Palimpsa export carries the modeling code for ``trust_remote_code=True``; ``standalone`` is kept for the
     callers that ask for it by name. ``to_mamba2`` and ``to_hf_mamba2`` write a plain Mamba2 instead (mamba_ssm's
     format, transformers'), the beta parameters dropped, read back and the difference measured.
+
+    The model card's snippet loads the model from the hub repository ``hub_id`` (a placeholder without one);
+    ``push_to_hub`` names the repository to create (``private``) and upload the finished directory to.
     """
     say = log or (lambda _line: None)
     started = time.perf_counter()
@@ -179,19 +187,23 @@ def export_model(
         option = "--to-mamba2" if to_mamba2 else "--to-hf-mamba2"
         raise PalimpsaError(f"--standalone and {option} exclude each other: a plain Mamba2 checkpoint needs no code")
     target = "mamba_ssm" if to_mamba2 else "transformers" if to_hf_mamba2 else "palimpsa"
+    repo_id = hub_repository(hub_id, push_to_hub, private)
     directory, kind = resolve_export_source(source, plain_mamba2=target != "palimpsa")
     check_output_directory(output, force, sources=_export_sources(source, directory, kind))
     if target == "transformers" and (reason := transformers_mamba2_refusal(_source_config(directory, kind))):
         raise PalimpsaError(f"{directory} cannot be written in transformers' Mamba2 format: {reason}; --to-mamba2 "
                             "writes mamba_ssm's format, which has it")
-    say(f"Plan\n  source      {directory} ({_SOURCE_KINDS[kind]})\n  output      {output} ({FORMATS[target]})")
+    pushed = f"\n  hub         {push_to_hub}{' (private)' if private else ''}, pushed once written"
+    say(f"Plan\n  source      {directory} ({_SOURCE_KINDS[kind]})\n  output      {output} ({FORMATS[target]})"
+        + (pushed if push_to_hub else ""))
     model = load_export_source(directory, kind, merge_lora, target_dtype).eval()
     config = model.config
-    recipe, evaluation = _run_summaries(directory)
+    run, recipe, evaluation = _run_summaries(directory)
     report = {
         **report_header(),
         "source": str(directory),
         "source_kind": kind,
+        "run": run,
         "format": target,
         "dtype": dtype_name(next(model.parameters()).dtype),
         "upgraded_layers": list(config.upgraded_layers),
@@ -202,9 +214,10 @@ def export_model(
         "evaluation": evaluation,
     }
     tokenizer_files = _tokenizer_files(directory, kind)
+    license = license_of(directory, config.base_model)
 
     def card(finished: dict) -> str:
-        return export_card(finished, recipe)
+        return release_card(finished, recipe, repo_id, license, tokenizer=bool(tokenizer_files))
 
     with atomic_directory(output, force) as staging:
         if target == "palimpsa":
@@ -224,6 +237,10 @@ def export_model(
         what = "dropping beta changes the logits" if config.upgraded_layers else "read back, the logits differ"
         say(f"  {what} by max {diff['max_abs_diff']:.3g} (mean KL {diff['mean_kl']:.3g} nats, top-1 agreement "
             f"{diff['top1_agreement']:.1%}) on a {diff['probe']} probe")
+    for note in missing_metadata(repo_id, license):
+        say(note)
+    if push_to_hub is not None:
+        push_directory(output, push_to_hub, private=private, what="export", log=say)
     return report
 
 
@@ -273,32 +290,3 @@ def _write_hf_mamba2(model: PalimpsaForCausalLM, directory: Path, max_shard: int
     generation_config_for(config).save_pretrained(directory)
     written = Mamba2ForCausalLM.from_pretrained(str(directory), dtype="auto").eval()
     return names + ["config.json", "generation_config.json"], _beta_dropped(model, written)
-
-
-def export_card(report: dict, recipe: str | None) -> str:
-    lines = ["---", "library_name: transformers", "tags:", "- palimpsa", "- mamba2", "---", "",
-             f"# {'Mamba2 (beta dropped) from' if report['format'] in DROPPED else 'Palimpsa model'} "
-             f"{report['base_model'] or ''}".rstrip(), "",
-             f"- Exported from: `{report['source']}` ({report['source_kind']})",
-             f"- Base model: `{report['base_model']}`",
-             f"- Upgraded layers: {report['upgraded_layers']}",
-             f"- Beta: gain init {report['beta']['init']:g}, rank {report['beta']['rank']}, "
-             f"scale {report['beta']['scale']:g}",
-             f"- Weights: {report['dtype']}, checksums in export_report.json", ""]
-    if report["format"] in DROPPED:
-        diff = report[DROPPED[report["format"]]]
-        kind = ("mamba_ssm-format Mamba2" if report["format"] == "mamba_ssm" else
-                "Mamba2 in transformers' format (`Mamba2ForCausalLM.from_pretrained` loads it, no palimpsa needed)")
-        lines += [f"This is a plain {kind}: the Palimpsa layers' beta parameters were dropped, which "
-                  f"changes the logits by at most {diff['max_abs_diff']:.3g} (mean KL {diff['mean_kl']:.3g} nats, "
-                  f"top-1 agreement {diff['top1_agreement']:.1%}) on a {diff['probe']} probe.", ""]
-    else:
-        lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM",
-                  "model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)  # no palimpsa needed",
-                  "import palimpsa.upgrade; model = AutoModelForCausalLM.from_pretrained(path)  # palimpsa's classes",
-                  "```", ""]
-    if report.get("evaluation"):
-        lines += ["## Evaluation", "", "```json", json.dumps(report["evaluation"], indent=2), "```", ""]
-    if recipe:
-        lines += ["## Training recipe", "", "```yaml", recipe.rstrip(), "```", ""]
-    return "\n".join(lines)
