@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from checkpoints import hub_cache_layout
+from checkpoints import ROOT, hub_cache_layout
 from hub_server import HubStandIn
 from palimpsa.upgrade import PalimpsaError, PalimpsaForCausalLM, upgrade_model
 from palimpsa.upgrade.cli.export_model import main as export_main
@@ -275,6 +275,9 @@ def cli_runs(sources, exports, hub) -> dict[str, subprocess.CompletedProcess]:
                   "me/tiny-palimpsa", "--private"], hub_env),
         "push_refused": (["export-model", str(sources.trained), "-o", str(root / "refused"), "--push-to-hub",
                           "me/denied"], hub_env),
+        # the GPU check the lead runs once on a GPU, here through Triton's interpreter
+        "gpu_check": ([sys.executable, str(ROOT / "scripts" / "check_standalone_gpu.py"), "--device", "cpu",
+                       "--quick"], {}),
         "upgrade_push": (["upgrade-model", str(sources.base), "--layers", "2", "--skip-verify", "-o",
                           str(root / "upgrade-pushed"), "--push-to-hub", "me/tiny-upgrade"], hub_env),
     }
@@ -468,6 +471,33 @@ def test_model_directories_load_without_palimpsa(sources, cli_runs):
         assert result["tokenizer"] == 257
         expected = logits_of(load(directory), ids)
         assert max_diff(torch.tensor(result["logits"]), expected) <= 1e-5, name
+
+
+def test_the_copy_carries_the_triton_kernels(exports, cli_runs):
+    """The code beside the weights includes the Triton module, which the copy's dispatch uses on a GPU (here run
+    by scripts/check_standalone_gpu.py in Triton's interpreter): its operators register in a namespace of their
+    own, and no file of the copy names triton where transformers checks a remote module's imports (a machine
+    without triton loads it from the hub and runs the PyTorch paths)."""
+    import importlib.util
+
+    from palimpsa.kernels import fused_recurrent as package
+    from transformers.dynamic_module_utils import get_imports, get_relative_import_files
+
+    output = exports["standalone"]
+    files = get_relative_import_files(output / "modeling_palimpsa.py")
+    assert sorted(Path(f).name for f in files) == ["configuration_palimpsa.py", "fused_recurrent.py"]
+    for path in output.glob("*.py"):
+        assert "triton" not in get_imports(path), path.name
+    spec = importlib.util.spec_from_file_location("a_model_copy.fused_recurrent", output / "fused_recurrent.py")
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)  # beside the package's own operators, without a clash
+    assert package.OPS_NAMESPACE == "palimpsa" and copy.OPS_NAMESPACE == "a_model_copy_fused_recurrent"
+    assert copy.SAVE_UNDER_CHECKPOINTING[0] is not package.SAVE_UNDER_CHECKPOINTING[0]
+
+    run = cli_runs["gpu_check"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1].startswith("standalone GPU check: PASS on cpu (Triton interpreter): "
+                                                          "float32 logits within ")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ model downloaded from the hub).
 The files are assembled from this package's own sources (one truth, no hand-kept copy), read as text and never
 imported here: the kernel modules (reference, chunked path, dispatch) and the model's modules (``MODEL_SOURCES``)
 are concatenated with their intra-package imports removed; the config module is copied as it is (it imports
-nothing of the package). Every model directory the toolkit writes carries them, with ``AUTO_MAP`` in its
-``config.json``.
+nothing of the package), and so is the Triton module (``TRITON_FILE``), which the dispatch imports by name on a
+CUDA GPU where triton is installed: the copy then runs the Triton kernels as the package does, and the PyTorch
+paths elsewhere. Every model directory the toolkit writes carries them, with ``AUTO_MAP`` in its ``config.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,24 @@ _INTERNAL_IMPORT = re.compile(r"^from (\.[\w.]*|palimpsa[\w.]*) import (\([^)]*\
 
 CONFIG_FILE = "configuration_palimpsa.py"
 MODELING_FILE = "modeling_palimpsa.py"
+TRITON_FILE = "fused_recurrent.py"  # its own name: the dispatch (kernels/scan.py) imports it by that name
+# transformers copies (and downloads) the files a remote module names in `from .x import` lines, and never runs
+# this one; the dispatch imports the module at run time, only on CUDA tensors
+_TRITON_MARKER = f"""
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names {TRITON_FILE} for transformers, which copies it beside this file
+    from .{TRITON_FILE.removesuffix(".py")} import fused_recurrent_palimpsa_scan
+"""
+# transformers refuses a remote module whose imports name a package that is not installed, except imports inside
+# a try block: the Triton module's go in one, so that a machine without triton loads the model from the hub
+_TRITON_IMPORTS = re.compile(r"^import triton\nimport triton\.language as tl\n", re.MULTILINE)
+_OPTIONAL_TRITON_IMPORTS = """try:  # optional for transformers' check of a remote module's imports
+    import triton
+    import triton.language as tl
+except ImportError:  # no triton: the dispatch runs the PyTorch paths
+    raise
+"""
 AUTO_MAP = {"AutoConfig": "configuration_palimpsa.PalimpsaConfig",
             "AutoModelForCausalLM": "modeling_palimpsa.PalimpsaForCausalLM"}
 
@@ -51,8 +70,16 @@ def modeling_source() -> str:
     parts += [_body((_UPGRADE / name).read_text()) for name in MODEL_SOURCES]
     header = ('"""Palimpsa model (standalone copy of the modeling code, written by palimpsa).\n\n'
               'Load with AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True)."""\n\n'
-              "from __future__ import annotations\n\nfrom .configuration_palimpsa import PalimpsaConfig\n")
+              "from __future__ import annotations\n\nfrom .configuration_palimpsa import PalimpsaConfig\n"
+              + _TRITON_MARKER)
     return header + "\n".join(parts)
+
+
+def triton_source() -> str:
+    source = (_KERNELS / TRITON_FILE).read_text()
+    if not _TRITON_IMPORTS.search(source):
+        raise RuntimeError(f"{_KERNELS / TRITON_FILE} no longer imports triton as remote_code expects")
+    return _TRITON_IMPORTS.sub(_OPTIONAL_TRITON_IMPORTS, source, count=1)
 
 
 def config_source() -> str:
@@ -61,7 +88,7 @@ def config_source() -> str:
 
 def remote_code() -> dict[str, str]:
     """The files, name -> text; whoever writes them sets ``AUTO_MAP`` as the config's ``auto_map``."""
-    return {CONFIG_FILE: config_source(), MODELING_FILE: modeling_source()}
+    return {CONFIG_FILE: config_source(), MODELING_FILE: modeling_source(), TRITON_FILE: triton_source()}
 
 
 def write_remote_code(directory: Path, config) -> list[str]:
