@@ -24,6 +24,7 @@ import torch
 from checkpoints import EMBEDDED, write_byte_tokenizer, write_mamba_ssm, write_transformers
 from palimpsa.upgrade import PalimpsaForCausalLM, PalimpsaMixer
 from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+from palimpsa.upgrade.io.remote_code import remote_code
 from palimpsa.upgrade.model.modeling import model_from_state_dict
 from safetensors import safe_open
 from safetensors.torch import load_file
@@ -31,7 +32,7 @@ from transformers import AutoModelForCausalLM
 
 TINY = EMBEDDED
 PREFIX = "upgrade-model: error: "
-CODE = ("configuration_palimpsa.py", "modeling_palimpsa.py")  # the modeling code every model directory carries
+CODE = tuple(remote_code())  # the modeling code every model directory carries
 PROGRESS = re.compile(r"(reading|writing) weights: +\d+%\|")
 
 
