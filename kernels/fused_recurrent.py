@@ -21,16 +21,23 @@ over the channel blocks) are added atomically in float32 (float64 for float64 in
 
 The forward is one dispatcher operator (``torch.ops.palimpsa.triton_scan_forward``, with its backward
 registered), so that selective activation checkpointing can keep its outputs (``y`` and the checkpoints)
-from the forward instead of running the scan a second time in the backward's recompute.
+from the forward instead of running the scan a second time in the backward's recompute. A copy of this module
+loaded under another name (the modeling code written beside a model's weights, which transformers imports as
+``transformers_modules.<model>...``) registers its operators in a namespace of its own (``OPS_NAMESPACE``).
 """
 
 import functools
 import json
 import os
+import re
 
 import torch
 import triton
 import triton.language as tl
+
+# "palimpsa" for the package; a copy registers under its module's name, so that no two copies loaded side by side
+# (the package and a model's code, or the code of two models) register the same operator twice
+OPS_NAMESPACE = "palimpsa" if __name__ == "palimpsa.kernels.fused_recurrent" else re.sub(r"\W", "_", __name__)
 
 # Tests set this to allocate every output NaN-filled, so that an element a kernel fails to write shows up.
 POISON_OUTPUTS = False
@@ -42,6 +49,11 @@ SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under 
 STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
 CHUNK_SIZE = 256  # tokens per checkpoint (CT)
 BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
+
+
+def _ops():
+    """This module's operators, ``torch.ops.<OPS_NAMESPACE>``."""
+    return getattr(torch.ops, OPS_NAMESPACE)
 
 
 def _output(shape, dtype, device) -> torch.Tensor:
@@ -488,10 +500,12 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
     ``fwd_config = {"kernel": "gluon"}`` launches the Gluon forward instead (``gluon_scan.gluon_forward``): same
     outputs and checkpoint layout, so the backward below runs on them unchanged."""
     if fwd_config.get("kernel") == "gluon":
-        from .gluon_scan import gluon_forward
+        # `from . import` rather than `from .gluon_scan import`: transformers copies every module a remote-code file
+        # names in the second form, and the copy of this module beside a model's weights carries no Gluon
+        from . import gluon_scan
 
-        return gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
-                             output_uncertainty, store_checkpoints, chunk_size)
+        return gluon_scan.gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens,
+                                        output_final_state, output_uncertainty, store_checkpoints, chunk_size)
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
     n_states = _n_states(batch, cu_seqlens)
@@ -525,10 +539,10 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
 
     ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``)."""
     if bwd_config.get("kernel") == "gluon":
-        from .gluon_scan import gluon_backward
+        from . import gluon_scan  # in this form: see _forward
 
-        return gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
-                              chunk_size)
+        return gluon_scan.gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t,
+                                         di_t, du, chunk_size)
     batch, length, heads, head_dim = v.shape
     n_states = _n_states(batch, cu_seqlens)
     offsets = _first_checkpoints(cu_seqlens, chunk_size)
@@ -574,7 +588,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
 # The scan as one operator of the dispatcher (``torch.ops.palimpsa.triton_scan_forward``), so that selective
 # activation checkpointing can keep its outputs instead of running it again (``SAVE_UNDER_CHECKPOINTING``).
 # Absent outputs are empty tensors (an operator returns tensors only); configurations travel as JSON.
-@torch.library.custom_op("palimpsa::triton_scan_forward", mutates_args=())
+@torch.library.custom_op(f"{OPS_NAMESPACE}::triton_scan_forward", mutates_args=())
 def _scan_op(
     v: torch.Tensor, k: torch.Tensor, q: torch.Tensor, log_decay: torch.Tensor, beta: torch.Tensor | None,
     m0: torch.Tensor | None, i0: torch.Tensor | None, cu_seqlens: torch.Tensor | None, importance_prior: float,
@@ -605,14 +619,14 @@ def _scan_op_backward(ctx, dy, dm_t, di_t, du, _dck_m, _dck_i):
     v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i = ctx.saved_tensors
     dy = torch.zeros_like(v) if dy is None else dy
     present = [None if t is None or t.numel() == 0 else t for t in (dm_t, di_t, du)]
-    grads = torch.ops.palimpsa.triton_scan_backward(v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i, dy,
-                                                    *present, importance_prior, bwd_config, chunk_size, block_size)
+    grads = _ops().triton_scan_backward(v, k, q, log_decay, beta, m0, i0, cu_seqlens, ck_m, ck_i, dy, *present,
+                                        importance_prior, bwd_config, chunk_size, block_size)
     dv, dk, dq, dlog_decay, dbeta, dm0, di0 = grads
     return (dv, dk, dq, dlog_decay, None if beta is None else dbeta, None if m0 is None else dm0,
             None if i0 is None else di0, *([None] * 9))
 
 
-@torch.library.custom_op("palimpsa::triton_scan_backward", mutates_args=())
+@torch.library.custom_op(f"{OPS_NAMESPACE}::triton_scan_backward", mutates_args=())
 def _scan_backward_op(
     v: torch.Tensor, k: torch.Tensor, q: torch.Tensor, log_decay: torch.Tensor, beta: torch.Tensor | None,
     m0: torch.Tensor | None, i0: torch.Tensor | None, cu_seqlens: torch.Tensor | None, ck_m: torch.Tensor,
@@ -653,7 +667,7 @@ def _scan_op_fake(v, k, q, log_decay, beta, m0, i0, cu_seqlens, importance_prior
 
 
 # What selective activation checkpointing should keep rather than recompute (see palimpsa.upgrade.modeling).
-SAVE_UNDER_CHECKPOINTING = (torch.ops.palimpsa.triton_scan_forward.default,)
+SAVE_UNDER_CHECKPOINTING = (_ops().triton_scan_forward.default,)
 
 
 def fused_recurrent_palimpsa_scan(
@@ -711,7 +725,7 @@ def fused_recurrent_palimpsa_scan(
                                                                                         m0, i0))
     store_checkpoints = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (v, k, q, log_decay, beta, m0, i0))
-    y, m_t, i_t, u, _, _ = torch.ops.palimpsa.triton_scan_forward(
+    y, m_t, i_t, u, _, _ = _ops().triton_scan_forward(
         v, k, q, log_decay, beta, m0, i0, cu_seqlens, float(importance_prior), output_final_state,
         output_uncertainty, store_checkpoints, json.dumps(fwd_config), json.dumps(bwd_config),
         chunk_size, block_size,

@@ -10,7 +10,8 @@ The package is cut by stage, in the order the data flows:
 - ``evaluate``: seeded long-context tasks, ``eval-model``, the beta -> 0 sweep, importance inspection,
   generation, the lm-evaluation-harness model;
 - ``train``: recipes, data, the trainer, the training-run layout;
-- ``export``: release directories, standalone code, plain Mamba2 checkpoints;
+- ``export``: release directories, plain Mamba2 checkpoints (the modeling code that every model directory
+  carries is ``io.remote_code``);
 - ``cli``: the console scripts, one module each.
 
 A module imports only from stages before its own (and from ``errors``, ``io`` and ``palimpsa.kernels``).

@@ -24,6 +24,7 @@ import torch
 from checkpoints import EMBEDDED, write_byte_tokenizer, write_mamba_ssm, write_transformers
 from palimpsa.upgrade import PalimpsaForCausalLM, PalimpsaMixer
 from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+from palimpsa.upgrade.io.remote_code import remote_code
 from palimpsa.upgrade.model.modeling import model_from_state_dict
 from safetensors import safe_open
 from safetensors.torch import load_file
@@ -31,6 +32,7 @@ from transformers import AutoModelForCausalLM
 
 TINY = EMBEDDED
 PREFIX = "upgrade-model: error: "
+CODE = tuple(remote_code())  # the modeling code every model directory carries
 PROGRESS = re.compile(r"(reading|writing) weights: +\d+%\|")
 
 
@@ -275,7 +277,7 @@ def test_tiny_default(runs):
     output = run.output
     assert sorted(p.name for p in output.iterdir()) == sorted(
         ["model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "README.md",
-         "upgrade_report.json"])
+         "upgrade_report.json", *CODE])
     for name in ("tokenizer.json", "tokenizer_config.json"):
         assert (output / name).read_bytes() == (TINY / name).read_bytes()
 
@@ -332,7 +334,7 @@ def test_transformers_sharded(runs):
     assert "model.safetensors" not in names
     assert sorted(set(names) - set(shards)) == sorted(
         ["model.safetensors.index.json", "config.json", "tokenizer.json", "tokenizer_config.json", "README.md",
-         "upgrade_report.json"])
+         "upgrade_report.json", *CODE])
     index = read_json(output / "model.safetensors.index.json")
     saved = output_tensors(output)
     assert set(index["weight_map"]) == set(saved)
@@ -394,7 +396,7 @@ def test_skip_verify(runs):
     assert "tokenizer   none in the source" in run.stdout
     assert report["tokenizer_files"] == []
     assert sorted(p.name for p in run.output.iterdir()) == sorted(
-        ["model.safetensors", "config.json", "README.md", "upgrade_report.json"])
+        ["model.safetensors", "config.json", "README.md", "upgrade_report.json", *CODE])
     card = (run.output / "README.md").read_text()
     assert "skipped" in card and "carried no tokenizer files" in card
     assert read_json(run.output / "config.json")["upgraded_layers"] == [1]

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from checkpoints import ROOT, hub_cache_layout
+from hub_server import HubStandIn
 from palimpsa.upgrade import PalimpsaError, PalimpsaForCausalLM, upgrade_model
 from palimpsa.upgrade.cli.export_model import main as export_main
 from palimpsa.upgrade.convert.checkpoint import load_checkpoint
@@ -159,7 +162,7 @@ def sources(tmp_path_factory, tiny_random) -> Sources:
     return found
 
 
-STANDALONE_SCRIPT = """\
+NO_PALIMPSA = """\
 import sys; [sys.modules.__setitem__(n, None) for n in ("palimpsa", "palimpsa.upgrade", "palimpsa.kernels")]
 import json
 
@@ -174,12 +177,44 @@ for name in ("palimpsa", "palimpsa.upgrade", "palimpsa.kernels"):
 import torch
 from transformers import AutoModelForCausalLM
 
-directory, ids = sys.argv[1], torch.tensor(json.loads(sys.argv[2]))
+"""
+
+STANDALONE_SCRIPT = NO_PALIMPSA + """
+directory, ids, resaved = sys.argv[1], torch.tensor(json.loads(sys.argv[2])), sys.argv[3]
 model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True).eval()
 with torch.no_grad():
     logits = model(ids).logits.float()
+    hidden = model(ids, output_hidden_states=True).hidden_states
+    as_tuple = model(ids, return_dict=False)
     generated = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
-print(json.dumps({"module": type(model).__module__, "logits": logits.tolist(), "generated": generated.tolist()}))
+model.save_pretrained(resaved)  # transformers copies the remote code itself
+again = AutoModelForCausalLM.from_pretrained(resaved, trust_remote_code=True).eval()
+with torch.no_grad():
+    resaved_logits = again(ids).logits.float()
+print(json.dumps({"module": type(model).__module__, "logits": logits.tolist(), "generated": generated.tolist(),
+                  "hidden_states": len(hidden), "tuple": type(as_tuple) is tuple and torch.equal(as_tuple[0], logits),
+                  "resaved": torch.equal(resaved_logits, logits)}))
+"""
+
+# A user without palimpsa meets a model directory palimpsa wrote (upgrade-model's output, save_pretrained's).
+AUTO_CLASSES_SCRIPT = NO_PALIMPSA + """
+from transformers import AutoConfig, AutoTokenizer
+
+ids, found = torch.tensor(json.loads(sys.argv[1])), {}
+for directory in sys.argv[2:]:
+    refusals = []
+    for load in (AutoConfig.from_pretrained, AutoModelForCausalLM.from_pretrained):
+        try:
+            load(directory)
+        except ValueError as error:
+            refusals.append(str(error))
+    config = AutoConfig.from_pretrained(directory, trust_remote_code=True)
+    model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True).eval()
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    found[directory] = {"refusals": refusals, "config": type(config).__name__, "module": type(model).__module__,
+                        "logits": logits.tolist(), "tokenizer": len(AutoTokenizer.from_pretrained(directory))}
+print("\\n" + json.dumps(found))  # after transformers' prompt for trust_remote_code, which ends no line
 """
 
 
@@ -194,6 +229,8 @@ def exports(sources) -> dict[str, Path]:
         "bf16": (s.trained, {"dtype": "bf16"}),
         "standalone": (s.trained, {"standalone": True, "shard_size": "100KB"}),
         "mamba2": (s.trained, {"to_mamba2": True}),
+        "hf_mamba2": (s.trained, {"to_hf_mamba2": True}),
+        "hf_from_plain": (s.base, {"to_hf_mamba2": True}),
         "merged": (s.adapter, {"merge_lora": True}),
         "run": (s.run, {}),
         "run_final": (s.run_final, {}),
@@ -206,9 +243,19 @@ def exports(sources) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def cli_runs(sources, exports) -> dict[str, subprocess.CompletedProcess]:
+def hub():
+    """The local stand-in of the hub's HTTP API that --push-to-hub talks to (tests/hub_server.py)."""
+    server = HubStandIn(refuse=("me/denied",)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cli_runs(sources, exports, hub) -> dict[str, subprocess.CompletedProcess]:
     root = sources.root.parent / "cli"
     root.mkdir()
+    hub_env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_stand_in", "HF_HUB_OFFLINE": "0",
+               "HF_HOME": str(root / "hf-home")}
     (root / "sharded").mkdir()
     (root / "missing").mkdir()
     (root / "modules").mkdir()
@@ -217,9 +264,22 @@ def cli_runs(sources, exports) -> dict[str, subprocess.CompletedProcess]:
         "sharded": (["export-model", str(sources.trained), "--output", str(root / "sharded" / "out"),
                      "--shard-size", "100KB"], {}),
         "missing": (["export-model", str(root / "no-such-model"), "--output", str(root / "missing" / "out")], {}),
+        "hf_mamba2": (["export-model", str(sources.upgraded), "--output", str(root / "hf-mamba2"), "--to-hf-mamba2",
+                       "--shard-size", "100KB"], {}),
         # a Python that cannot import palimpsa, in a directory away from the repository
-        "standalone": ([sys.executable, "-c", STANDALONE_SCRIPT, str(exports["standalone"]), ids],
-                       {"HF_MODULES_CACHE": str(root / "modules"), "PYTHONPATH": ""}),
+        "standalone": ([sys.executable, "-c", STANDALONE_SCRIPT, str(exports["standalone"]), ids,
+                        str(root / "resaved")], {"HF_MODULES_CACHE": str(root / "modules"), "PYTHONPATH": ""}),
+        "auto_classes": ([sys.executable, "-c", AUTO_CLASSES_SCRIPT, ids, str(sources.upgraded), str(sources.trained)],
+                         {"HF_MODULES_CACHE": str(root / "modules-auto"), "PYTHONPATH": ""}),
+        "push": (["export-model", str(sources.run_final), "-o", str(root / "pushed"), "--push-to-hub",
+                  "me/tiny-palimpsa", "--private"], hub_env),
+        "push_refused": (["export-model", str(sources.trained), "-o", str(root / "refused"), "--push-to-hub",
+                          "me/denied"], hub_env),
+        # the GPU check the lead runs once on a GPU, here through Triton's interpreter
+        "gpu_check": ([sys.executable, str(ROOT / "scripts" / "check_standalone_gpu.py"), "--device", "cpu",
+                       "--quick"], {}),
+        "upgrade_push": (["upgrade-model", str(sources.base), "--layers", "2", "--skip-verify", "-o",
+                          str(root / "upgrade-pushed"), "--push-to-hub", "me/tiny-upgrade"], hub_env),
     }
     with ThreadPoolExecutor(len(planned)) as pool:
         futures = {name: pool.submit(run_cli, args, root, env) for name, (args, env) in planned.items()}
@@ -257,7 +317,7 @@ def test_export_single_file(sources, exports):
             *TINY_TOKENIZER} <= names
     assert not any(name.startswith("model-") for name in names)
     assert "model.safetensors.index.json" not in names
-    assert not any(name.endswith(".py") for name in names)  # no code without --standalone
+    assert {"configuration_palimpsa.py", "modeling_palimpsa.py"} <= names  # the code for trust_remote_code
     assert_tokenizer_copied(output, sources.base)
     report = assert_report_matches_files(output)
     assert report["format"] == "palimpsa"
@@ -274,7 +334,7 @@ def test_export_single_file(sources, exports):
     assert config["beta_init"] == 0.5 and config["beta_scale"] == 0.7
     assert config["base_model"] == str(sources.base)
     assert config["architectures"] == ["PalimpsaForCausalLM"]
-    assert "auto_map" not in config
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_palimpsa.PalimpsaForCausalLM"
     generation = read_json(output / "generation_config.json")
     assert generation["eos_token_id"] == 256
     assert generation["pad_token_id"] == 256
@@ -381,6 +441,9 @@ def test_standalone_loads_without_palimpsa(sources, exports, cli_runs):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert not result["module"].startswith("palimpsa")
     assert "modeling_palimpsa" in result["module"]
+    assert result["hidden_states"] == read_json(exports["standalone"] / "config.json")["n_layer"] + 1
+    assert result["tuple"] is True
+    assert result["resaved"] is True
 
     installed = load(exports["standalone"])  # with palimpsa imported, its own class serves the same directory
     assert type(installed) is PalimpsaForCausalLM
@@ -391,6 +454,50 @@ def test_standalone_loads_without_palimpsa(sources, exports, cli_runs):
         generated = installed.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
     assert torch.equal(torch.tensor(result["generated"]), generated)
     assert len(result["generated"][0]) == 18
+
+
+def test_model_directories_load_without_palimpsa(sources, cli_runs):
+    """upgrade-model's output and save_pretrained's carry the modeling code and an auto_map: without palimpsa,
+    transformers asks for trust_remote_code=True (rather than to update itself) and then loads them."""
+    run = cli_runs["auto_classes"]
+    assert run.returncode == 0 and run.stdout.strip(), run.stderr[-3000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    ids = sources.ids[:, :12]
+    for name, directory in (("upgraded", sources.upgraded), ("trained", sources.trained)):
+        result = found[str(directory)]
+        assert len(result["refusals"]) == 2, result["refusals"]
+        assert all("trust_remote_code=True" in refusal for refusal in result["refusals"])
+        assert result["config"] == "PalimpsaConfig" and "modeling_palimpsa" in result["module"]
+        assert result["tokenizer"] == 257
+        expected = logits_of(load(directory), ids)
+        assert max_diff(torch.tensor(result["logits"]), expected) <= 1e-5, name
+
+
+def test_the_copy_carries_the_triton_kernels(exports, cli_runs):
+    """The code beside the weights includes the Triton module, which the copy's dispatch uses on a GPU (here run
+    by scripts/check_standalone_gpu.py in Triton's interpreter): its operators register in a namespace of their
+    own, and no file of the copy names triton where transformers checks a remote module's imports (a machine
+    without triton loads it from the hub and runs the PyTorch paths)."""
+    import importlib.util
+
+    from palimpsa.kernels import fused_recurrent as package
+    from transformers.dynamic_module_utils import get_imports, get_relative_import_files
+
+    output = exports["standalone"]
+    files = get_relative_import_files(output / "modeling_palimpsa.py")
+    assert sorted(Path(f).name for f in files) == ["configuration_palimpsa.py", "fused_recurrent.py"]
+    for path in output.glob("*.py"):
+        assert "triton" not in get_imports(path), path.name
+    spec = importlib.util.spec_from_file_location("a_model_copy.fused_recurrent", output / "fused_recurrent.py")
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)  # beside the package's own operators, without a clash
+    assert package.OPS_NAMESPACE == "palimpsa" and copy.OPS_NAMESPACE == "a_model_copy_fused_recurrent"
+    assert copy.SAVE_UNDER_CHECKPOINTING[0] is not package.SAVE_UNDER_CHECKPOINTING[0]
+
+    run = cli_runs["gpu_check"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1].startswith("standalone GPU check: PASS on cpu (Triton interpreter): "
+                                                          "float32 logits within ")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -510,6 +617,195 @@ def test_to_mamba2_generates(exports):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# --to-hf-mamba2
+
+
+def test_to_hf_mamba2_cli(sources, cli_runs):
+    """export-model --to-hf-mamba2 as a user runs it: transformers' own Mamba2ForCausalLM loads the output and
+    computes what the Palimpsa model computes with beta at 0."""
+    from transformers import Mamba2ForCausalLM
+
+    run = cli_runs["hf_mamba2"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "dropping beta changes the logits by max" in run.stdout
+    output = cli_runs["_root"] / "hf-mamba2"
+    config = read_json(output / "config.json")
+    assert config["model_type"] == "mamba2" and config["architectures"] == ["Mamba2ForCausalLM"]
+    assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (64, 4, 272)
+    assert not any(name.endswith(".py") for name in os.listdir(output)) and "auto_map" not in config
+    index = read_json(output / "model.safetensors.index.json")["weight_map"]
+    assert "backbone.embeddings.weight" in index and not any("beta" in key for key in index)
+    assert "lm_head.weight" not in index  # tied, as transformers saves it
+    assert_tokenizer_copied(output, sources.base)
+    report = assert_report_matches_files(output)
+    assert report["format"] == "transformers"
+
+    model = Mamba2ForCausalLM.from_pretrained(str(output)).eval()
+    assert type(model) is Mamba2ForCausalLM and model.config.vocab_size == 272
+    source = PalimpsaForCausalLM.from_pretrained(str(sources.upgraded)).eval()
+    with source.beta_scaled(0.0):
+        reference = logits_of(source, sources.ids)
+    assert max_diff(logits_of(model, sources.ids), reference) <= 1e-5 * reference.abs().max().item()
+    assert f"{report['to_hf_mamba2']['max_abs_diff']:.3g}" in run.stdout
+
+
+def test_to_hf_mamba2_states_what_dropping_beta_costs(sources, exports):
+    from transformers import AutoModelForCausalLM as Auto
+    from transformers import Mamba2ForCausalLM
+
+    output = exports["hf_mamba2"]
+    model = Auto.from_pretrained(str(output)).eval()  # model_type mamba2: transformers' class, no palimpsa's
+    assert type(model) is Mamba2ForCausalLM
+    source = PalimpsaForCausalLM.from_pretrained(str(sources.trained)).eval()  # beta scale 0.7
+    probe = probe_input_ids(257, 2, 64, seed=0)
+    measured = max_diff(logits_of(source, probe), logits_of(model, probe))
+    stated = read_json(output / "export_report.json")["to_hf_mamba2"]["max_abs_diff"]
+    assert measured > 0.1 and abs(stated - measured) <= 1e-6 * max(1.0, measured), (stated, measured)
+    card = (output / "README.md").read_text()
+    assert f"{stated:.3g}" in card and "Mamba2ForCausalLM" in card
+    source.set_beta_scale(0.0)
+    reference = logits_of(source, sources.ids)
+    assert max_diff(logits_of(model, sources.ids), reference) <= 1e-5 * reference.abs().max().item()
+
+
+def test_to_hf_mamba2_converts_a_plain_mamba2(sources, exports):
+    from transformers import Mamba2ForCausalLM
+
+    output = exports["hf_from_plain"]
+    report = read_json(output / "export_report.json")
+    assert report["source_kind"] == "mamba2" and report["upgraded_layers"] == []
+    assert report["to_hf_mamba2"]["top1_agreement"] == 1.0  # no beta to drop: only the scans' rounding differs
+    model = Mamba2ForCausalLM.from_pretrained(str(output)).eval()
+    checkpoint = load_checkpoint(sources.base)
+    plain = model_from_state_dict(checkpoint.config, checkpoint.load_state_dict(progress=False)).eval()
+    reference = logits_of(plain, sources.ids)
+    assert max_diff(logits_of(model, sources.ids), reference) <= 1e-5 * reference.abs().max().item()
+
+
+def test_to_hf_mamba2_refuses_what_transformers_cannot_hold(tmp_path, monkeypatch, capsys):
+    from checkpoints import write_mamba_ssm
+
+    source = write_mamba_ssm(tmp_path / "sources" / "d-per-channel", D_has_hdim=True)
+    assert_refused(tmp_path, [str(source), "--output", str(tmp_path / "out"), "--to-hf-mamba2"],
+                   "cannot be written in transformers' Mamba2 format: its skip term D has one value per channel",
+                   monkeypatch, capsys)
+    assert_refused(tmp_path, [str(source), "--output", str(tmp_path / "out"), "--to-hf-mamba2", "--to-mamba2"],
+                   "--to-mamba2 and --to-hf-mamba2 exclude each other", monkeypatch, capsys)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# model cards and the hub
+
+
+def front_matter(card: str) -> dict:
+    assert card.startswith("---\n"), card[:200]
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_the_card_carries_the_hub_metadata_and_no_local_path(sources, exports, cli_runs):
+    for name in ("single", "run", "mamba2", "hf_mamba2"):
+        card = (exports[name] / "README.md").read_text()
+        matter = front_matter(card)
+        assert matter["pipeline_tag"] == "text-generation" and {"palimpsa", "mamba2"} <= set(matter["tags"])
+        assert matter.get("library_name") == (None if name == "mamba2" else "transformers")
+        assert "base_model" not in matter and "license" not in matter  # a local base, with no card of its own
+        assert str(sources.root) not in card and str(Path.home()) not in card, name
+        assert "<namespace>/<model-name>" in card
+    card = (exports["single"] / "README.md").read_text()
+    assert 'AutoModelForCausalLM.from_pretrained("<namespace>/<model-name>", trust_remote_code=True)' in card
+    assert "tiny-random-mamba2 (a local checkpoint)" in card
+    assert 'AutoModelForCausalLM.from_pretrained("<namespace>/<model-name>")' in (
+        exports["hf_mamba2"] / "README.md").read_text()
+    run = cli_runs["sharded"]
+    assert "note: the model card states no license" in run.stdout and "--hub-id or --push-to-hub" in run.stdout
+
+
+def test_the_card_names_a_hub_base_and_its_license(sources, tmp_path):
+    """A base from the hub (here its cache, offline) is named by its id in base_model, and the license of its card
+    travels to the upgraded model's card and on to an export's, whose snippet loads from --hub-id."""
+    base = shutil.copytree(sources.base, tmp_path / "base")
+    (base / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a tiny Mamba2\n")
+    cache = tmp_path / "cache"
+    hub_cache_layout(base, cache, "owner/tiny-mamba2")
+    upgraded = tmp_path / "upgraded"
+    upgrade_model("owner/tiny-mamba2", 2, output=upgraded, verify=False, cache_dir=cache)
+    card = (upgraded / "README.md").read_text()
+    matter = front_matter(card)
+    assert (matter["base_model"], matter["license"], matter["library_name"]) == ("owner/tiny-mamba2", "apache-2.0",
+                                                                                "transformers")
+    assert str(tmp_path) not in card and "# Palimpsa upgrade of owner/tiny-mamba2" in card
+    exported = tmp_path / "exported"
+    lines = []
+    export_model(upgraded, exported, hub_id="owner/tiny-palimpsa", log=lines.append)
+    card = (exported / "README.md").read_text()
+    assert front_matter(card)["license"] == "apache-2.0" and front_matter(card)["base_model"] == "owner/tiny-mamba2"
+    assert 'AutoModelForCausalLM.from_pretrained("owner/tiny-palimpsa", trust_remote_code=True)' in card
+    assert "<namespace>" not in card and not any(line.startswith("note:") for line in lines)
+
+
+def test_push_to_hub(hub, cli_runs):
+    run = cli_runs["push"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "pushed: " in run.stdout
+    output = cli_runs["_root"] / "pushed"
+    repository = hub.repositories["me/tiny-palimpsa"]
+    assert repository.visibility == "private" and repository.token == "hf_stand_in"
+    assert repository.files == {p.name: p.read_bytes() for p in output.iterdir()}  # every file, as written
+    card = repository.files["README.md"].decode()
+    assert 'AutoModelForCausalLM.from_pretrained("me/tiny-palimpsa", trust_remote_code=True)' in card
+    assert "## Training recipe" in card and "<namespace>" not in card
+    assert any(metadata.get("pipeline_tag") == "text-generation" for metadata in hub.validated)
+    assert not [request for request in hub.unexpected if "me/tiny-palimpsa" in request]
+
+
+def test_upgrade_model_pushes_to_hub(hub, cli_runs):
+    run = cli_runs["upgrade_push"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    output = cli_runs["_root"] / "upgrade-pushed"
+    repository = hub.repositories["me/tiny-upgrade"]
+    assert repository.visibility != "private"
+    assert repository.files == {p.name: p.read_bytes() for p in output.iterdir()}
+    assert 'from_pretrained("me/tiny-upgrade", trust_remote_code=True)' in repository.files["README.md"].decode()
+
+
+def test_a_failed_push_keeps_the_export_and_says_how_to_push_again(hub, cli_runs):
+    run = cli_runs["push_refused"]
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    line = [line for line in run.stderr.splitlines() if line.strip()][-1]
+    output = cli_runs["_root"] / "refused"
+    assert line.startswith(f"{PREFIX}pushing to the hub repository me/denied failed ("), line
+    assert line.endswith(f"the export is written in {output}: push it again with `hf upload me/denied {output}`")
+    assert_report_matches_files(output)
+    assert "me/denied" not in hub.repositories
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--push-to-hub", "not a repo"], "--push-to-hub 'not a repo' is not a hub repository id; write it as"),
+    (["--push-to-hub", "bare-name"], "--push-to-hub 'bare-name' is not a hub repository id"),
+    (["--private"], "--private applies to the repository --push-to-hub creates"),
+    (["--hub-id", "a/b", "--push-to-hub", "a/c"], "name different repositories"),
+    (["--push-to-hub", "me/x"], "offline mode is on (HF_HUB_OFFLINE=1)"),
+])
+def test_hub_options_are_checked_before_any_work(sources, tmp_path, monkeypatch, capsys, args, match):
+    assert_refused(tmp_path, [str(sources.upgraded), "--output", str(tmp_path / "out"), *args], match,
+                   monkeypatch, capsys)
+
+
+def test_a_push_without_a_token_is_refused_before_any_work(sources, tmp_path, monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-tokens"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    (tmp_path / "work").mkdir()
+    assert_refused(tmp_path / "work", [str(sources.upgraded), "--output", str(tmp_path / "work" / "out"),
+                                       "--push-to-hub", "me/x"], "needs a hub token with write access", monkeypatch,
+                   capsys)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # checksums checked at load time
 
 
@@ -568,6 +864,41 @@ def test_upgrade_output_is_checked(sources, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     monkeypatch.setenv(SKIP_CHECKSUMS_ENV, "1")
     load(copy)
+
+
+def test_an_edited_config_is_not_corruption(sources, tmp_path):
+    """The issue's repro: a copy of an upgraded model with beta_scale edited in config.json loads (the manifest
+    guards the weights; the config is validated when read), and computes with the edited scale."""
+    copy = shutil.copytree(sources.upgraded, tmp_path / "model")
+    config = read_json(copy / "config.json")
+    config["beta_scale"] = 0.0
+    (copy / "config.json").write_text(json.dumps(config, indent=2))
+    model = load(copy)
+    assert model.config.beta_scale == 0.0 and all(m.beta_scale == 0.0 for m in model.palimpsa_mixers())
+    with model.beta_scaled(1.0):
+        assert max_diff(logits_of(model, sources.ids), sources.logits["upgraded"]) <= 1e-6
+
+
+def test_save_pretrained_over_its_own_directory_keeps_the_manifest_true(sources, tmp_path):
+    copy = shutil.copytree(sources.upgraded, tmp_path / "model")
+    model = PalimpsaForCausalLM.from_pretrained(str(copy)).eval()
+    with torch.no_grad():
+        model.backbone.layers[0].mixer.out_proj.weight.mul_(1.5)
+    model.set_beta_scale(0.5)
+    expected = logits_of(model, sources.ids)
+    model.save_pretrained(copy)
+    report = read_json(copy / "upgrade_report.json")
+    present = {p.name for p in copy.iterdir()} - {"upgrade_report.json", "README.md"}
+    assert set(report["files"]) == present and "model.safetensors" in present
+    for name, entry in report["files"].items():
+        assert entry == {"bytes": (copy / name).stat().st_size, "sha256": sha256(copy / name)}, name
+    assert report["verification"] == read_json(sources.upgraded / "upgrade_report.json")["verification"]
+    reloaded = load(copy)
+    assert reloaded.config.beta_scale == 0.5
+    assert max_diff(logits_of(reloaded, sources.ids), expected) <= 1e-6
+    flip_byte(copy / "model.safetensors")  # and real corruption is still caught
+    with pytest.raises(PalimpsaError, match=r"model\.safetensors.*sha256"):
+        load(copy)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -666,3 +666,50 @@ def test_loss_is_shifted_cross_entropy(tiny_checkpoint, upgraded):
     plain = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     assert abs(out.loss.item() - plain.item()) > 1e-4  # the ignored labels really were ignored
     assert model(ids).loss is None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 10. outputs as transformers' causal LMs give them: hidden states, tuples, the config's defaults
+
+
+def test_hidden_states_follow_transformers(checkpoint_dirs):
+    """``output_hidden_states=True``: ``n_layer + 1`` tensors, the embeddings first and the final norm's output
+    last, the layers' outputs in between equal to transformers' Mamba2 (which lists each layer's output, then the
+    final norm's)."""
+    directory = checkpoint_dirs("transformers", 2, False, False)
+    oracle = Mamba2ForCausalLM.from_pretrained(directory).eval()
+    model = load_ours(directory)
+    convert_layers(model, [1], beta_rank=4)
+    model.set_beta_scale(0.0)
+    ids = random_ids(101, length=20)
+    with torch.no_grad():
+        output = model(ids, output_hidden_states=True)
+        want = oracle(ids, output_hidden_states=True)
+        plain = model(ids)
+    assert list(output.keys()) == ["logits", "hidden_states"]
+    assert "hidden_states" not in plain and torch.equal(plain.logits, output.logits)
+    hidden = output.hidden_states
+    assert isinstance(hidden, tuple) and len(hidden) == model.config.n_layer + 1
+    assert all(h.shape == (2, 20, model.config.d_model) for h in hidden)
+    assert torch.equal(hidden[0], model.backbone.embedding(ids))
+    assert torch.equal(output.logits, model.lm_head(hidden[-1]).float())
+    assert len(want.hidden_states) == model.config.n_layer + 1
+    for ours, theirs in zip(hidden[1:], want.hidden_states[:-2]):  # the stream after layers 0 .. n-2
+        assert max_diff(ours, theirs) <= 1e-5 * theirs.abs().max().item()
+    assert max_diff(hidden[-1], want.hidden_states[-1]) <= 1e-5 * want.hidden_states[-1].abs().max().item()
+
+
+def test_tuple_outputs_and_config_defaults(tiny_checkpoint):
+    model = convert_layers(load_ours(tiny_checkpoint), [1])
+    ids = random_ids(101, length=12)
+    with torch.no_grad():
+        full = model(ids, labels=ids, output_hidden_states=True)
+        as_tuple = model(ids, return_dict=False)
+        with_loss = model(ids, labels=ids, return_dict=False, output_hidden_states=True)
+        model.config.output_hidden_states, model.config.return_dict = True, False
+        by_default = model(ids)
+    assert type(as_tuple) is tuple and len(as_tuple) == 1 and torch.equal(as_tuple[0], full.logits)
+    assert type(with_loss) is tuple and len(with_loss) == 3
+    assert torch.equal(with_loss[0], full.loss) and torch.equal(with_loss[1], full.logits)
+    assert len(with_loss[2]) == model.config.n_layer + 1
+    assert type(by_default) is tuple and len(by_default) == 2 and len(by_default[1]) == model.config.n_layer + 1

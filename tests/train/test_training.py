@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from checkpoints import EMBEDDED, ROOT
 from palimpsa.upgrade.errors import PalimpsaError
 from palimpsa.upgrade.train.recipe import load_recipe
@@ -256,6 +257,20 @@ def test_tiny_recipe_trains_loss_falls_and_only_the_selection_moves(tmp_path, ti
     assert {f"gain/L{layers[0]}", f"importance/L{layers[0]}/share_above_2x_prior", "train/loss"} <= set(
         events.Tags()["scalars"])
 
+    # final/ is ready to load, evaluate or upload as it is: a card with the hub's metadata, the recipe and the last
+    # evaluation (no local path), a generation config, a manifest that lists them
+    card = (run / "final" / "README.md").read_text()
+    metadata = yaml.safe_load(card.split("---\n")[1])
+    assert metadata["pipeline_tag"] == "text-generation" and metadata["library_name"] == "transformers"
+    assert "## Training recipe" in card and "## Evaluation" in card and f'"step": {evals[-1]["step"]}' in card
+    assert str(tmp_path) not in card and "trust_remote_code=True" in card
+    generation = json.loads((run / "final" / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == 256 and generation["pad_token_id"] == 256
+    listed = json.loads((run / "final" / "export_report.json").read_text())["files"]
+    assert "generation_config.json" in listed and "modeling_palimpsa.py" in listed and "README.md" not in listed
+    for name, entry in listed.items():
+        assert entry["bytes"] == (run / "final" / name).stat().st_size, name
+
 
 def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
     """trainable.mode lora on a plain Mamba2 (the control arm: the adapters of beta+lora, no beta): only the
@@ -387,11 +402,13 @@ def test_sigkill_then_resume_continues_the_same_loss_trajectory(tmp_path, state_
         killed_first = _start_then_sigkill([*command, f"output_dir={killed}"], killed)
         done = reference_run.result()
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "Removed shared tensor" not in done.stderr  # the tied head is saved once, as transformers saves it
     assert killed_first is None, killed_first
 
     resumed = subprocess.run([*command, f"output_dir={killed}", "--resume"], capture_output=True, text=True,
                              env=ENV)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "Removed shared tensor" not in resumed.stderr
     expected = {r["step"]: r["loss"] for r in _metrics(reference) if "loss" in r}
     got = {r["step"]: r["loss"] for r in _metrics(killed) if "loss" in r}
     assert sorted(got) == list(range(1, 13))  # rows logged after the checkpoint were dropped, then re-logged

@@ -14,16 +14,19 @@ examples:
 
 --layers takes a count (spread over depth by --strategy) or indices and inclusive ranges; a single explicit
 layer is written as a range (5-5). SOURCE is a local directory or a hub id; hub downloads honour HF_TOKEN,
-HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE=1, and fetch only the config, one weight format and the tokenizer.
+HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE=1, and fetch only the config, one weight format, the tokenizer and the
+model card (its license goes on the output's card). --push-to-hub REPO_ID uploads the output once written
+(private with --private; HF_TOKEN or `hf auth login`), and the card's snippet loads from it (or from --hub-id).
 
 The output directory receives safetensors weights (sharded past --shard-size, with an index), config.json,
 the tokenizer files, a model card (README.md) and upgrade_report.json. It is written under a hidden temporary
 name (.OUT.partial-PID) and renamed at the end: a failed or interrupted run (Ctrl-C, SIGTERM) removes it, and
-after SIGKILL the next run to the same output does. The output may not be, lie inside or contain SOURCE. Load it
-with:
+after SIGKILL the next run to the same output does. The output may not be, lie inside or contain SOURCE. It
+carries its modeling code: load it with
 
-  import palimpsa.upgrade; from transformers import AutoModelForCausalLM
-  model = AutoModelForCausalLM.from_pretrained("./out")
+  from transformers import AutoModelForCausalLM
+  model = AutoModelForCausalLM.from_pretrained("./out", trust_remote_code=True)  # anywhere
+  import palimpsa.upgrade; model = AutoModelForCausalLM.from_pretrained("./out")  # palimpsa's classes
 """
 
 
@@ -63,6 +66,11 @@ def parser() -> argparse.ArgumentParser:
     hub.add_argument("--revision", default=None, help="branch, tag or commit of a hub repository")
     hub.add_argument("--cache-dir", default=None, help="hub cache directory (default: HF_HUB_CACHE)")
     hub.add_argument("--offline", action="store_true", help="use the hub cache only (as HF_HUB_OFFLINE=1)")
+    hub.add_argument("--hub-id", default=None, metavar="REPO_ID",
+                     help="the hub repository the model card's snippet loads from (namespace/name)")
+    hub.add_argument("--push-to-hub", default=None, metavar="REPO_ID",
+                     help="create this hub repository and upload the output to it once written")
+    hub.add_argument("--private", action="store_true", help="make the repository --push-to-hub creates private")
     parser.add_argument("--quiet", "-q", action="store_true", help="no plan, figures or progress bars")
     return parser
 
@@ -76,6 +84,7 @@ def run(argv: list[str] | None = None) -> int:
         args.source, args.layers, output=args.output, strategy=args.strategy, dtype=args.dtype,
         beta_init=args.beta_init, beta_rank=args.beta_rank, verify=not args.skip_verify, max_kl=args.max_kl,
         probe_length=args.probe_length, seed=args.seed, shard_size=args.shard_size, force=args.force,
+        hub_id=args.hub_id, push_to_hub=args.push_to_hub, private=args.private,
         revision=args.revision, cache_dir=args.cache_dir, local_files_only=True if args.offline else None,
         progress=not args.quiet, log=None if args.quiet else print,
     )

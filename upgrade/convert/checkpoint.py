@@ -278,6 +278,45 @@ def mamba_ssm_config(config: PalimpsaConfig) -> dict:
             "tie_embeddings": config.tie_word_embeddings}
 
 
+def transformers_mamba2_refusal(config: PalimpsaConfig) -> str | None:
+    """Why ``config``'s Mamba2 part cannot be written as transformers' ``Mamba2Config``, or None when it can.
+
+    transformers' Mamba2 has no gated MLP beside the scan, a ``D`` per head, always the gated RMSNorm with the
+    gate applied before the norm and one epsilon for it and the block norms, RMSNorm blocks only.
+    """
+    if config.ssm_dim != config.d_inner:
+        return f"its layers have a gated MLP beside the scan (d_ssm {config.ssm_dim} < expand * d_model)"
+    if config.D_has_hdim:
+        return "its skip term D has one value per channel (D_has_hdim)"
+    if not config.rmsnorm:
+        return "its mixers have no gated RMSNorm (rmsnorm false)"
+    if config.norm_before_gate:
+        return "its gated norm normalises before the gate (norm_before_gate)"
+    if not config.rms_norm:
+        return "its blocks use LayerNorm"
+    if config.gated_norm_epsilon != config.norm_epsilon:
+        return (f"its gated norm's epsilon ({config.gated_norm_epsilon:g}) differs from its block norms' "
+                f"({config.norm_epsilon:g})")
+    return None
+
+
+def transformers_mamba2_config(config: PalimpsaConfig):
+    """``config``'s Mamba2 part as transformers' ``Mamba2Config`` (what :func:`config_from_dict` reads back): the
+    beta fields have no place in it. Check :func:`transformers_mamba2_refusal` first."""
+    from transformers import Mamba2Config
+
+    limit = tuple(config.dt_limit) if config.dt_limit is not None else (0.0, math.inf)
+    return Mamba2Config(
+        hidden_size=config.d_model, num_hidden_layers=config.n_layer, vocab_size=config.vocab_size,
+        num_heads=config.nheads, head_dim=config.headdim, state_size=config.d_state, n_groups=config.ngroups,
+        expand=config.expand, conv_kernel=config.d_conv, use_bias=config.bias, use_conv_bias=config.conv_bias,
+        time_step_limit=limit, time_step_min=config.dt_min, time_step_max=config.dt_max,
+        layer_norm_epsilon=config.norm_epsilon, residual_in_fp32=config.residual_in_fp32,
+        tie_word_embeddings=config.tie_word_embeddings, chunk_size=config.chunk_size, hidden_act="silu",
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
+        architectures=["Mamba2ForCausalLM"])
+
+
 def _config_from_mamba_ssm(raw: dict, source: str) -> PalimpsaConfig:
     if not isinstance(raw.get("ssm_cfg") or {}, dict):
         raise PalimpsaError(f"{source}: config.json's ssm_cfg must be an object of layer options")
@@ -370,13 +409,14 @@ def _looks_like_path(source: str) -> bool:
 
 
 def _download(repo_id: str, revision, cache_dir, token, local_files_only) -> Path:
-    """Fetch only what an upgrade needs (config, one weight format, tokenizer) through huggingface_hub.
+    """Fetch only what an upgrade needs (config, one weight format, tokenizer, the card for its license) through
+    huggingface_hub.
 
     Offline (``local_files_only`` or ``HF_HUB_OFFLINE=1``), or when the hub cannot be reached, the cached
     snapshot is used.
     """
     offline = constants.HF_HUB_OFFLINE if local_files_only is None else local_files_only
-    cached_patterns = ["config.json", *TOKENIZER_FILES, "*.safetensors", "*.safetensors.index.json",
+    cached_patterns = ["config.json", "README.md", *TOKENIZER_FILES, "*.safetensors", "*.safetensors.index.json",
                        "pytorch_model*.bin", "pytorch_model.bin.index.json"]
     try:
         if not offline:
@@ -387,7 +427,7 @@ def _download(repo_id: str, revision, cache_dir, token, local_files_only) -> Pat
             except Exception:  # unreachable hub (connection errors come from the HTTP client): use the cache
                 offline = True
             else:
-                wanted = ["config.json", *TOKENIZER_FILES, *_weight_patterns(files)]
+                wanted = ["config.json", "README.md", *TOKENIZER_FILES, *_weight_patterns(files)]
                 return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
                                               allow_patterns=wanted))
         return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,

@@ -57,7 +57,11 @@ def load_mamba2(source: str | os.PathLike, dtype: torch.dtype | None = None) -> 
     the local directory it lies in (the hub snapshot for a hub id)."""
     checkpoint = load_checkpoint(source)
     state = checkpoint.load_state_dict(dtype, progress=False)
-    return model_from_state_dict(checkpoint.config, state, str(source)).eval(), checkpoint.directory
+    model = model_from_state_dict(checkpoint.config, state, str(source)).eval()
+    # where the weights came from, as from_pretrained records it (a local directory by its absolute path): peft
+    # writes it into an adapter's base_model_name_or_path, from which AutoPeftModelForCausalLM loads the base
+    model.name_or_path = model.config.name_or_path = checkpoint.config.base_model
+    return model, checkpoint.directory
 
 
 def load_model(source: str | os.PathLike, dtype: torch.dtype | None = None) -> tuple[PalimpsaForCausalLM, Path]:

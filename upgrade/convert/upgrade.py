@@ -11,6 +11,8 @@ import torch
 
 from ..errors import MAX_SEED, PalimpsaError, checked_number
 from ..io.dtypes import dtype_name, parse_dtype
+from ..io.hub import hub_repository, push_directory
+from ..io.model_card import display_name, front_matter, license_of, missing_metadata, usage
 from ..io.model_directory import report_header, write_model_directory
 from ..io.output import atomic_directory, check_output_directory, write_json_atomic
 from ..io.shards import parse_size
@@ -46,6 +48,9 @@ def upgrade_model(
     seed: int = 0,
     shard_size: str | int = "5GB",
     force: bool = False,
+    hub_id: str | None = None,
+    push_to_hub: str | None = None,
+    private: bool = False,
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     token: str | None = None,
@@ -70,6 +75,8 @@ def upgrade_model(
             the model at its initial beta drifts by more than ``max_kl`` nats per token.
         shard_size: largest safetensors shard (``"5GB"``, or bytes).
         force: replace a non-empty ``output``.
+        hub_id: the hub repository the model card's snippet loads from (a placeholder without one).
+        push_to_hub: a hub repository to create (``private``) and upload ``output`` to once it is written.
         progress, log: progress bars, and a callable that receives the plan and figures line by line.
 
     Returns:
@@ -86,6 +93,9 @@ def upgrade_model(
     output = Path(output).expanduser() if output is not None else None
     max_shard = parse_size(shard_size) if isinstance(shard_size, str) else int(shard_size)
     target_dtype = parse_dtype(dtype)
+    repo_id = hub_repository(hub_id, push_to_hub, private)
+    if push_to_hub is not None and output is None:
+        raise PalimpsaError("--push-to-hub uploads the output directory: give an output")
     if output is not None:
         local_source = Path(source).expanduser()
         check_output_directory(output, force, sources=[local_source] if local_source.exists() else [])
@@ -139,17 +149,26 @@ def upgrade_model(
     report = build_report(checkpoint, model, chosen, strategy, layers, stored, target_dtype, new_parameters,
                           verification)
     result = UpgradeResult(model, report, checkpoint.directory)
+    license = license_of(checkpoint.directory)
     if output is not None:
         say(f"writing {output} ...")
         with atomic_directory(output, force) as staging:
             result.files = write_model_directory(
                 staging, model.config, model.state_dict(), report_name="upgrade_report.json", report=report,
-                tokenizer=checkpoint.tokenizer_files, card=model_card, max_shard_size=max_shard, progress=progress)
+                tokenizer=checkpoint.tokenizer_files, card=lambda finished: model_card(finished, repo_id, license),
+                max_shard_size=max_shard, progress=progress)
         result.output = output
+        # the model now is that directory: a peft adapter made on it names it as its base
+        model.name_or_path = model.config.name_or_path = str(output.resolve())
     report["seconds"] = round(time.perf_counter() - started, 2)
     if output is not None:  # the elapsed time is known only now; rewrite the one small file atomically
         write_json_atomic(output / "upgrade_report.json", report)
+    if output is not None:
+        for note in missing_metadata(repo_id, license):
+            say(note)
     say(f"done in {report['seconds']:.1f} s" + (f": {output}" if output is not None else ""))
+    if push_to_hub is not None:
+        push_directory(output, push_to_hub, private=private, what="upgraded model", log=say)
     return result
 
 
@@ -231,7 +250,10 @@ def build_report(checkpoint: Checkpoint, model: PalimpsaForCausalLM, chosen, str
     }
 
 
-def model_card(report: dict) -> str:
+def model_card(report: dict, repo_id: str | None = None, license: dict | None = None) -> str:
+    """The upgraded model's card: the hub's metadata, the base model by its hub id or directory name, the layers
+    and beta settings, the equivalence figures, and a snippet loading it from ``repo_id`` (a placeholder
+    without one). ``license``: the fields the source's card states."""
     verification = report["verification"]
     if verification.get("skipped"):
         figures = "Verification was skipped at upgrade time (`--skip-verify`); run `verify-equivalence` on it."
@@ -252,23 +274,18 @@ def model_card(report: dict) -> str:
     beta = report["beta"]
     tokenizer = ("the tokenizer files are included" if report["tokenizer_files"] else
                  "the source carried no tokenizer files: use the base model's tokenizer")
-    local = Path(report["source"]).expanduser().exists()
-    base_model = "" if local else f"base_model: {report['source']}\n"
-    return f"""---
-{base_model}library_name: transformers
-tags:
-- palimpsa
-- mamba2
----
+    name = display_name(report["source"])
+    revision = f" (revision {report['revision']})" if report["revision"] else ""
+    use = "\n".join(usage(repo_id, "palimpsa", bool(report["tokenizer_files"])))
+    return front_matter(base_model=report["source"], license=license or {}, library_name="transformers") + f"""
+# Palimpsa upgrade of {name}
 
-# Palimpsa upgrade of {report['source']}
-
-This model is `{report['source']}` ({report['format']} format) with layers
+This model is {name}{revision} ({report['format']} format) with layers
 {', '.join(map(str, report['upgraded_layers']))} turned into Palimpsa layers by palimpsa {report['palimpsa_version']}.
 A Palimpsa layer keeps every Mamba2 weight and adds a per-element importance state whose gain beta starts small,
 so the model starts out computing what the base model computed; fine-tuning grows beta where it helps.
 
-- Base model: `{report['source']}`{f" (revision {report['revision']})" if report['revision'] else ''}
+- Base model: {name}{revision}
 - Dimensions: {report['dimensions']}
 - Upgraded layers: {report['upgraded_layers']} (request `{report['layer_request']}`, strategy {report['strategy']})
 - New parameters: {report['parameters']['new']:,} of {report['parameters']['total']:,}
@@ -280,13 +297,4 @@ so the model starts out computing what the base model computed; fine-tuning grow
 
 {figures}
 
-## Use
-
-```python
-import palimpsa.upgrade  # registers the "palimpsa" model type
-from transformers import AutoModelForCausalLM
-
-model = AutoModelForCausalLM.from_pretrained("path/to/this/directory")
-model.set_beta_scale(0.0)  # exactly the base Mamba2; 1.0 is the model as saved
-```
-"""
+{use}"""

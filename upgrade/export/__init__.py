@@ -1,2 +1,2 @@
-"""Release directories from model directories, LoRA adapters and training runs (``export``), with the standalone
-modeling code for ``trust_remote_code`` (``standalone``)."""
+"""Release directories from model directories, LoRA adapters and training runs (``export``); plain Mamba2
+checkpoints from Palimpsa models."""

@@ -1,5 +1,12 @@
-"""What is checked before a model is used: the checksums of a directory's files (written at export/upgrade time,
-checked before loading) and every weight tensor as it is read (floating point, finite)."""
+"""What is checked before a model is used: the checksums of a directory's weight files (listed at export/upgrade
+time with every other file, checked before loading) and every weight tensor as it is read (floating point,
+finite).
+
+A report lists every file of its directory, but loading checks the weights only: config.json, the tokenizer, the
+card and the code are read and validated when used, and editing them (a ``beta_scale``, a chat template) is a
+user's right, not corruption. ``save_pretrained`` rewrites the list (:func:`refresh_manifest`), so a model saved
+again over its own directory stays true to its report.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,9 @@ from ..errors import PalimpsaError
 
 REPORT_FILES = ("export_report.json", "upgrade_report.json")
 SKIP_CHECKSUMS_ENV = "PALIMPSA_SKIP_CHECKSUMS"
+# what loading checks: the weight files and their shard indexes (a corrupt index would point weights elsewhere)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".index.json")
+UNLISTED = ("README.md",)  # the card is written from the finished report, so the report cannot list it
 
 
 def sha256_of(path: Path) -> str:
@@ -29,23 +39,59 @@ def file_manifest(directory: Path, names: list[str]) -> dict[str, dict]:
             for name in names}
 
 
+def report_of(directory: Path) -> Path | None:
+    """The report (``REPORT_FILES``) a model directory carries, or None."""
+    return next((directory / name for name in REPORT_FILES if (directory / name).is_file()), None)
+
+
+def _read_report(report: Path) -> dict:
+    try:
+        payload = json.loads(report.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        payload = None
+    if not isinstance(payload, dict):
+        raise PalimpsaError(f"{report} is not valid JSON; restore it or delete it to load unchecked")
+    return payload
+
+
+def is_weight_file(name: str) -> bool:
+    return name.endswith(WEIGHT_SUFFIXES)
+
+
 def check_model_directory(directory: str | Path) -> None:
     """Compare a model directory's weight files with the checksums in its report, before loading.
 
-    Raises PalimpsaError naming a missing, truncated or corrupted file. A directory without a report (or with
+    Raises PalimpsaError naming a missing, truncated or corrupted weight file (or shard index). The other files
+    the report lists are not compared: see the module's docstring. A directory without a report (or with
     ``PALIMPSA_SKIP_CHECKSUMS=1``) is not checked.
     """
     directory = Path(directory)
     if os.environ.get(SKIP_CHECKSUMS_ENV) == "1" or not directory.is_dir():
         return
-    report = next((directory / name for name in REPORT_FILES if (directory / name).is_file()), None)
+    report = report_of(directory)
     if report is None:
         return
-    try:
-        files = json.loads(report.read_text()).get("files", {})
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        raise PalimpsaError(f"{report} is not valid JSON; restore it or delete it to load unchecked") from None
+    files = _read_report(report).get("files", {})
+    if isinstance(files, dict):
+        files = {name: entry for name, entry in files.items() if is_weight_file(name)}
     check_files(directory, files, report.name)
+
+
+def refresh_manifest(directory: str | Path) -> None:
+    """Make the report of ``directory`` (if it has one) list the files it holds now, with their sizes and sha256:
+    after ``save_pretrained`` wrote new weights or a new config into it. Every regular file is listed but the
+    reports, the card and hidden files; the report's other fields are kept."""
+    directory = Path(directory)
+    report = report_of(directory)
+    if report is None:
+        return
+    payload = _read_report(report)
+    names = sorted(path.name for path in directory.iterdir() if path.is_file() and not path.name.startswith(".")
+                   and path.name not in REPORT_FILES + UNLISTED)
+    payload["files"] = file_manifest(directory, names)
+    temporary = report.with_name(report.name + ".tmp")  # readers see the old report or the new one
+    temporary.write_text(json.dumps(payload, indent=2) + "\n")
+    temporary.replace(report)
 
 
 def check_files(directory: Path, files: dict, listed_in: str) -> None:

@@ -1,9 +1,10 @@
 """The one writer of a model directory: what ``upgrade-model``, the trainer's checkpoints and ``export-model`` write.
 
 A Palimpsa model directory holds its weights as safetensors (sharded with an index past ``max_shard_size``),
-``config.json``, optionally ``generation_config.json`` and the modeling code of a standalone copy, the tokenizer,
-a model card (``README.md``) and a JSON report (``upgrade_report.json`` or ``export_report.json``) whose ``files``
-lists every other file's size and sha256; ``from_pretrained`` checks them before it reads a weight.
+``config.json`` (with an ``auto_map``), the modeling code for ``trust_remote_code=True`` (:mod:`.remote_code`),
+optionally ``generation_config.json``, the tokenizer, a model card (``README.md``) and a JSON report
+(``upgrade_report.json`` or ``export_report.json``) whose ``files`` lists every other file's size and sha256;
+``from_pretrained`` checks the weight files among them before it reads a weight.
 :func:`finish_model_directory` is the part shared with directories of another weight format (``--to-mamba2``).
 
 The writer fills a directory it is given; making that atomic (a staging directory renamed into place) is the
@@ -23,6 +24,7 @@ import torch
 
 from .manifest import file_manifest
 from .output import write_json_atomic
+from .remote_code import write_remote_code
 from .shards import save_state_dict_sharded
 
 DEFAULT_SHARD_SIZE = 5 * 10**9
@@ -51,19 +53,18 @@ def state_for_saving(state: dict[str, torch.Tensor], config) -> dict[str, torch.
 
 def write_model_directory(directory: Path, config, state: dict[str, torch.Tensor], *, report_name: str,
                           report: dict, tokenizer=None, card: Callable[[dict], str] | None = None,
-                          generation_config: bool = False, code: dict[str, str] | None = None,
-                          max_shard_size: int = DEFAULT_SHARD_SIZE, progress: bool = False) -> list[str]:
+                          generation_config: bool = False, max_shard_size: int = DEFAULT_SHARD_SIZE,
+                          progress: bool = False) -> list[str]:
     """Write a loadable Palimpsa model directory into the existing, empty ``directory``.
 
     Args:
-        config: the model's ``PalimpsaConfig``; a copy is saved, with ``architectures`` and the weights' dtype set
-            (and whatever the caller set on it, e.g. an ``auto_map`` for ``code``).
+        config: the model's ``PalimpsaConfig``; a copy is saved, with ``architectures``, the weights' dtype and
+            the ``auto_map`` of the modeling code written beside it.
         state: the weights under the model's names (a tied head is left out here).
         report_name, report: the JSON report; its ``files`` entry (the manifest) is filled in here, in place.
         tokenizer: a tokenizer (saved with ``save_pretrained``), tokenizer files to copy, or None.
         card: makes the model card from the finished report; None writes none.
         generation_config: also write ``generation_config.json`` (bos/eos/pad from the config).
-        code: extra files, name -> text (the standalone modeling code).
         max_shard_size: largest safetensors shard, in bytes.
 
     Returns:
@@ -73,13 +74,11 @@ def write_model_directory(directory: Path, config, state: dict[str, torch.Tensor
     config.architectures = [ARCHITECTURE]
     config.dtype = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
     names = save_state_dict_sharded(state_for_saving(state, config), directory, max_shard_size, progress=progress)
-    for name, text in (code or {}).items():
-        (directory / name).write_text(text)
-        names.append(name)
+    names += write_remote_code(directory, config)
     config.save_pretrained(directory)
     names.append("config.json")
     if generation_config:
-        _generation_config(config).save_pretrained(directory)
+        generation_config_for(config).save_pretrained(directory)
         names.append("generation_config.json")
     return finish_model_directory(directory, names, report_name=report_name, report=report, tokenizer=tokenizer,
                                   card=card)
@@ -110,7 +109,8 @@ def _write_tokenizer(tokenizer, directory: Path) -> list[str]:
     return [path.name for path in files]
 
 
-def _generation_config(config):
+def generation_config_for(config):
+    """transformers' ``GenerationConfig`` of a model: bos/eos from its config, pad falling back to eos."""
     from transformers import GenerationConfig
 
     pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id

@@ -13,6 +13,7 @@ import functools
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +25,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
 from ..errors import PalimpsaError
-from ..io.manifest import check_model_directory, check_weight
+from ..io.manifest import check_model_directory, check_weight, refresh_manifest
+from ..io.remote_code import write_remote_code
 from .cache import PalimpsaCache
 from .configuration import PalimpsaConfig
 
@@ -314,11 +316,15 @@ class PalimpsaMixer(PlainMamba2Mixer):
 
 @dataclass
 class PalimpsaCausalLMOutput(ModelOutput):
-    """``loss`` (when labels are given), float32 ``logits`` and the updated ``cache_params`` (when caching)."""
+    """``loss`` (when labels are given), float32 ``logits``, the updated ``cache_params`` (when caching) and, with
+    ``output_hidden_states``, ``hidden_states``: ``n_layer + 1`` tensors ``[B, L, d_model]`` in transformers'
+    convention (the residual stream entering each layer, the first being the embeddings, then the final norm's
+    output that the head reads). As a tuple (``return_dict=False``) the fields that are None are left out."""
 
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     cache_params: PalimpsaCache | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
 class PalimpsaBlock(GradientCheckpointingLayer):
@@ -346,6 +352,22 @@ class PalimpsaPreTrainedModel(PreTrainedModel):
     base_model_prefix = "backbone"
     _no_split_modules = ["PalimpsaBlock"]
     supports_gradient_checkpointing = True
+
+    def save_pretrained(self, save_directory, *args, is_main_process: bool = True, **kwargs):
+        """transformers' ``save_pretrained``, with the modeling code beside the weights and an ``auto_map`` in the
+        config (so that the directory loads with ``trust_remote_code=True`` where palimpsa is not installed); then
+        a report the directory carries (``upgrade_report.json``, ``export_report.json``: a model saved over its own
+        directory) is rewritten to list the files as they are now, so that the next ``from_pretrained`` finds its
+        weights true to it.
+
+        A copy loaded as remote code (``_auto_class`` set) leaves its code to transformers, which copies its own
+        files."""
+        if is_main_process and self._auto_class is None:
+            Path(save_directory).mkdir(parents=True, exist_ok=True)
+            write_remote_code(Path(save_directory), self.config)  # first: a push_to_hub inside takes them along
+        super().save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
+        if is_main_process:
+            refresh_manifest(save_directory)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -383,14 +405,20 @@ class PalimpsaBackbone(PalimpsaPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embedding = value
 
-    def forward(self, input_ids=None, inputs_embeds=None, cu_seqlens=None, attention_mask=None,
-                cache=None) -> torch.Tensor:
+    def forward(self, input_ids=None, inputs_embeds=None, cu_seqlens=None, attention_mask=None, cache=None,
+                output_hidden_states: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """The final norm's output ``[B, L, d_model]``, and with ``output_hidden_states`` the residual stream
+        entering each layer followed by that output (``n_layer + 1`` tensors; else None)."""
         hidden_states = self.embedding(input_ids) if inputs_embeds is None else inputs_embeds
         residual = None
+        stream = [] if output_hidden_states else None
         for layer in self.layers:
+            if stream is not None:  # mamba_ssm's blocks carry the stream in two parts: their sum is the state
+                stream.append(hidden_states if residual is None else hidden_states + residual)
             hidden_states, residual = layer(hidden_states, residual, cu_seqlens, attention_mask, cache)
         residual = hidden_states + residual if residual is not None else hidden_states
-        return self.norm_f(residual.to(self.norm_f.weight.dtype))
+        hidden_states = self.norm_f(residual.to(self.norm_f.weight.dtype))
+        return hidden_states, None if stream is None else (*stream, hidden_states)
 
 
 class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
@@ -461,19 +489,25 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
                 mixer.beta_dropped = False
 
     def forward(self, input_ids=None, inputs_embeds=None, labels=None, attention_mask=None, cache_params=None,
-                use_cache=None, cu_seqlens=None, logits_to_keep=0, return_dict=None,
-                **kwargs) -> PalimpsaCausalLMOutput:
+                use_cache=None, cu_seqlens=None, logits_to_keep=0, output_hidden_states=None, return_dict=None,
+                **kwargs) -> PalimpsaCausalLMOutput | tuple:
         """``input_ids`` ``[B, L]`` -> float32 logits ``[B, L, vocab_size]``; loss when ``labels`` is given.
 
         ``cache_params`` (a :class:`PalimpsaCache`) continues from the state it holds and is updated in place;
         ``use_cache=True`` without one starts a new cache. ``attention_mask`` ``[B, L]`` marks left padding.
         ``cu_seqlens`` (``[S + 1]``, with ``B = 1``) marks packed sequences: no state crosses their borders.
+        ``output_hidden_states`` and ``return_dict`` work as in transformers' causal LMs (None: the config's
+        setting): see :class:`PalimpsaCausalLMOutput`.
         """
+        config = self.config
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        return_dict = config.return_dict if return_dict is None else return_dict
         if cache_params is None and use_cache:
-            cache_params = PalimpsaCache(self.config.n_layer)
+            cache_params = PalimpsaCache(config.n_layer)
         if cache_params is not None and cu_seqlens is not None:
             raise ValueError("cu_seqlens (packed sequences) cannot be combined with a recurrent cache")
-        hidden_states = self.backbone(input_ids, inputs_embeds, cu_seqlens, attention_mask, cache_params)
+        hidden_states, all_hidden_states = self.backbone(input_ids, inputs_embeds, cu_seqlens, attention_mask,
+                                                         cache_params, output_hidden_states)
         if cache_params is not None:
             cache_params.seen_tokens += hidden_states.shape[1]
         if logits_to_keep:
@@ -481,8 +515,10 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
         logits = upcast(self.lm_head(hidden_states.to(self.lm_head.weight.dtype)))
         loss = None
         if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return PalimpsaCausalLMOutput(loss=loss, logits=logits, cache_params=cache_params)
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=config.vocab_size, **kwargs)
+        output = PalimpsaCausalLMOutput(loss=loss, logits=logits, cache_params=cache_params,
+                                        hidden_states=all_hidden_states)
+        return output if return_dict else output.to_tuple()
 
     # Generation: the recurrent cache travels as `cache_params`; after the prompt only the newest token is fed.
     _is_stateful = True

@@ -9,7 +9,8 @@ export-model read it.
         state/             accelerate state: model, optimizer, scheduler, RNG
         trainer_state.json step, data position, and the sha256 of every file under state/
         model/             a loadable model directory (LoRA merged)
-    final/                 the final model directory (from_pretrained / export-model load it)
+    final/                 the final model directory, with a card and a generation config (from_pretrained /
+                           export-model load it)
 
 Checkpoints and ``final/`` are written under ``.partial`` names and renamed when complete.
 """

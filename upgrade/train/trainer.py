@@ -39,6 +39,7 @@ from . import layout
 from .data import Prefetcher, build_data
 from .processes import cpu_data_parallel
 from .recipe import Recipe
+from .release import finish_final
 from .trainable import attach_lora, lr_factor, merged_state_dict, parameter_groups, select_trainable
 
 
@@ -106,6 +107,31 @@ def _problem(error: Exception) -> str:
         return str(error)
     first_line = str(error).partition("\n")[0][:200]
     return f"{type(error).__name__}: {first_line}"
+
+
+def _save_state(accelerator, directory: Path) -> None:
+    """accelerate's ``save_state``, with a head tied to the embedding stored once, as transformers stores it:
+    accelerate would drop the second name itself, warning "Removed shared tensor" at every checkpoint. Its
+    ``load_state`` (safetensors' ``load_model``) knows the tie and restores it."""
+    handle = accelerator.register_save_state_pre_hook(_without_tied_copies)
+    try:
+        accelerator.save_state(str(directory))
+    finally:
+        handle.remove()
+
+
+def _without_tied_copies(models, weights: list[dict], output_dir) -> None:
+    """accelerate's hook before saving: from each state dict, drop the names whose tensor an earlier name holds."""
+    for state in weights:
+        seen = set()
+        for name in list(state):
+            tensor = state[name]
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+                continue
+            key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+            if key in seen:
+                del state[name]
+            seen.add(key)
 
 
 class Trainer:
@@ -441,7 +467,7 @@ class Trainer:
             partial.mkdir(parents=True)
         try:
             accelerator.wait_for_everyone()
-            accelerator.save_state(str(partial / "state"))
+            _save_state(accelerator, partial / "state")
             if self.cache is not None:  # state passing: the carried state is part of where the run stands
                 carried = {"conv": self.cache.conv, "ssm": self.cache.ssm, "seen_tokens": self.cache.seen_tokens}
                 torch.save(carried, partial / f"carried_state_rank{accelerator.process_index}.pt")
@@ -496,13 +522,15 @@ class Trainer:
                               tokenizer=self.tokenizer)
 
     def _copy_final(self, checkpoint: Path) -> Path:
-        """``output_dir/final``: the checkpoint's model directory, copied atomically."""
+        """``output_dir/final``: the checkpoint's model directory, copied atomically, with a model card and a
+        generation config (:func:`~palimpsa.upgrade.train.release.finish_final`)."""
         final = self.output_dir / layout.FINAL
         if self.is_main:
             staging = layout.partial(final)
             shutil.rmtree(staging, ignore_errors=True)
             try:
                 shutil.copytree(checkpoint / "model", staging)
+                finish_final(staging, self.output_dir)  # its card and generation config
                 if final.exists():
                     shutil.rmtree(final)
                 staging.rename(final)
