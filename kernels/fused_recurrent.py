@@ -485,13 +485,14 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
              store_checkpoints, fwd_config, chunk_size):
     """Launch the forward kernel: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints.
 
-    ``fwd_config = {"kernel": "gluon"}`` launches the Gluon forward instead (``gluon_scan.gluon_forward``): same
-    outputs and checkpoint layout, so the backward below runs on them unchanged."""
+    ``fwd_config = {"kernel": "gluon"}`` launches the Gluon forward instead (``gluon_scan.gluon_forward``; a
+    ``"variant"`` key names one of ``gluon_scan.FWD_VARIANTS``): same outputs and checkpoint layout, so the backward
+    below runs on them unchanged."""
     if fwd_config.get("kernel") == "gluon":
         from .gluon_scan import gluon_forward
 
         return gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
-                             output_uncertainty, store_checkpoints, chunk_size)
+                             output_uncertainty, store_checkpoints, chunk_size, fwd_config.get("variant"))
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
     n_states = _n_states(batch, cu_seqlens)

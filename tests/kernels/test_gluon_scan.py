@@ -21,18 +21,30 @@ from scan_inputs import make_inputs  # noqa: E402
 needs_gluon = pytest.mark.skipif(gluon_scan.GLUON_IMPORT_ERROR is not None,
                                  reason=f"this Triton has no Gluon: {gluon_scan.GLUON_IMPORT_ERROR}")
 
-# ptxas of Triton 3.9 gives 218 registers at the training shape, 3.6's 230 (docs/kernels.md)
-MAX_REGISTERS = 240
+# Registers of every forward variant's training launch (bf16, beta, checkpoints, 2.7b shapes) under Triton 3.5.1,
+# 3.6, 3.7.1 and 3.9 (docs/kernels.md has the table): the band they span, a little widened. A change of mapping that
+# moves a variant out of its band should be looked at (occupancy is what the variants trade).
+FWD_REGISTERS = {
+    "c2l4u1": (150, 175), "c2l4u2": (220, 255), "c2l4u2s": (220, 255), "c1l4u2": (155, 175),
+    "c1l4u2s": (155, 175), "c2l2u2": (115, 135), "c2l2u2s": (115, 135), "c2l2u4s": (230, 255),
+    "c1l2u2": (88, 104), "c1l2u4s": (155, 212), "c2l2u2w2": (115, 135), "c1l4u4s": (240, 255),
+}
+# SASS instructions per element-token on the token loop's main path (the largest of 3.6 - 3.9, plus 2%; 3.5.1's
+# ptxas takes 1-11% more)
+FWD_SASS = {
+    "c2l4u1": 10.2, "c2l4u2": 10.2, "c2l4u2s": 10.5, "c1l4u2": 12.5, "c1l4u2s": 13.2, "c2l2u2": 13.4,
+    "c2l2u2s": 13.6, "c2l2u4s": 13.1, "c1l2u2": 18.2, "c1l2u4s": 17.5, "c2l2u2w2": 13.4, "c1l4u4s": 13.3,
+}
 SCRIPT = ROOT / "scripts" / "inspect_gluon_scan.py"
 
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    """Both launch variants compiled for sm_90a in a subprocess: under TRITON_INTERPRET (set for the Triton tests
-    of this session) Gluon's library functions are interpreter objects and a Gluon kernel cannot compile."""
+    """Every launch compiled for sm_90a in a subprocess: under TRITON_INTERPRET (set for the Triton tests of this
+    session) Gluon's library functions are interpreter objects and a Gluon kernel cannot compile."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, str(SCRIPT), "--json", "-"], capture_output=True, text=True, env=env,
-                         timeout=300)
+                         timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)["variants"]
 
@@ -56,23 +68,35 @@ def test_backward_compiles_for_sm90a_without_spills(compiled, variant):
     assert r["instructions_per_element"] <= 8.5, r
 
 
+def test_every_forward_variant_has_its_asserted_numbers():
+    assert set(FWD_REGISTERS) == set(gluon_scan.FWD_VARIANTS) == set(FWD_SASS)
+    assert all(name in gluon_scan.FWD_VARIANTS for _, name in gluon_scan.FWD_VARIANT_BY_ROWS)
+    assert gluon_scan.FWD_VARIANT_BY_ROWS[-1][0] is None, "the table's last entry must take any launch"
+
+
 @needs_gluon
-@pytest.mark.parametrize("variant", ["training-bf16", "every-option-fp32-N64"])
-def test_forward_compiles_for_sm90a_within_budget(compiled, variant):
-    r = compiled[variant]
+@pytest.mark.parametrize("launch", ["training", "every-option"])
+@pytest.mark.parametrize("variant", list(gluon_scan.FWD_VARIANTS))
+def test_forward_variant_compiles_for_sm90a_within_budget(compiled, variant, launch):
+    mapping = gluon_scan.FWD_VARIANTS[variant]
+    r = compiled[f"fwd-{variant}" if launch == "training" else f"fwd-{variant}-every-option"]
+    assert "error" not in r, r
     assert r["target"] == "sm_90a"
     assert r["local"] == 0 and r["stack"] == 0, f"register spills: {r}"
     assert r["shared"] == 0, f"the readout should stay inside a warp: {r}"
-    assert 64 < r["registers"] <= MAX_REGISTERS, r
     per_token, elements = r["per_token"], r["elements_per_thread"]
     assert per_token["BAR"] == 0 and "STS" not in r["loop"]["opcodes"], r["loop"]
     # 3/4 of a reciprocal per state (tiles 0 and 1 share one per pair), plus the scale's exp
     assert per_token["MUFU"] <= 0.75 * elements + 2, per_token
-    readouts = 2 if variant.startswith("every") else 1  # y, and u when asked for
-    assert per_token["SHFL"] == readouts * 2 * 3, per_token  # 3 shuffle levels for each of a thread's 2 channels
-    assert per_token["LDG"] <= 16, per_token  # log decay, v, beta and one vector load per tile of k, k^2, q
-    if variant == "training-bf16":  # M', J', D (1 each), the readout (2), reciprocals: 10 at most with overheads
-        assert r["instructions_per_element"] <= 10.0, r
+    readouts = 2 if launch == "every-option" else 1  # y, and u when asked for
+    levels = (32 // mapping.LV).bit_length() - 1  # the shuffles of a readout: log2 of the lanes along N
+    assert per_token["SHFL"] == readouts * mapping.CPT * levels, per_token
+    # log decay, v, beta and one vector load per tile of k, k^2 (unless squared in the kernel), q
+    assert per_token["LDG"] <= (11 if mapping.SQK else 15), per_token
+    if launch == "training":
+        low, high = FWD_REGISTERS[variant]
+        assert low <= r["registers"] <= high, r
+        assert r["instructions_per_element"] <= FWD_SASS[variant], r
 
 
 def test_supported_says_why_not_on_the_cpu():
