@@ -524,12 +524,13 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
               chunk_size, block_size):
     """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent).
 
-    ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``)."""
+    ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``; a
+    ``"variant"`` key names one of ``gluon_scan.BWD_VARIANTS``)."""
     if bwd_config.get("kernel") == "gluon":
         from .gluon_scan import gluon_backward
 
         return gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
-                              chunk_size)
+                              chunk_size, bwd_config.get("variant"))
     batch, length, heads, head_dim = v.shape
     n_states = _n_states(batch, cu_seqlens)
     offsets = _first_checkpoints(cu_seqlens, chunk_size)

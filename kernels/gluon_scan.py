@@ -54,7 +54,44 @@ except ImportError as error:  # Triton < 3.5, or a build without Gluon: the Trit
     GLUON_IMPORT_ERROR = f"{type(error).__name__}: {error}"
 # ------------------------------------------------------------------------------------------------------------
 
-BWD_BV = 4  # channels per backward program (one warp): the register budget of its two live states and adjoints
+class BwdVariant(NamedTuple):
+    """One mapping of the backward (``palimpsa_gluon_bwd_kernel``): ``CPT`` channels per thread over 2 lanes (the
+    other 16 lanes split the ``N`` states), ``NW`` warps per program, so a program owns ``BV = 2 CPT NW``
+    channels. With ``NW > 1`` the sums of ``dk``, ``dq`` and the decay gradient over a program's channels cross
+    the warps inside the kernel (Gluon reduces through shared memory, a barrier per token) before the atomics:
+    ``NW`` times fewer atomics per token. ``PROBE`` (timing only, wrong gradients): 1 leaves out the ``dk``,
+    ``dq`` atomics, to measure what they cost."""
+
+    CPT: int
+    NW: int
+    PROBE: int = 0
+
+    def block_v(self) -> int:
+        return 2 * self.CPT * self.NW
+
+
+BWD_VARIANTS = {
+    "b2w1": BwdVariant(2, 1),  # the first H100 run's mapping
+    "b2w2": BwdVariant(2, 2),
+    "b2w4": BwdVariant(2, 4),
+    "b1w1": BwdVariant(1, 1),
+    "b1w2": BwdVariant(1, 2),
+    "b1w4": BwdVariant(1, 4),
+    "b2w1-probe-no-dkdq-atomics": BwdVariant(2, 1, 1),
+}
+BWD_VARIANT_BY_ROWS = ((None, "b2w1"),)  # as FWD_VARIANT_BY_ROWS
+BWD_VARIANT_ENV = "PALIMPSA_GLUON_BWD_VARIANT"
+
+
+def backward_variant(rows: int, head_dim: int) -> str:
+    """The backward's variant for ``rows = S H`` rows: the environment's, else the table's, else ``b2w1``."""
+    name = os.environ.get(BWD_VARIANT_ENV)
+    if name:
+        if name not in BWD_VARIANTS:
+            raise ValueError(f"{BWD_VARIANT_ENV} must be one of {sorted(BWD_VARIANTS)}, got {name!r}")
+        return name
+    name = next(name for bound, name in BWD_VARIANT_BY_ROWS if bound is None or rows <= bound)
+    return name if head_dim % BWD_VARIANTS[name].block_v() == 0 else "b1w1"
 
 
 class FwdVariant(NamedTuple):
@@ -103,14 +140,12 @@ FWD_VARIANTS = {
     "c2l4u2": FwdVariant(2, 4, 1, 2),
     "c2l4u2s": FwdVariant(2, 4, 1, 2, True),
     "c1l4u2": FwdVariant(1, 4, 1, 2),
-    "c1l4u2s": FwdVariant(1, 4, 1, 2, True),
+    "c1l4u4s": FwdVariant(1, 4, 1, 4, True),
     "c2l2u2": FwdVariant(2, 2, 1, 2),
     "c2l2u2s": FwdVariant(2, 2, 1, 2, True),
     "c2l2u4s": FwdVariant(2, 2, 1, 4, True),
     "c1l2u2": FwdVariant(1, 2, 1, 2),
     "c1l2u4s": FwdVariant(1, 2, 1, 4, True),
-    "c2l2u2w2": FwdVariant(2, 2, 2, 2),
-    "c1l4u4s": FwdVariant(1, 4, 1, 4, True),
 }
 # Which variant runs, by the number of (sequence, head) rows S H of the launch: the first entry whose bound is
 # at least S H (None: any). Set from the sweep's table (docs/kernels.md); until a GPU run says otherwise, the
@@ -433,7 +468,7 @@ if gluon is not None:
     @gluon.jit
     def _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta, tok, i_h,
                      i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
-                     USE_BETA: gl.constexpr, USE_DU: gl.constexpr):
+                     USE_BETA: gl.constexpr, USE_DU: gl.constexpr, PROBE: gl.constexpr):
         """The reverse step of token ``tok`` from its own rescaled state (``emulation._Adjoint.reverse``): writes
         ``dv``, ``dbeta``, adds ``dk``, ``dq``, ``dlog_decay``; returns the adjoints carried to the token before."""
         p_k = kkq + (tok * G + i_g) * (3 * N) + o_n
@@ -465,37 +500,38 @@ if gluon is not None:
             gl.store(dbeta + o_y, b_db.to(dbeta.dtype.element_ty))
         gl.store(dv + o_y, b_dv.to(dv.dtype.element_ty))
         # relaxed: nothing here reads these sums back, and acq_rel would fence every atomic
-        gl.atomic_add(dk + (tok * G + i_g) * N + o_n, b_dk * b_e, sem="relaxed")
-        gl.atomic_add(dq + (tok * G + i_g) * N + o_n, b_dq, sem="relaxed")
+        if PROBE != 1:  # the probe leaves these out, to time what they cost
+            gl.atomic_add(dk + (tok * G + i_g) * N + o_n, b_dk * b_e, sem="relaxed")
+            gl.atomic_add(dq + (tok * G + i_g) * N + o_n, b_dq, sem="relaxed")
         gl.atomic_add(dg + tok * H + i_h, b_da, sem="relaxed")
         if b_c != 1.0:  # a reference token: carry the adjoints into the previous token's gauge (warp-uniform)
             b_dm, b_dj = b_dm * b_c, b_dj * b_c
         return b_dm, b_dj
 
     @gluon.jit
-    def _bwd_store_scale(p_s, b_sc):
-        """Store the float64 log-scale once per lane: a scalar store is issued by lane 0 only, and other lanes
-        reading it back would race with it (no warp-level fence between them)."""
-        LL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-        gl.store(p_s + gl.arange(0, 32, layout=LL), gl.full([32], 0.0, gl.float64, LL) + b_sc)
+    def _bwd_store_scale(p_s, b_sc, NW: gl.constexpr):
+        """Store the float64 log-scale once per thread: a scalar store is issued by one thread only, and the others
+        reading it back would race with it (no fence between them)."""
+        LL: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+        gl.store(p_s + gl.arange(0, 32 * NW, layout=LL), gl.full([32 * NW], 0.0, gl.float64, LL) + b_sc)
 
     @gluon.jit
-    def _bwd_load_scale(p_s):
-        """The log-scale stored by ``_bwd_store_scale``, each lane reading its own copy."""
-        LL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-        return gl.max(gl.load(p_s + gl.arange(0, 32, layout=LL)), axis=0)
+    def _bwd_load_scale(p_s, NW: gl.constexpr):
+        """The log-scale stored by ``_bwd_store_scale``, each thread reading its own copy."""
+        LL: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+        return gl.max(gl.load(p_s + gl.arange(0, 32 * NW, layout=LL)), axis=0)
 
     @gluon.jit
     def _bwd_keep(b_m, b_j, b_sc, slot, count, start, EVERY: gl.constexpr, p_m, p_j, p_s, o_s, v, kkq, g, beta,
                   bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
-                  BV: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr):
+                  BV: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr, NW: gl.constexpr):
         """Walk ``count`` groups of ``EVERY`` tokens from ``start``, keeping the state (and its log-scale) before
         each group in scratch slots ``slot, slot + 1, ...`` (``emulation._keep_every``). Every thread reads back
         only what it wrote itself (same layout; the scale one copy per lane), so no barrier is needed."""
         for b in range(count):
             gl.store(p_m + (slot + b) * BV * N + o_s, b_m)
             gl.store(p_j + (slot + b) * BV * N + o_s, b_j)
-            _bwd_store_scale(p_s + (slot + b) * 32, b_sc)
+            _bwd_store_scale(p_s + (slot + b) * 32 * NW, b_sc, NW)
             if b < count - 1:
                 b_m, b_j, b_sc, _, _ = _bwd_walk(b_m, b_j, b_sc, start + EVERY * b, start + EVERY * b + EVERY, v,
                                                  kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_,
@@ -505,14 +541,16 @@ if gluon is not None:
     def palimpsa_gluon_bwd_kernel(
         v, kkq, g, beta, ip, ck_m, ck_i, dy, du, dmT, diT, sc_m, sc_j, sc_s, dv, dk, dq, dg, dbeta, dm0, di0,
         cu_seqlens, chunk_offsets, T,
-        H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, BV: gl.constexpr, CT: gl.constexpr,
-        TAU_: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
-        USE_INITIAL_IMPORTANCE: gl.constexpr, USE_FINAL_STATE_GRADIENT: gl.constexpr, USE_DU: gl.constexpr,
-        IS_VARLEN: gl.constexpr,
+        H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr,
+        CPT: gl.constexpr, NW: gl.constexpr, PROBE: gl.constexpr, USE_BETA: gl.constexpr,
+        USE_INITIAL_STATE: gl.constexpr, USE_INITIAL_IMPORTANCE: gl.constexpr,
+        USE_FINAL_STATE_GRADIENT: gl.constexpr, USE_DU: gl.constexpr, IS_VARLEN: gl.constexpr,
     ):
         # the schedule of emulation._backward_one: checkpoint -> every 16th state (slab) -> every 4th -> 2 slots
         NB: gl.constexpr = CT // 16
-        L: gl.constexpr = gl.BlockedLayout([2, N // 16], [2, 16], [1, 1], [1, 0])
+        BV: gl.constexpr = 2 * CPT * NW
+        SS: gl.constexpr = 32 * NW  # the scale's slot in sc_s: a copy per thread
+        L: gl.constexpr = gl.BlockedLayout([CPT, N // 16], [2, 16], [NW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, L)
         LN: gl.constexpr = gl.SliceLayout(0, L)
 
@@ -544,8 +582,8 @@ if gluon is not None:
             b_m = gl.load(ck_m + o_ck + o_s)
             b_j = gl.load(ck_i + o_ck + o_s) - b_ip
             b_sc = gl.to_tensor(0.0).to(gl.float64)
-            _bwd_keep(b_m, b_j, b_sc, 0, nb, t0, 16, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * 32, o_s, v, kkq, g, beta,
-                      bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA)
+            _bwd_keep(b_m, b_j, b_sc, 0, nb, t0, 16, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * SS, o_s, v, kkq, g, beta,
+                      bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA, NW)
             for i_br in range(nb):
                 b = nb - 1 - i_br
                 tb = t0 + 16 * b
@@ -553,17 +591,17 @@ if gluon is not None:
                 # pass B: the slab block from its state, every 4th state into the next four scratch slots
                 b_m = gl.load(sc_m + o_sc + b * BV * N + o_s)
                 b_j = gl.load(sc_j + o_sc + b * BV * N + o_s)
-                b_sc = _bwd_load_scale(sc_s + (o_ss + b) * 32)
+                b_sc = _bwd_load_scale(sc_s + (o_ss + b) * SS, NW)
                 ns = gl.cdiv(te - tb, 4)
-                _bwd_keep(b_m, b_j, b_sc, NB, ns, tb, 4, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * 32, o_s, v, kkq, g,
-                          beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA)
+                _bwd_keep(b_m, b_j, b_sc, NB, ns, tb, 4, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * SS, o_s, v, kkq, g,
+                          beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA, NW)
                 for i_sr in range(ns):
                     s = ns - 1 - i_sr
                     ts = tb + 4 * s
                     n = gl.minimum(4, te - ts)
                     b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
                     b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
-                    b_s0 = _bwd_load_scale(sc_s + (o_ss + NB + s) * 32)
+                    b_s0 = _bwd_load_scale(sc_s + (o_ss + NB + s) * SS, NW)
                     if n == 4:  # two states live: the middle (token ts + 1) and the walking one
                         b_mm, b_jm, b_sm, b_cm, b_em = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 2, v, kkq, g, beta, bos,
                                                                  T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
@@ -571,15 +609,15 @@ if gluon is not None:
                                                           i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
                         b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
                                                   dk, dq, dg, dbeta, bos + ts + 3, i_h, i_g, o_v, o_n, H, G, P, N,
-                                                  USE_BETA, USE_DU)
+                                                  USE_BETA, USE_DU, PROBE)
                         b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 3, v, kkq, g, beta, bos, T,
                                                           i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
                         b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
                                                   dk, dq, dg, dbeta, bos + ts + 2, i_h, i_g, o_v, o_n, H, G, P, N,
-                                                  USE_BETA, USE_DU)
+                                                  USE_BETA, USE_DU, PROBE)
                         b_dm, b_dj = _bwd_reverse(b_mm, b_jm, b_cm, b_em, b_dm, b_dj, b_ip, v, kkq, beta, dy, du,
                                                   dv, dk, dq, dg, dbeta, bos + ts + 1, i_h, i_g, o_v, o_n, H, G, P,
-                                                  N, USE_BETA, USE_DU)
+                                                  N, USE_BETA, USE_DU, PROBE)
                         # the block start again from the scratch (an L1 hit) rather than live in registers
                         b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
                         b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
@@ -587,7 +625,7 @@ if gluon is not None:
                                                           i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
                         b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
                                                   dk, dq, dg, dbeta, bos + ts, i_h, i_g, o_v, o_n, H, G, P, N,
-                                                  USE_BETA, USE_DU)
+                                                  USE_BETA, USE_DU, PROBE)
                     else:  # a sequence's tail block: walk from the block start to each token in turn
                         for i_l in range(n):
                             last = ts + n - 1 - i_l
@@ -595,7 +633,7 @@ if gluon is not None:
                                                               T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
                             b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du,
                                                       dv, dk, dq, dg, dbeta, bos + last, i_h, i_g, o_v, o_n, H, G,
-                                                      P, N, USE_BETA, USE_DU)
+                                                      P, N, USE_BETA, USE_DU, PROBE)
 
         if USE_INITIAL_STATE:  # the start is a true state: the carried adjoints are dM0, dI0
             gl.store(dm0 + o_state + o_s, b_dm)
@@ -625,18 +663,20 @@ def _compile(kernel, pointers: tuple, types: dict, constexprs: dict, arch: int, 
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
-def compile_backward(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
-                     state_size: int = 128, chunk_size: int = 256, use_beta: bool = True, use_initial_state=False,
-                     use_initial_importance=False, use_final_state_gradient=False, use_du=False, is_varlen=False,
-                     arch: int = 90):
-    """Compile the backward kernel for ``sm_<arch>a`` without a GPU (see :func:`compile_forward`)."""
-    constexprs = {"H": heads, "G": groups, "P": head_dim, "N": state_size, "BV": BWD_BV, "CT": chunk_size,
-                  "TAU_": TAU, "USE_BETA": use_beta, "USE_INITIAL_STATE": use_initial_state,
-                  "USE_INITIAL_IMPORTANCE": use_initial_importance,
+def compile_backward(*, variant: str = "b2w1", dtype: str = "bf16", heads: int = 80, groups: int = 1,
+                     head_dim: int = 64, state_size: int = 128, chunk_size: int = 256, use_beta: bool = True,
+                     use_initial_state=False, use_initial_importance=False, use_final_state_gradient=False,
+                     use_du=False, is_varlen=False, arch: int = 90):
+    """Compile the backward kernel (one of ``BWD_VARIANTS``) for ``sm_<arch>a`` without a GPU (see
+    :func:`compile_forward`)."""
+    mapping = BWD_VARIANTS[variant]
+    constexprs = {"H": heads, "G": groups, "P": head_dim, "N": state_size, "CT": chunk_size, "TAU_": TAU,
+                  "CPT": mapping.CPT, "NW": mapping.NW, "PROBE": mapping.PROBE, "USE_BETA": use_beta,
+                  "USE_INITIAL_STATE": use_initial_state, "USE_INITIAL_IMPORTANCE": use_initial_importance,
                   "USE_FINAL_STATE_GRADIENT": use_final_state_gradient, "USE_DU": use_du, "IS_VARLEN": is_varlen}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "du", "dv", "dbeta")}
     types.update({"g": "*fp32", "sc_s": "*fp64", "cu_seqlens": "*i32", "chunk_offsets": "*i32"})
-    return _compile(palimpsa_gluon_bwd_kernel, BWD_POINTERS, types, constexprs, arch)
+    return _compile(palimpsa_gluon_bwd_kernel, BWD_POINTERS, types, constexprs, arch, mapping.NW)
 
 
 def _forward_constexprs(variant: FwdVariant) -> dict:
@@ -705,9 +745,11 @@ def gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens
     return y, m_t, i_t, u, ck_m, ck_i
 
 
-def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, chunk_size):
+def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, chunk_size,
+                   variant: str | None = None):
     """Launch the Gluon backward on the checkpoints of either forward: the gradients of ``v, k, q, log_decay,
-    beta, M0, I0`` (None where absent), as ``fused_recurrent._backward`` returns them."""
+    beta, M0, I0`` (None where absent), as ``fused_recurrent._backward`` returns them. ``variant``: a name of
+    ``BWD_VARIANTS``, or None for :func:`backward_variant`'s choice."""
     from . import fused_recurrent as ts
 
     batch, length, heads, head_dim = v.shape
@@ -717,7 +759,10 @@ def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens,
     n_states = ts._n_states(batch, cu_seqlens)
     offsets = ts._first_checkpoints(cu_seqlens, chunk_size)
     device = v.device
-    grid = (head_dim // BWD_BV, n_states * heads)
+    mapping = BWD_VARIANTS[variant or backward_variant(n_states * heads, head_dim)]
+    if head_dim % mapping.block_v():
+        raise ValueError(f"P = {head_dim} is not a multiple of the Gluon backward's {mapping.block_v()} channels")
+    grid = (head_dim // mapping.block_v(), n_states * heads)
     use_final_grad = dm_t is not None or di_t is not None
     if use_final_grad:
         dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
@@ -726,9 +771,10 @@ def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens,
     k32 = k.float()
     kkq = torch.stack((k32, k32 * k32, q.float()), dim=3)
     slots = chunk_size // 16 + 4  # per program: the slab of a chunk, then the 4 states of a slab block
-    sc_m = torch.empty(grid[0] * grid[1] * slots * BWD_BV * state_size, dtype=torch.float32, device=device)
+    sc_m = torch.empty(grid[0] * grid[1] * slots * mapping.block_v() * state_size, dtype=torch.float32, device=device)
     sc_j = torch.empty_like(sc_m)
-    sc_s = torch.empty(grid[0] * grid[1] * slots * 32, dtype=torch.float64, device=device)  # a copy per lane
+    sc_s = torch.empty(grid[0] * grid[1] * slots * 32 * mapping.NW, dtype=torch.float64,
+                       device=device)  # a copy per thread
     dv = ts._output(v.shape, v.dtype, device)
     dbeta = None if beta is None else ts._output(beta.shape, beta.dtype, device)
     dk = torch.zeros(k.shape, dtype=torch.float32, device=device)
@@ -739,10 +785,11 @@ def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens,
     palimpsa_gluon_bwd_kernel[grid](
         v, kkq, log_decay, beta, ip, ck_m, ck_i, dy.contiguous(), None if du is None else du.contiguous(), dm_t,
         di_t, sc_m, sc_j, sc_s, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
-        H=heads, G=groups, P=head_dim, N=state_size, BV=BWD_BV, CT=chunk_size, TAU_=TAU,
+        H=heads, G=groups, P=head_dim, N=state_size, CT=chunk_size, TAU_=TAU, CPT=mapping.CPT, NW=mapping.NW,
+        PROBE=mapping.PROBE,
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
         USE_FINAL_STATE_GRADIENT=use_final_grad, USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None,
-        num_warps=1,
+        num_warps=mapping.NW,
     )
     return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype), dbeta,
             None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))

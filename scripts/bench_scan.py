@@ -90,8 +90,10 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=fused_recurrent.CH
     beta = leaves.get("beta")
     if backend == "gluon-bwd" and fwd_config is None:  # the Gluon forward and backward (opt-in in palimpsa_scan)
         fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
-    if backend.startswith("gluon@") and fwd_config is None:  # one of gluon_scan.FWD_VARIANTS, Triton backward
-        fwd_config = {"kernel": "gluon", "variant": backend.removeprefix("gluon@")}
+    if backend.startswith("gluon@") and fwd_config is None:  # gluon@<forward variant>[/<backward variant>]
+        fwd_name, _, bwd_name = backend.removeprefix("gluon@").partition("/")
+        fwd_config = {"kernel": "gluon", "variant": fwd_name}
+        bwd_config = {"kernel": "gluon", "variant": bwd_name} if bwd_name else None
 
     def forward():
         if fwd_config is None and bwd_config is None:
@@ -348,8 +350,9 @@ def main() -> int:
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--backends", default="gluon,triton",
                         help="comma-separated palimpsa_scan backends to time side by side (gluon: the Gluon forward "
-                             "with the Triton backward; gluon@<variant>: that one of gluon_scan.FWD_VARIANTS with the "
-                             "Triton backward; gluon-bwd: the Gluon forward and backward)")
+                             "with the Triton backward; gluon@<fwd variant>[/<bwd variant>]: that one of "
+                             "gluon_scan.FWD_VARIANTS, with the Triton backward or that of BWD_VARIANTS; gluon-bwd: "
+                             "the Gluon forward and backward)")
     parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")

@@ -1,8 +1,8 @@
 """Compile the Gluon scan kernels for sm_90a without a GPU and report their registers, spills and loop SASS.
 
 ``triton.compile`` with a GPU target needs no driver; ``cuobjdump`` and ``nvdisasm`` ship inside the Triton wheel.
-Prints one line per launch (every forward variant of ``gluon_scan.FWD_VARIANTS`` at the training launch and with
-every option, the backward's two launches): registers, local memory, shared memory; for the forward the SASS
+Prints one line per launch (every variant of ``gluon_scan.FWD_VARIANTS`` and ``BWD_VARIANTS`` at the training
+launch and with every option): registers, local memory, shared memory; for the forward the SASS
 instructions per state element and token in the token loop's main path, MUFU / SHFL / LDG per token and thread,
 and the size of the rest of the loop (the renormalising blocks); for the backward the same of its recompute
 step, the innermost loop. Writes the numbers as JSON with ``--json`` (``-`` for stdout, which the CPU tests
@@ -22,23 +22,22 @@ import sys
 EVERY_OPTION = {"dtype": "fp32", "groups": 2, "state_size": 64, "use_initial_state": True,
                 "use_initial_importance": True, "is_varlen": True}
 FWD_EVERY_OPTION = {**EVERY_OPTION, "store_final_state": True, "use_uncertainty": True}
-BACKWARD = {  # name: compile options; the training launch is bf16 with beta at 2.7b shapes
-    "bwd-training-bf16": {},
-    "bwd-every-option-fp32-N64": {**EVERY_OPTION, "use_final_state_gradient": True, "use_du": True},
-}
+BWD_EVERY_OPTION = {**EVERY_OPTION, "use_final_state_gradient": True, "use_du": True}
 
 
 def variants(quick: bool) -> dict:
-    """name: (kernel, compile options). Every forward variant at the training launch (``fwd-<variant>``) and
-    with every option (``fwd-<variant>-every-option``, not with ``quick``); the backward's two launches."""
+    """name: (kernel, compile options). Every forward variant at the training launch (``fwd-<variant>``: bf16,
+    beta, checkpoints, 2.7b shapes) and with every option (``fwd-<variant>-every-option``, not with ``quick``);
+    every backward variant likewise (``bwd-<variant>``, ``bwd-<variant>-every-option``)."""
     from palimpsa.kernels import gluon_scan
 
     result = {}
-    for name in gluon_scan.FWD_VARIANTS:
-        result[f"fwd-{name}"] = ("forward", {"variant": name})
-        if not quick:
-            result[f"fwd-{name}-every-option"] = ("forward", {"variant": name, **FWD_EVERY_OPTION})
-    result.update({name: ("backward", options) for name, options in BACKWARD.items()})
+    for kernel, prefix, table, every in (("forward", "fwd", gluon_scan.FWD_VARIANTS, FWD_EVERY_OPTION),
+                                         ("backward", "bwd", gluon_scan.BWD_VARIANTS, BWD_EVERY_OPTION)):
+        for name in table:
+            result[f"{prefix}-{name}"] = (kernel, {"variant": name})
+            if not quick:
+                result[f"{prefix}-{name}-every-option"] = (kernel, {"variant": name, **every})
     return result
 
 
@@ -52,7 +51,8 @@ def inspect(kernel: str, options: dict) -> dict:
         elements, tokens = mapping.elements(state_size), mapping.U
     else:
         compiled = gluon_scan.compile_backward(**options)
-        elements, tokens = 2 * state_size // 16, 1  # per thread and token: 2 channels x N / 16 states
+        # per thread and token: CPT channels x N / 16 states
+        elements, tokens = gluon_scan.BWD_VARIANTS[options["variant"]].CPT * state_size // 16, 1
     loop = gluon_scan.loop_instructions(compiled, tokens=tokens)
     per_token = {name: loop["opcodes"].get(name, 0) / loop["tokens"] for name in ("MUFU", "SHFL", "LDG", "BAR")}
     return {**gluon_scan.resource_usage(compiled), "target": "sm_90a" if ".target sm_90a" in compiled.asm["ptx"]
@@ -63,7 +63,7 @@ def inspect(kernel: str, options: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the numbers here ('-': stdout, nothing else printed)")
-    parser.add_argument("--quick", action="store_true", help="forward variants at the training launch only")
+    parser.add_argument("--quick", action="store_true", help="the training launches only")
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("unset TRITON_INTERPRET: under the interpreter Gluon kernels cannot be compiled")

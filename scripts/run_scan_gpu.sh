@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One GPU call for the scan kernels (<= ~8 min on an H100/H200): record the machine; compile-inspect every Gluon
-# variant (CPU, in the background); sweep the Gluon forward's variants (quick float64 checks, then forward times
-# beside Triton: scripts/sweep_gluon_scan.py); run all of check_scan_gpu.py's float64 checks on the fastest variant
-# that passed; time it, Triton and mamba_ssm's SSD side by side (bench_scan.py, B = 1 and 4, L = 2k/8k/16k).
-# Every step runs under its own time limit and a failing step (or variant) does not stop the next; raw outputs go
-# to the directory given as the first argument, and SUMMARY.txt there (printed last) is the readable result.
+# variant (CPU, in the background); sweep the Gluon forward's and backward's variants (quick float64 checks, then
+# times beside Triton: scripts/sweep_gluon_scan.py); run all of check_scan_gpu.py's float64 checks on the fastest
+# forward that passed (with the fastest Gluon backward where it beat Triton's, else Triton's); time that path,
+# Triton and mamba_ssm's SSD side by side (bench_scan.py, B = 1 and 4, L = 2k/8k/16k; B = 1 only when the call is
+# late). Every step runs under its own time limit and a failing step (or variant) does not stop the next; raw
+# outputs go to the directory given as the first argument, and SUMMARY.txt there (printed last) is the result.
 #
 #   bash scripts/run_scan_gpu.sh "$OUT"
 set -u
@@ -25,52 +26,49 @@ export TRITON_DEFAULT_FP_FUSION=1
     nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
     python3 -c "import mamba_ssm" 2>/dev/null && echo "mamba_ssm importable" \
-        || echo "mamba_ssm NOT importable: bench_scan.py times Triton with beta=None in SSD's place"
+        || echo "mamba_ssm NOT importable as a package: bench_scan.py tries its Triton ops alone, else times" \
+                "Triton with beta=None in SSD's place (bench.log says which)"
 } 2>&1 | tee "$out/machine.txt"
 # registers, spills and SASS of every variant under this Triton (CPU work, beside the GPU sweep)
-(timeout 150 python3 scripts/inspect_gluon_scan.py --json "$out/inspect.json" 2>&1 | grep -v "nanobind\|leaked\|^ - " \
-    >"$out/inspect.log") &
+(timeout 200 python3 scripts/inspect_gluon_scan.py --json "$out/inspect.json" 2>&1 \
+    | grep -v "nanobind\|leaked\|^ - " >"$out/inspect.log") &
 inspect_pid=$!
-timeout 230 python3 scripts/sweep_gluon_scan.py "$out" --variant-timeout 60 --total-timeout 200 \
+timeout 250 python3 scripts/sweep_gluon_scan.py "$out" --variant-timeout 60 --total-timeout 220 \
     >"$out/sweep.log" 2>&1
 echo "sweep: exit $? after $(( $(date +%s) - start )) s"
 wait "$inspect_pid"
 # the sweep's table again, with the offline numbers now that inspect has finished
-timeout 30 python3 - "$out" <<'EOF' >/dev/null 2>&1
-import json, sys
-sys.path.insert(0, "scripts")
-import sweep_gluon_scan as s
-out = sys.argv[1]
-data = json.load(open(f"{out}/sweep.json"))
-data["offline"] = s.offline_numbers(out)
-text = s.table(data["rows"], data["offline"])
-text += "\n\nfastest passing variant: " + (", ".join(f"{k.removesuffix('_ms')} {w['variant']} ({w['ms']:.3f} ms)"
-                                                      for k, w in data["winners"].items()) or "none")
-open(f"{out}/sweep.txt", "w").write(text + "\n")
-json.dump(data, open(f"{out}/sweep.json", "w"), indent=1)
-EOF
+timeout 30 python3 scripts/sweep_gluon_scan.py "$out" --retable >/dev/null 2>&1
 best1=$(sed -n 1p "$out/sweep-winner.txt" 2>/dev/null)
 best4=$(sed -n 2p "$out/sweep-winner.txt" 2>/dev/null)
+bestb=$(sed -n 3p "$out/sweep-winner.txt" 2>/dev/null)
 backends=triton
+label=""
 if [ -n "$best1" ]; then
-    PALIMPSA_GLUON_FWD_VARIANT="$best1" timeout 140 python3 scripts/check_scan_gpu.py --backend gluon \
-        --json "$out/check-gluon-$best1.json" >"$out/check-gluon-$best1.log" 2>&1
-    echo "full check of $best1 (Gluon forward + Triton backward): exit $? after $(( $(date +%s) - start )) s"
-    backends="gluon@$best1,triton"
-    [ -n "$best4" ] && [ "$best4" != "$best1" ] && backends="gluon@$best1,gluon@$best4,triton"
+    label="forward $best1, backward ${bestb:-Triton}"
+    gluon_bwd=0
+    [ -n "$bestb" ] && gluon_bwd=1
+    PALIMPSA_GLUON_FWD_VARIANT="$best1" PALIMPSA_GLUON_BWD_VARIANT="$bestb" PALIMPSA_GLUON_BACKWARD=$gluon_bwd \
+        timeout 140 python3 scripts/check_scan_gpu.py --backend gluon --json "$out/check-$best1.json" \
+        >"$out/check-$best1.log" 2>&1
+    echo "full check ($label): exit $? after $(( $(date +%s) - start )) s"
+    backends="gluon@$best1${bestb:+/$bestb},triton"
+    [ -n "$best4" ] && [ "$best4" != "$best1" ] && backends="gluon@$best1${bestb:+/$bestb},gluon@$best4,triton"
 fi
-timeout 190 python3 scripts/bench_scan.py --backends "$backends" --no-step --json "$out/bench.json" \
+quick=""
+[ $(( $(date +%s) - start )) -gt 330 ] && quick="--quick"  # late: B = 1 only, to stay inside ~8 minutes
+timeout 170 python3 scripts/bench_scan.py --backends "$backends" --no-step $quick --json "$out/bench.json" \
     >"$out/bench.log" 2>&1
 echo "bench: exit $? after $(( $(date +%s) - start )) s"
 {
     echo "== machine"; cat "$out/machine.txt"
-    echo; echo "== sweep of the Gluon forward's variants (sweep.txt; worker log: sweep-worker.log)"
+    echo; echo "== sweep of the Gluon variants (sweep.txt; worker log: sweep-worker.log)"
     cat "$out/sweep.txt" 2>/dev/null || tail -20 "$out/sweep.log"
     if [ -n "$best1" ]; then
-        echo; echo "== all float64 checks of $best1 (check-gluon-$best1.log)"
-        grep -E "checks passed|^ERROR|  NO$" "$out/check-gluon-$best1.log" | head -20
+        echo; echo "== all float64 checks of the fastest path: $label (check-$best1.log)"
+        grep -E "checks passed|^ERROR|  NO$" "$out/check-$best1.log" | head -20
     fi
-    echo; echo "== side by side (bench.log; $backends, SSD)"
+    echo; echo "== side by side (bench.log: $backends and SSD; gluon@F/B = Gluon forward F and backward B)"
     grep -A 30 "^bf16, H=" "$out/bench.log" || tail -30 "$out/bench.log"
     echo; echo "took $(( $(date +%s) - start )) s"
 } >"$out/SUMMARY.txt" 2>&1

@@ -1,21 +1,28 @@
-"""Sweep the Gluon forward's mappings on one GPU: each checked against float64, then timed beside the Triton path.
+"""Sweep the Gluon kernels' mappings on one GPU: each checked against float64, then timed beside the Triton path.
 
-Every variant of ``gluon_scan.FWD_VARIANTS`` (and ``triton``, the baseline of the same run) is
+Every forward variant of ``gluon_scan.FWD_VARIANTS`` (and ``triton``, the baseline of the same run) is
 
 1. checked on a quick subset of ``check_scan_gpu.py``'s cases (80 heads, P = 64, N = 128; outputs, final states,
    uncertainty and every gradient through the Triton backward on the variant's checkpoints, against float64
    references computed once for all variants): two batches of 128 tokens against the sequential reference, an
    odd-length bf16 sequence over four chunks, packed sequences of 300 / 1 / 250 / 449 tokens with states in
-   and out, and a no-beta sequence with ``I0 = None``;
+   and out (``triton`` also a no-beta sequence with ``I0 = None``; the winner gets all of check_scan_gpu.py);
 2. timed (``do_bench`` medians, bf16, 2.7b shapes): forward at B = 1 and 4, L = 8192, and forward + (Triton)
    backward at B = 1, L = 8192.
+
+Every backward variant of ``gluon_scan.BWD_VARIANTS`` (rows ``bwd:<name>``) is checked on two of those cases (the
+Gluon forward's default variant before it) and timed after the Triton forward at B = 1, L = 8192: its backward
+alone is forward + backward minus that forward. ``-probe-`` variants leave work out to show what it costs: timed,
+not checked, never chosen.
 
 The variants run in one worker process, one after another; a variant that crashes the worker (an illegal memory
 access ends the CUDA context) or runs past ``--variant-timeout`` is recorded as failed and a new worker goes on with
 the rest. Writes ``sweep.json`` (every number), ``sweep.txt`` (the table, also printed) and ``sweep-winner.txt``
-(the fastest variant that passed, at B = 1, L = 8192; then at B = 4) into the output directory.
+(line 1: the fastest forward that passed at B = 1, L = 8192; line 2: at B = 4; line 3: the fastest backward
+that passed, if it beats Triton's) into the output directory.
 
     python scripts/sweep_gluon_scan.py OUT_DIR [--variants a,b,...] [--variant-timeout 60] [--total-timeout 240]
+    python scripts/sweep_gluon_scan.py OUT_DIR --retable   # sweep.txt again, with OUT_DIR/inspect.json's numbers
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ import traceback
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 TIMED = (("fwd", 1, 8192), ("fwd", 4, 8192), ("fwdbwd", 1, 8192))
+BWD_TIMED = (("fwd", 1, 8192), ("fwdbwd", 1, 8192))  # backward rows: the Triton forward, then with the backward
+FWD_CASES = (0, 1, 2)  # which quick cases check a forward variant (each case is a compile of it: time is short)
+BWD_CASES = (0, 2)  # which check a backward variant
 
 
 def _quick_cases():
@@ -75,8 +85,12 @@ class Worker:
         from check_scan_gpu import GRADS, OUTPUTS, outputs_and_grads, relative_error, run_op
 
         backend = "triton" if name == "triton" else "gluon"
+        if name == "triton":
+            cases = self.cases
+        else:
+            cases = [self.cases[i] for i in (BWD_CASES if name.startswith("bwd:") else FWD_CASES)]
         worst, rows = 0.0, []
-        for case, inputs, tol, prior, cu_seqlens, weights, (want, want_grads) in self.cases:
+        for case, inputs, tol, prior, cu_seqlens, weights, (want, want_grads) in cases:
             got, got_grads = outputs_and_grads(
                 inputs, lambda x, p=prior, c=cu_seqlens: run_op(x, backend, p, c), weights)
             errors = {label: relative_error(g, w) for label, g, w in zip(OUTPUTS, got, want, strict=True)}
@@ -90,27 +104,33 @@ class Worker:
     def time(self, name: str) -> dict:
         import torch
         from bench_scan import ours, scan_inputs
+        from palimpsa.kernels import fused_recurrent
         from triton.testing import do_bench
 
         times = {}
-        for kind, batch, length in TIMED:
+        for kind, batch, length in BWD_TIMED if name.startswith("bwd:") else TIMED:
             if (batch, length) not in self.timing_inputs:
                 self.timing_inputs[(batch, length)] = scan_inputs(batch, length)
             inputs = self.timing_inputs[(batch, length)]
             if name == "triton":
                 fwd, fwd_bwd = ours(inputs, backend="triton")
+            elif name.startswith("bwd:"):
+                fwd, fwd_bwd = ours(inputs, fwd_config=fused_recurrent.FWD_CONFIG,
+                                    bwd_config={"kernel": "gluon", "variant": name.removeprefix("bwd:")})
             else:
                 fwd, fwd_bwd = ours(inputs, fwd_config={"kernel": "gluon", "variant": name})
             fn = fwd if kind == "fwd" else fwd_bwd
             times[f"{kind}_B{batch}_L{length}_ms"] = do_bench(fn, warmup=25, rep=150, return_mode="median")
             torch.cuda.synchronize()
+        if name.startswith("bwd:") or name == "triton":
+            times["bwd_B1_L8192_ms"] = times["fwdbwd_B1_L8192_ms"] - times["fwd_B1_L8192_ms"]
         return times
 
 
 def worker_main(names: list[str], rows_path: str, progress_path: str) -> int:
     sys.path.insert(0, SCRIPTS)
     import torch
-    from palimpsa.kernels import fused_recurrent, gluon_scan
+    from palimpsa.kernels import fused_recurrent, gluon_scan, scan
 
     fused_recurrent.POISON_OUTPUTS = True  # every output starts NaN: an unwritten element fails the check
     t0 = time.time()
@@ -120,12 +140,22 @@ def worker_main(names: list[str], rows_path: str, progress_path: str) -> int:
         with open(progress_path, "a") as f:
             f.write(json.dumps({"start": name, "time": time.time()}) + "\n")
         row = {"variant": name}
-        if name != "triton":
+        os.environ.pop(gluon_scan.FWD_VARIANT_ENV, None)
+        os.environ.pop(gluon_scan.BWD_VARIANT_ENV, None)
+        os.environ.pop(scan.GLUON_BACKWARD_ENV, None)
+        if name.startswith("bwd:"):
+            row["mapping"] = gluon_scan.BWD_VARIANTS[name.removeprefix("bwd:")]._asdict()
+            os.environ[gluon_scan.BWD_VARIANT_ENV] = name.removeprefix("bwd:")
+            os.environ[scan.GLUON_BACKWARD_ENV] = "1"
+        elif name != "triton":
             row["mapping"] = gluon_scan.FWD_VARIANTS[name]._asdict()
             os.environ[gluon_scan.FWD_VARIANT_ENV] = name
         t0 = time.time()
         try:
-            row.update(worker.check(name))
+            if "-probe-" in name:
+                row["probe"] = True  # leaves work out: its gradients are wrong by design
+            else:
+                row.update(worker.check(name))
             row.update(worker.time(name))
         except Exception as error:  # noqa: BLE001 - record it, go on with the next variant
             traceback.print_exc()
@@ -206,20 +236,57 @@ def offline_numbers(out: str) -> dict:
         return {}
     with open(path) as f:
         variants = json.load(f).get("variants", {})
-    return {name.removeprefix("fwd-"): r for name, r in variants.items() if name.startswith("fwd-")}
+    found = {name.removeprefix("fwd-"): r for name, r in variants.items() if name.startswith("fwd-")}
+    found.update({"bwd:" + name.removeprefix("bwd-"): r for name, r in variants.items() if name.startswith("bwd-")})
+    return found
+
+
+def _mapping(name: str) -> dict:
+    """A variant's constexprs from the tables (rows of crashed variants have none of their own)."""
+    try:
+        from palimpsa.kernels import gluon_scan
+    except ImportError:
+        return {}
+    if name.startswith("bwd:"):
+        found = gluon_scan.BWD_VARIANTS.get(name.removeprefix("bwd:"))
+    else:
+        found = gluon_scan.FWD_VARIANTS.get(name)
+    return {} if found is None else found._asdict()
+
+
+def _cells(r: dict, triton: dict, keys: list[str]) -> str:
+    cells = []
+    for k in keys:
+        if k in r:
+            ratio = triton[k] / r[k] if k in triton else float("nan")
+            cells.append(f"{r[k]:8.3f} ({ratio:5.2f}x)")
+        else:
+            cells.append(f"{'-':>18}")
+    return " | ".join(cells)
+
+
+def _verdict(r: dict) -> str:
+    if r.get("probe"):
+        return f"{'probe':>6}"
+    return f"{r['worst_over_tol']:6.3f}" + ("" if r["passed"] else " FAIL")
 
 
 def table(rows: list[dict], offline: dict) -> str:
+    """The forward table, then the backward table; triton's row in both, as the baseline."""
     triton = next((r for r in rows if r["variant"] == "triton" and "error" not in r), {})
     keys = [f"{kind}_B{b}_L{length}_ms" for kind, b, length in TIMED]
     lines = ["Gluon forward variants (bf16, H=80 P=64 N=128 G=1; ms are do_bench medians; x = triton / variant, so "
              "x > 1 is faster than Triton; fwdbwd = the variant's forward + the Triton backward on its checkpoints;"
              " check = worst error / tolerance over the quick float64 checks, <= 1 passes; reg / SASS = registers "
-             "and SASS instructions per element-token (main path) from inspect_gluon_scan.py)",
+             "and SASS instructions per element-token (main path) from inspect_gluon_scan.py; elem = state "
+             "elements per thread; CPT channels per thread, LV lanes along channels, NW warps per program, U tokens "
+             "per branch-free group, SQK k^2 squared in the kernel)",
              f"{'variant':12} {'CPT':>3} {'LV':>2} {'NW':>2} {'U':>1} {'SQK':>3} {'reg':>4} {'SASS':>5} "
              f"{'elem':>4} | {'check':>6} | " + " | ".join(f"{k.removesuffix('_ms'):>18}" for k in keys)]
     for r in rows:
-        m = r.get("mapping", {})
+        if r["variant"].startswith("bwd:"):
+            continue
+        m = r.get("mapping") or _mapping(r["variant"])
         o = offline.get(r["variant"], {})
         head = (f"{r['variant']:12} {m.get('CPT', '-'):>3} {m.get('LV', '-'):>2} {m.get('NW', '-'):>2} "
                 f"{m.get('U', '-'):>1} {('y' if m.get('SQK') else 'n') if m else '-':>3} "
@@ -229,29 +296,65 @@ def table(rows: list[dict], offline: dict) -> str:
         if "error" in r and "worst_over_tol" not in r:
             lines.append(f"{head} | FAILED: {r['error'][:150]}")
             continue
-        cells = []
-        for k in keys:
-            if k in r:
-                ratio = triton[k] / r[k] if k in triton else float("nan")
-                cells.append(f"{r[k]:8.3f} ({ratio:5.2f}x)")
-            else:
-                cells.append(f"{'-':>18}")
-        verdict = f"{r['worst_over_tol']:6.3f}" + ("" if r["passed"] else " FAIL")
-        lines.append(f"{head} | {verdict} | " + " | ".join(cells) + (f"  error: {r['error'][:100]}"
-                                                                     if "error" in r else ""))
+        lines.append(f"{head} | {_verdict(r)} | {_cells(r, triton, keys)}"
+                     + (f"  error: {r['error'][:100]}" if "error" in r else ""))
+    bwd_rows = [r for r in rows if r["variant"].startswith("bwd:") or r["variant"] == "triton"]
+    if len(bwd_rows) > 1:
+        keys = ["bwd_B1_L8192_ms", "fwdbwd_B1_L8192_ms"]
+        lines += ["", "Gluon backward variants after the Triton forward (bwd = fwd+bwd - fwd, B=1 L=8192; x = triton / "
+                  "variant; check over two quick cases, the Gluon forward's default variant before it; CPT channels "
+                  "per thread, NW warps per program: dk, dq summed over NW warps in the kernel before the atomics; "
+                  "-probe- rows leave the named work out and are timed only)",
+                  f"{'variant':34} {'CPT':>3} {'NW':>2} {'reg':>4} | {'check':>6} | "
+                  + " | ".join(f"{k.removesuffix('_ms'):>18}" for k in keys)]
+        for r in bwd_rows:
+            m = r.get("mapping") or _mapping(r["variant"])
+            o = offline.get(r["variant"], {})
+            head = f"{r['variant']:34} {m.get('CPT', '-'):>3} {m.get('NW', '-'):>2} {o.get('registers', '-'):>4}"
+            if "error" in r and "worst_over_tol" not in r and not r.get("probe"):
+                lines.append(f"{head} | FAILED: {r['error'][:150]}")
+                continue
+            lines.append(f"{head} | {_verdict(r)} | {_cells(r, triton, keys)}"
+                         + (f"  error: {r['error'][:100]}" if "error" in r else ""))
     return "\n".join(lines)
 
 
 def winners(rows: list[dict]) -> dict:
-    """The fastest passing variant (not triton) for each timed forward shape."""
+    """The fastest passing forward variant for each timed forward shape, and the fastest passing backward (with
+    whether it beats Triton's)."""
     result = {}
+    forwards = [r for r in rows if r["variant"] != "triton" and not r["variant"].startswith("bwd:")]
     for kind, batch, length in TIMED:
         key = f"{kind}_B{batch}_L{length}_ms"
-        timed = [r for r in rows if r["variant"] != "triton" and r.get("passed") and key in r]
+        timed = [r for r in forwards if r.get("passed") and key in r]
         if timed:
             best = min(timed, key=lambda r: r[key])
             result[key] = {"variant": best["variant"], "ms": best[key]}
+    backwards = [r for r in rows if r["variant"].startswith("bwd:") and r.get("passed") and "bwd_B1_L8192_ms" in r]
+    if backwards:
+        best = min(backwards, key=lambda r: r["bwd_B1_L8192_ms"])
+        triton = next((r for r in rows if r["variant"] == "triton" and "bwd_B1_L8192_ms" in r), None)
+        result["bwd_B1_L8192_ms"] = {"variant": best["variant"].removeprefix("bwd:"), "ms": best["bwd_B1_L8192_ms"],
+                                     "beats_triton": triton is not None
+                                     and best["bwd_B1_L8192_ms"] < triton["bwd_B1_L8192_ms"]}
     return result
+
+
+def summary(rows: list[dict], offline: dict, best: dict) -> str:
+    text = table(rows, offline)
+    text += "\n\nfastest passing: " + (", ".join(
+        f"{k.removesuffix('_ms')} {w['variant']} ({w['ms']:.3f} ms"
+        + (", beats Triton's)" if w.get("beats_triton") else ", slower than Triton's)" if "beats_triton" in w else ")")
+        for k, w in best.items()) or "none")
+    return text
+
+
+def write_winners(out: str, best: dict) -> None:
+    with open(os.path.join(out, "sweep-winner.txt"), "w") as f:
+        for key in ("fwd_B1_L8192_ms", "fwd_B4_L8192_ms"):
+            f.write(best.get(key, {}).get("variant", "") + "\n")
+        bwd = best.get("bwd_B1_L8192_ms", {})
+        f.write((bwd["variant"] if bwd.get("beats_triton") else "") + "\n")
 
 
 def main() -> int:
@@ -259,33 +362,42 @@ def main() -> int:
         return worker_main(sys.argv[2].split(","), sys.argv[3], sys.argv[4])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="output directory")
-    parser.add_argument("--variants", help="comma-separated names (default: triton and every FWD_VARIANTS entry)")
+    parser.add_argument("--variants", help="comma-separated names (default: triton, every FWD_VARIANTS entry and "
+                                           "every BWD_VARIANTS entry as bwd:<name>)")
     parser.add_argument("--variant-timeout", type=float, default=60.0, help="seconds per variant")
     parser.add_argument("--total-timeout", type=float, default=240.0, help="seconds for the whole sweep")
+    parser.add_argument("--retable", action="store_true",
+                        help="only rewrite sweep.txt from sweep.json with OUT/inspect.json's numbers (run after it)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.retable:
+        with open(os.path.join(args.out, "sweep.json")) as f:
+            data = json.load(f)
+        data["offline"] = offline_numbers(args.out)
+        with open(os.path.join(args.out, "sweep.txt"), "w") as f:
+            f.write(summary(data["rows"], data["offline"], data["winners"]) + "\n")
+        with open(os.path.join(args.out, "sweep.json"), "w") as f:
+            json.dump(data, f, indent=1)
+        return 0
     from palimpsa.kernels import gluon_scan
 
-    names = args.variants.split(",") if args.variants else ["triton", *gluon_scan.FWD_VARIANTS]
-    unknown = [n for n in names if n != "triton" and n not in gluon_scan.FWD_VARIANTS]
+    names = args.variants.split(",") if args.variants else [
+        "triton", *gluon_scan.FWD_VARIANTS, *(f"bwd:{name}" for name in gluon_scan.BWD_VARIANTS)]
+    unknown = [n for n in names if n != "triton" and n not in gluon_scan.FWD_VARIANTS
+               and n.removeprefix("bwd:") not in gluon_scan.BWD_VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {sorted(gluon_scan.FWD_VARIANTS)}")
     t0 = time.time()
     rows = drive(args.out, names, args.variant_timeout, args.total_timeout)
     offline = offline_numbers(args.out)
     best = winners(rows)
-    text = table(rows, offline)
-    text += "\n\nfastest passing variant: " + (", ".join(f"{k.removesuffix('_ms')} {w['variant']} ({w['ms']:.3f} ms)"
-                                                          for k, w in best.items()) or "none")
-    text += f"\nsweep took {time.time() - t0:.0f} s"
+    text = summary(rows, offline, best) + f"\nsweep took {time.time() - t0:.0f} s"
     print(text)
     with open(os.path.join(args.out, "sweep.txt"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out, "sweep.json"), "w") as f:
         json.dump({"rows": rows, "winners": best, "offline": offline, "timed": TIMED}, f, indent=1)
-    with open(os.path.join(args.out, "sweep-winner.txt"), "w") as f:
-        for key in ("fwd_B1_L8192_ms", "fwd_B4_L8192_ms"):
-            f.write(best.get(key, {}).get("variant", "") + "\n")
+    write_winners(args.out, best)
     return 0
 
 

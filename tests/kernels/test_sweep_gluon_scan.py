@@ -18,8 +18,13 @@ for name in names:
         os._exit(3)
     if name == "hang":
         time.sleep(60)
-    row = {"variant": name, "passed": name != "wrong", "worst_over_tol": 5.0 if name == "wrong" else 0.1,
-           "fwd_B1_L8192_ms": {"triton": 4.0, "fast": 2.0, "slow": 3.0, "wrong": 1.0}[name]}
+    row = {"variant": name, "passed": name != "wrong", "worst_over_tol": 5.0 if name == "wrong" else 0.1}
+    if name.startswith("bwd:"):
+        row["bwd_B1_L8192_ms"] = {"bwd:fastb": 15.0, "bwd:slowb": 30.0}[name]
+    else:
+        row["fwd_B1_L8192_ms"] = {"triton": 4.0, "fast": 2.0, "slow": 3.0, "wrong": 1.0}[name]
+    if name == "triton":
+        row["bwd_B1_L8192_ms"] = 20.0
     with open(rows, "a") as f:
         f.write(json.dumps(row) + "\\n")
 '''
@@ -36,7 +41,7 @@ def test_a_crashing_or_hanging_variant_does_not_stop_the_rest(tmp_path):
     sweep = _sweep_module()
     worker = tmp_path / "worker.py"
     worker.write_text(FAKE_WORKER)
-    names = ["triton", "crash", "fast", "hang", "wrong", "slow"]
+    names = ["triton", "crash", "fast", "hang", "wrong", "slow", "bwd:fastb", "bwd:slowb"]
     rows = sweep.drive(str(tmp_path), names, variant_timeout=2, total_timeout=30,
                        worker=[sys.executable, str(worker)], startup=5)
     by_name = {r["variant"]: r for r in rows}
@@ -44,6 +49,11 @@ def test_a_crashing_or_hanging_variant_does_not_stop_the_rest(tmp_path):
     assert "died" in by_name["crash"]["error"] and "timed out" in by_name["hang"]["error"]
     assert by_name["fast"]["passed"] and by_name["slow"]["passed"] and not by_name["wrong"]["passed"]
     # the fastest variant that passed wins; a faster wrong one and the baseline do not
-    assert sweep.winners(rows)["fwd_B1_L8192_ms"]["variant"] == "fast"
-    text = sweep.table(rows, {})
+    best = sweep.winners(rows)
+    assert best["fwd_B1_L8192_ms"]["variant"] == "fast"
+    assert best["bwd_B1_L8192_ms"] == {"variant": "fastb", "ms": 15.0, "beats_triton": True}
+    text = sweep.summary(rows, {}, best)
     assert "FAILED: the worker died" in text and "FAIL" in text.split("wrong")[1].splitlines()[0]
+    assert "bwd:slowb" in text.split("Gluon backward variants")[1]
+    sweep.write_winners(str(tmp_path), best)
+    assert (tmp_path / "sweep-winner.txt").read_text().splitlines() == ["fast", "", "fastb"]
