@@ -59,7 +59,8 @@ class Prefetcher:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        close = getattr(self.stream.documents, "close", None)  # the worker processes of data.workers
+        # the worker processes of data.workers; a stream without documents (a test's stand-in) has none
+        close = getattr(getattr(self.stream, "documents", None), "close", None)
         if close is not None:
             close()
 
