@@ -1,20 +1,24 @@
 """Gluon kernels of the Palimpsa scan for Hopper-class GPUs: rescaled states, pair-shared reciprocals, readout
-and row sums inside a warp; a forward, and a backward that is opt-in until a GPU run has checked it.
+and row sums inside a warp; a forward, and a backward that is opt-in until it is faster than Triton's.
 
 The algorithm is the one ``kernels/emulation.py`` proves against the sequential reference (read its docstring
 first): per head keep ``M' = e M`` and ``J' = e (I - I_prior)``, so that between renormalisations a token costs
 one FFMA per state for each of ``M'`` and ``J'``, one add for ``D = J' + e I_prior``, a reciprocal (on half of the
 states one per pair: ``1 / D1 = D2 / (D1 D2)``) and two for the readout ``y = sum_N (M' / D) q``.
 
-Mapping (Gluon: the layouts are explicit, which plain Triton does not allow). A warp owns ``8`` channels of one
-head; a thread owns 2 channels x ``N / 8`` states, the ``N`` states of a channel spread over 8 lanes. The states
-are four register tiles ``[BV, N / 4]`` (tile ``t``, column ``j``: state ``n = N / 8 * (j // w) + t w + j % w``,
-``w = N / 32``), so a thread's states of one tile are ``w`` consecutive ones (one vector load of ``k``) and tiles
-0 and 1 are the pairs that share a reciprocal (``emulation.paired_columns``). The readout sums a thread's
-states in registers, then over 8 lanes with 3 shuffles per channel: no shared memory and no barrier per token.
-``k``, ``k^2`` and ``q`` come in float32 from a prologue (PyTorch, once per call, shared by every head of a
-group; packed ``[B, T, G, 3, N]`` so that one address serves all twelve vector loads of a token), so the inner
-loop converts nothing. The next token's inputs are loaded while the current one runs.
+Mapping (Gluon: the layouts are explicit, which plain Triton does not allow), one of ``FWD_VARIANTS``
+(:class:`FwdVariant`; the GPU sweep picks, ``FWD_VARIANT_BY_ROWS`` records its choice). A warp owns ``CPT LV``
+channels of one head; a thread owns ``CPT`` channels x ``N LV / 32`` states, the ``N`` states of a channel spread
+over ``32 / LV`` lanes. The states are four register tiles ``[BV, N / 4]`` (tile ``t``, column ``j``: state
+``n = 4 w (j // w) + t w + j % w``, ``w = N LV / 128``), so a thread's states of one tile are ``w`` consecutive
+ones (one vector load of ``k``) and tiles 0 and 1 are the pairs that share a reciprocal. The readout sums a
+thread's states in registers, then over the ``32 / LV`` lanes with shuffles: no shared memory and no barrier per
+token. ``k``, ``k^2`` (unless the variant squares ``k`` itself) and ``q`` come in float32 from a prologue
+(PyTorch, once per call, shared by every head of a group, packed ``[B, T, G, 3 or 2, N]`` so that one address
+serves all of a token's vector loads), so the inner loop converts nothing. ``U`` tokens per loop iteration: the
+scalar walk of their scales first, then one warp-uniform branch, so that when none of them renormalises (nearly
+always on slow heads) the ``U`` tokens are one basic block whose reciprocals, shuffles and stores the compiler
+overlaps with the next token's update; each token's inputs are loaded ``U`` tokens ahead.
 
 The checkpoints (every ``CT`` tokens, the true ``(M, I)``) and final states have the Triton path's layout, so
 ``fused_recurrent``'s backward runs on them unchanged, and the Gluon backward runs on the Triton forward's as well.
@@ -75,7 +79,6 @@ BWD_VARIANTS = {
     "b2w2": BwdVariant(2, 2),
     "b2w4": BwdVariant(2, 4),
     "b1w1": BwdVariant(1, 1),
-    "b1w2": BwdVariant(1, 2),
     "b1w4": BwdVariant(1, 4),
     "b2w1-probe-no-dkdq-atomics": BwdVariant(2, 1, 1),
 }
@@ -122,6 +125,8 @@ class FwdVariant(NamedTuple):
         return self.CPT * state_size * self.LV // 32
 
     def unsupported(self, head_dim: int, state_size: int) -> str | None:
+        if self.U not in (1, 2, 4) or self.CPT not in (1, 2) or self.LV not in (1, 2, 4, 8, 16, 32):
+            return f"no kernel for U = {self.U}, CPT = {self.CPT}, LV = {self.LV}"
         if head_dim % self.block_v():
             return f"P = {head_dim} is not a multiple of {self.block_v()} channels per program"
         if state_size < 32 or state_size & (state_size - 1):
@@ -427,10 +432,11 @@ if gluon is not None:
             _store_state(mT + o_state, iT + o_state, o_s0, st, b_ip, W)
 
     # ---- backward ----------------------------------------------------------------------------------------------
-    # A warp owns BV = 4 channels of one head; a thread 2 channels x N / 16 states (one [4, N] tile per state),
-    # so that the walking state, the kept middle state of a 4-token block and the two adjoints fit the registers
-    # (4 x 16 values) with room to spare. No pair reciprocals here: one reciprocal per state and token is not what
-    # bounds the backward.
+    # One of BWD_VARIANTS: a warp owns 2 CPT channels of one head, a thread CPT channels x N / 16 states (one
+    # [BV, N] tile per state), so that the walking state, the kept middle state of a 4-token block and the two
+    # adjoints fit the registers (CPT 2: 4 x 16 values); NW warps per program stack channel blocks of the head and
+    # sum dk, dq and the decay gradient across them (shared memory, inside the kernel) before the atomics. No pair
+    # reciprocals here: one reciprocal per state and token is not what bounds the backward.
 
     @gluon.jit
     def _bwd_step(b_m, b_j, b_sc, v, kkq, g, beta, tok, t, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr,

@@ -33,7 +33,7 @@ export TRITON_DEFAULT_FP_FUSION=1
 (timeout 200 python3 scripts/inspect_gluon_scan.py --json "$out/inspect.json" 2>&1 \
     | grep -v "nanobind\|leaked\|^ - " >"$out/inspect.log") &
 inspect_pid=$!
-timeout 250 python3 scripts/sweep_gluon_scan.py "$out" --variant-timeout 60 --total-timeout 220 \
+timeout 260 python3 scripts/sweep_gluon_scan.py "$out" --variant-timeout 60 --total-timeout 240 \
     >"$out/sweep.log" 2>&1
 echo "sweep: exit $? after $(( $(date +%s) - start )) s"
 wait "$inspect_pid"
@@ -49,15 +49,18 @@ if [ -n "$best1" ]; then
     gluon_bwd=0
     [ -n "$bestb" ] && gluon_bwd=1
     PALIMPSA_GLUON_FWD_VARIANT="$best1" PALIMPSA_GLUON_BWD_VARIANT="$bestb" PALIMPSA_GLUON_BACKWARD=$gluon_bwd \
-        timeout 140 python3 scripts/check_scan_gpu.py --backend gluon --json "$out/check-$best1.json" \
+        timeout 120 python3 scripts/check_scan_gpu.py --backend gluon --json "$out/check-$best1.json" \
         >"$out/check-$best1.log" 2>&1
     echo "full check ($label): exit $? after $(( $(date +%s) - start )) s"
     backends="gluon@$best1${bestb:+/$bestb},triton"
     [ -n "$best4" ] && [ "$best4" != "$best1" ] && backends="gluon@$best1${bestb:+/$bestb},gluon@$best4,triton"
 fi
+# what is left of ~8 minutes: B = 1 and 4 need ~150 s, B = 1 alone ~75 s (mamba_ssm's autotuning included)
+left=$(( 470 - ($(date +%s) - start) ))
 quick=""
-[ $(( $(date +%s) - start )) -gt 330 ] && quick="--quick"  # late: B = 1 only, to stay inside ~8 minutes
-timeout 170 python3 scripts/bench_scan.py --backends "$backends" --no-step $quick --json "$out/bench.json" \
+[ "$left" -lt 150 ] && quick="--quick"
+[ "$left" -lt 75 ] && left=75
+timeout "$left" python3 scripts/bench_scan.py --backends "$backends" --no-step $quick --json "$out/bench.json" \
     >"$out/bench.log" 2>&1
 echo "bench: exit $? after $(( $(date +%s) - start )) s"
 {

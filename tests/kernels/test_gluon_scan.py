@@ -38,7 +38,7 @@ FWD_SASS = {
 # the backward's, likewise (one warp with one channel pair per thread stays near 168; several warps with one pair
 # take 231-254 under 3.5.1 - 3.7.1 and 167 under 3.9)
 BWD_REGISTERS = {"b2w1": (238, 255), "b2w2": (238, 255), "b2w4": (238, 255), "b1w1": (160, 175),
-                 "b1w2": (160, 255), "b1w4": (160, 255), "b2w1-probe-no-dkdq-atomics": (238, 255)}
+                 "b1w4": (160, 255), "b2w1-probe-no-dkdq-atomics": (238, 255)}
 SCRIPT = ROOT / "scripts" / "inspect_gluon_scan.py"
 
 
