@@ -497,15 +497,17 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
              store_checkpoints, fwd_config, chunk_size):
     """Launch the forward kernel: ``y, M_T, I_T, u`` (None where not asked for) and the checkpoints.
 
-    ``fwd_config = {"kernel": "gluon"}`` launches the Gluon forward instead (``gluon_scan.gluon_forward``): same
-    outputs and checkpoint layout, so the backward below runs on them unchanged."""
+    ``fwd_config = {"kernel": "gluon"}`` launches the Gluon forward instead (``gluon_scan.gluon_forward``; a
+    ``"variant"`` key names one of ``gluon_scan.FWD_VARIANTS``): same outputs and checkpoint layout, so the backward
+    below runs on them unchanged."""
     if fwd_config.get("kernel") == "gluon":
         # `from . import` rather than `from .gluon_scan import`: transformers copies every module a remote-code file
         # names in the second form, and the copy of this module beside a model's weights carries no Gluon
         from . import gluon_scan
 
         return gluon_scan.gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens,
-                                        output_final_state, output_uncertainty, store_checkpoints, chunk_size)
+                                        output_final_state, output_uncertainty, store_checkpoints, chunk_size,
+                                        fwd_config.get("variant"))
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
     n_states = _n_states(batch, cu_seqlens)
@@ -537,12 +539,13 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
               chunk_size, block_size):
     """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent).
 
-    ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``)."""
+    ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``; a
+    ``"variant"`` key names one of ``gluon_scan.BWD_VARIANTS``)."""
     if bwd_config.get("kernel") == "gluon":
         from . import gluon_scan  # in this form: see _forward
 
         return gluon_scan.gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t,
-                                         di_t, du, chunk_size)
+                                         di_t, du, chunk_size, bwd_config.get("variant"))
     batch, length, heads, head_dim = v.shape
     n_states = _n_states(batch, cu_seqlens)
     offsets = _first_checkpoints(cu_seqlens, chunk_size)

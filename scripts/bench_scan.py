@@ -16,7 +16,7 @@ element and token (``/ (SMs x 128 x clock)``); the SM clock comes from ``nvidia-
 mamba_ssm is a benchmark-only dependency: on a box without its CUDA extension, put its pure-Python wheel's
 contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels.md says how).
 
-    python scripts/bench_scan.py [--backends gluon,gluon-bwd,triton] [--json out.json] [--sweep] [--quick]
+    python scripts/bench_scan.py [--backends gluon,gluon@c2l2u2,gluon-bwd,triton] [--json out.json] [--sweep] [--quick]
     python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
 """
 
@@ -90,6 +90,10 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=fused_recurrent.CH
     beta = leaves.get("beta")
     if backend == "gluon-bwd" and fwd_config is None:  # the Gluon forward and backward (opt-in in palimpsa_scan)
         fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
+    if backend.startswith("gluon@") and fwd_config is None:  # gluon@<forward variant>[/<backward variant>]
+        fwd_name, _, bwd_name = backend.removeprefix("gluon@").partition("/")
+        fwd_config = {"kernel": "gluon", "variant": fwd_name}
+        bwd_config = {"kernel": "gluon", "variant": bwd_name} if bwd_name else None
 
     def forward():
         if fwd_config is None and bwd_config is None:
@@ -346,7 +350,9 @@ def main() -> int:
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--backends", default="gluon,triton",
                         help="comma-separated palimpsa_scan backends to time side by side (gluon: the Gluon forward "
-                             "with the Triton backward; gluon-bwd: the Gluon forward and backward)")
+                             "with the Triton backward; gluon@<fwd variant>[/<bwd variant>]: that one of "
+                             "gluon_scan.FWD_VARIANTS, with the Triton backward or that of BWD_VARIANTS; gluon-bwd: "
+                             "the Gluon forward and backward)")
     parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
@@ -406,15 +412,15 @@ def print_tables(result: dict, with_ssd: bool, with_step: bool, backends=("trito
           f"(fwd+bwd); x = ours / {base}; floor% = floor / ours (fwd: 1 MUFU per element-token; bwd = f+b - fwd: "
           f"{BWD_INSTRUCTIONS} instructions per element-token); gluon = Gluon forward + Triton backward, "
           "gluon-bwd = Gluon forward + Gluon backward")
-    print(f"{'backend':>9} {'B':>2} {'L':>6} | {'fwd':>7} {base:>7} {'x':>5} {'floor%':>6} | {'f+b':>7} {base:>7} "
+    print(f"{'backend':>16} {'B':>2} {'L':>6} | {'fwd':>7} {base:>7} {'x':>5} {'floor%':>6} | {'f+b':>7} {base:>7} "
           f"{'x':>5} {'bwd':>7} {'floor%':>6} | {'GiB':>6} {base:>6} {'x':>5}")
     for r in result["scan"]:
         for b in backends:
             if f"{b}_fwd_ms" not in r:
-                print(f"{b:>9} {r['B']:>2} {r['L']:>6} | failed: {r.get(f'{b}_error', '?')[:80]}")
+                print(f"{b:>16} {r['B']:>2} {r['L']:>6} | failed: {r.get(f'{b}_error', '?')[:80]}")
                 continue
             fwd, fb, gib = r[f"{b}_fwd_ms"], r[f"{b}_fwdbwd_ms"], r[f"{b}_peak_gib"]
-            print(f"{b:>9} {r['B']:>2} {r['L']:>6} | {fwd:7.2f} {r['base_fwd_ms']:7.2f} {fwd / r['base_fwd_ms']:5.2f} "
+            print(f"{b:>16} {r['B']:>2} {r['L']:>6} | {fwd:7.2f} {r['base_fwd_ms']:7.2f} {fwd / r['base_fwd_ms']:5.2f} "
                   f"{100 * r['floor_fwd_ms'] / fwd:5.0f}% | {fb:7.2f} {r['base_fwdbwd_ms']:7.2f} "
                   f"{fb / r['base_fwdbwd_ms']:5.2f} {fb - fwd:7.2f} {100 * r['floor_bwd_ms'] / (fb - fwd):5.0f}% | "
                   f"{gib:6.3f} {r['base_peak_gib']:6.3f} {gib / max(r['base_peak_gib'], 1e-9):5.2f}")

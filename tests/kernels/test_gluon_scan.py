@@ -21,58 +21,98 @@ from scan_inputs import make_inputs  # noqa: E402
 needs_gluon = pytest.mark.skipif(gluon_scan.GLUON_IMPORT_ERROR is not None,
                                  reason=f"this Triton has no Gluon: {gluon_scan.GLUON_IMPORT_ERROR}")
 
-# ptxas of Triton 3.9 gives 218 registers at the training shape, 3.6's 230 (docs/kernels.md)
-MAX_REGISTERS = 240
+# Registers of every forward variant's training launch (bf16, beta, checkpoints, 2.7b shapes) under Triton 3.5.1,
+# 3.6, 3.7.1 and 3.9 (docs/kernels.md has the table): the band they span, a little widened. A change of mapping that
+# moves a variant out of its band should be looked at (occupancy is what the variants trade).
+FWD_REGISTERS = {
+    "c2l4u1": (150, 175), "c2l4u2": (220, 255), "c2l4u2s": (220, 255), "c1l4u2": (155, 175),
+    "c1l4u4s": (240, 255), "c2l2u2": (115, 135), "c2l2u2s": (115, 135), "c2l2u4s": (230, 255),
+    "c1l2u2": (88, 104), "c1l2u4s": (155, 212),
+}
+# SASS instructions per element-token on the token loop's main path (the largest of 3.6 - 3.9, plus 2%; 3.5.1's
+# ptxas takes 1-11% more)
+FWD_SASS = {
+    "c2l4u1": 10.2, "c2l4u2": 10.2, "c2l4u2s": 10.5, "c1l4u2": 12.5, "c1l4u4s": 13.3, "c2l2u2": 13.4,
+    "c2l2u2s": 13.6, "c2l2u4s": 13.1, "c1l2u2": 18.2, "c1l2u4s": 17.5,
+}
+# the backward's, likewise (one warp with one channel pair per thread stays near 168; several warps with one pair
+# take 231-254 under 3.5.1 - 3.7.1 and 167 under 3.9)
+BWD_REGISTERS = {"b2w1": (238, 255), "b2w2": (238, 255), "b2w4": (238, 255), "b1w1": (160, 175),
+                 "b1w4": (160, 255), "b2w1-probe-no-dkdq-atomics": (238, 255)}
 SCRIPT = ROOT / "scripts" / "inspect_gluon_scan.py"
 
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    """Both launch variants compiled for sm_90a in a subprocess: under TRITON_INTERPRET (set for the Triton tests
-    of this session) Gluon's library functions are interpreter objects and a Gluon kernel cannot compile."""
+    """Every launch compiled for sm_90a in a subprocess: under TRITON_INTERPRET (set for the Triton tests of this
+    session) Gluon's library functions are interpreter objects and a Gluon kernel cannot compile."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, str(SCRIPT), "--json", "-"], capture_output=True, text=True, env=env,
-                         timeout=300)
+                         timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)["variants"]
 
 
 @needs_gluon
-@pytest.mark.parametrize("variant", ["bwd-training-bf16", "bwd-every-option-fp32-N64"])
-def test_backward_compiles_for_sm90a_without_spills(compiled, variant):
-    """The backward keeps two states and two adjoints of 16 elements per thread live: 244-254 registers under
-    Triton 3.5.1 to 3.9 at the training launch, and no spill."""
-    r = compiled[variant]
+@pytest.mark.parametrize("launch", ["training", "every-option"])
+@pytest.mark.parametrize("variant", list(gluon_scan.BWD_VARIANTS))
+def test_backward_variant_compiles_for_sm90a_without_spills(compiled, variant, launch):
+    """The backward keeps two states and two adjoints live: 238-255 registers with 2 channels per thread, 167-254
+    with one, under Triton 3.5.1 to 3.9 at the training launch, and no spill there (but 8 bytes under 3.7.1's
+    ptxas for b2w2 and b2w4)."""
+    mapping = gluon_scan.BWD_VARIANTS[variant]
+    r = compiled[f"bwd-{variant}" if launch == "training" else f"bwd-{variant}-every-option"]
+    assert "error" not in r, r
     assert r["target"] == "sm_90a"
     assert r["local"] == 0, f"local memory: {r}"
     assert "STL" not in r["loop"]["opcodes"] and "LDL" not in r["loop"]["opcodes"], f"spills in the loop: {r}"
-    if variant == "bwd-training-bf16":
+    if launch == "training":
         assert r["stack"] == 0, f"register spills: {r}"
-    else:  # ptxas 13 (Triton >= 3.7) caps this variant at 168 registers and parks 3 prologue values on the stack
+        low, high = BWD_REGISTERS[variant]
+        assert low <= r["registers"] <= high, r
+    else:  # ptxas 13 (Triton >= 3.7) caps some at 168 registers and parks prologue values on the stack
         assert r["stack"] <= 32, f"register spills: {r}"
-    assert r["shared"] == 0 and r["per_token"]["BAR"] == 0, r
+    # one warp sums in registers and shuffles; several sum dk, dq and the decay gradient through shared memory
+    assert (r["shared"] == 0) == (mapping.NW == 1), r
+    assert r["per_token"]["BAR"] == 0, r  # none in the recompute walk
     # one recompute step: 2 FFMA per state and the token's loads, address and scale work (the renormalising
     # multiply, 2 FMUL per state, counted where ptxas turns its branch into predication)
-    assert r["instructions_per_element"] <= 8.5, r
+    assert r["instructions_per_element"] <= 8.5 * (2 if mapping.CPT == 1 else 1), r
+
+
+def test_every_forward_variant_has_its_asserted_numbers_and_the_tables_name_real_variants():
+    assert set(FWD_REGISTERS) == set(gluon_scan.FWD_VARIANTS) == set(FWD_SASS)
+    assert set(BWD_REGISTERS) == set(gluon_scan.BWD_VARIANTS)
+    for table, variants in ((gluon_scan.FWD_VARIANT_BY_ROWS, gluon_scan.FWD_VARIANTS),
+                            (gluon_scan.BWD_VARIANT_BY_ROWS, gluon_scan.BWD_VARIANTS)):
+        assert all(name in variants and "-probe-" not in name for _, name in table)
+        assert table[-1][0] is None, "the table's last entry must take any launch"
+    assert gluon_scan.FWD_VARIANTS[gluon_scan.FALLBACK_VARIANT].unsupported(8, 32) is None
 
 
 @needs_gluon
-@pytest.mark.parametrize("variant", ["training-bf16", "every-option-fp32-N64"])
-def test_forward_compiles_for_sm90a_within_budget(compiled, variant):
-    r = compiled[variant]
+@pytest.mark.parametrize("launch", ["training", "every-option"])
+@pytest.mark.parametrize("variant", list(gluon_scan.FWD_VARIANTS))
+def test_forward_variant_compiles_for_sm90a_within_budget(compiled, variant, launch):
+    mapping = gluon_scan.FWD_VARIANTS[variant]
+    r = compiled[f"fwd-{variant}" if launch == "training" else f"fwd-{variant}-every-option"]
+    assert "error" not in r, r
     assert r["target"] == "sm_90a"
     assert r["local"] == 0 and r["stack"] == 0, f"register spills: {r}"
     assert r["shared"] == 0, f"the readout should stay inside a warp: {r}"
-    assert 64 < r["registers"] <= MAX_REGISTERS, r
     per_token, elements = r["per_token"], r["elements_per_thread"]
     assert per_token["BAR"] == 0 and "STS" not in r["loop"]["opcodes"], r["loop"]
     # 3/4 of a reciprocal per state (tiles 0 and 1 share one per pair), plus the scale's exp
     assert per_token["MUFU"] <= 0.75 * elements + 2, per_token
-    readouts = 2 if variant.startswith("every") else 1  # y, and u when asked for
-    assert per_token["SHFL"] == readouts * 2 * 3, per_token  # 3 shuffle levels for each of a thread's 2 channels
-    assert per_token["LDG"] <= 16, per_token  # log decay, v, beta and one vector load per tile of k, k^2, q
-    if variant == "training-bf16":  # M', J', D (1 each), the readout (2), reciprocals: 10 at most with overheads
-        assert r["instructions_per_element"] <= 10.0, r
+    readouts = 2 if launch == "every-option" else 1  # y, and u when asked for
+    levels = (32 // mapping.LV).bit_length() - 1  # the shuffles of a readout: log2 of the lanes along N
+    assert per_token["SHFL"] == readouts * mapping.CPT * levels, per_token
+    # log decay, v, beta and one vector load per tile of k, k^2 (unless squared in the kernel), q
+    assert per_token["LDG"] <= (11 if mapping.SQK else 15), per_token
+    if launch == "training":
+        low, high = FWD_REGISTERS[variant]
+        assert low <= r["registers"] <= high, r
+        assert r["instructions_per_element"] <= FWD_SASS[variant], r
 
 
 def test_supported_says_why_not_on_the_cpu():
@@ -126,3 +166,23 @@ def test_the_gluon_backward_is_opt_in(monkeypatch):
     monkeypatch.setenv(scan.GLUON_BACKWARD_ENV, "1")
     assert scan._gluon_configs("gluon") == {"fwd_config": {"kernel": "gluon"}, "bwd_config": {"kernel": "gluon"}}
     assert scan._gluon_configs("triton") == {}
+
+
+def test_the_variant_tables_pick_by_rows_and_the_environment_overrides(monkeypatch):
+    """``FWD_VARIANT_BY_ROWS`` / ``BWD_VARIANT_BY_ROWS``: the first entry whose bound holds the launch's rows; the
+    environment names any variant (the sweep's way); a variant that cannot map the shapes falls back."""
+    monkeypatch.delenv(gluon_scan.FWD_VARIANT_ENV, raising=False)
+    monkeypatch.delenv(gluon_scan.BWD_VARIANT_ENV, raising=False)
+    monkeypatch.setattr(gluon_scan, "FWD_VARIANT_BY_ROWS", ((160, "c1l2u2"), (None, "c2l4u2")))
+    assert gluon_scan.forward_variant(80, 64, 128) == "c1l2u2"
+    assert gluon_scan.forward_variant(320, 64, 128) == "c2l4u2"
+    assert gluon_scan.forward_variant(320, 4, 128) == gluon_scan.FALLBACK_VARIANT  # P = 4 < 8 channels
+    monkeypatch.setenv(gluon_scan.FWD_VARIANT_ENV, "c2l2u4s")
+    assert gluon_scan.forward_variant(80, 64, 128) == "c2l2u4s"
+    monkeypatch.setenv(gluon_scan.FWD_VARIANT_ENV, "nope")
+    with pytest.raises(ValueError, match=gluon_scan.FWD_VARIANT_ENV):
+        gluon_scan.forward_variant(80, 64, 128)
+    assert gluon_scan.backward_variant(80, 64) == gluon_scan.BWD_VARIANT_BY_ROWS[-1][1]
+    monkeypatch.setenv(gluon_scan.BWD_VARIANT_ENV, "b1w4")
+    assert gluon_scan.backward_variant(80, 64) == "b1w4"
+    assert gluon_scan.FWD_VARIANTS["c1l2u2"].unsupported(64, 32) is not None  # 16 lanes x 4 tiles > 32 states
