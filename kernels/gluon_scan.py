@@ -82,7 +82,7 @@ BWD_VARIANTS = {
     "b1w4": BwdVariant(1, 4),
     "b2w1-probe-no-dkdq-atomics": BwdVariant(2, 1, 1),
 }
-BWD_VARIANT_BY_ROWS = ((None, "b2w1"),)  # as FWD_VARIANT_BY_ROWS
+BWD_VARIANT_BY_ROWS = ((None, "b1w1"),)  # as FWD_VARIANT_BY_ROWS (b1w1: 42.6 ms against b2w1 44.1, B = 1, L = 8192)
 BWD_VARIANT_ENV = "PALIMPSA_GLUON_BWD_VARIANT"
 
 
@@ -155,7 +155,7 @@ FWD_VARIANTS = {
 # Which variant runs, by the number of (sequence, head) rows S H of the launch: the first entry whose bound is
 # at least S H (None: any). Set from the sweep's table (docs/kernels.md); until a GPU run says otherwise, the
 # first run's mapping. PALIMPSA_GLUON_FWD_VARIANT=<name> overrides it (the sweep uses that).
-FWD_VARIANT_BY_ROWS = ((None, "c2l4u1"),)
+FWD_VARIANT_BY_ROWS = ((None, "c2l2u2s"),)  # the H100 sweep of 2026-11-24: fastest Gluon forward at B = 1 and 4
 FWD_VARIANT_ENV = "PALIMPSA_GLUON_FWD_VARIANT"
 FALLBACK_VARIANT = "c2l4u1"  # runs every shape supported() accepts
 
