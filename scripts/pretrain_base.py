@@ -261,8 +261,8 @@ model that recalls.
 Pretrained from scratch by `scripts/pretrain_base.py` with `recipes/pretrain-base.yaml`: {summary['steps']} steps
 of 64 x 512 tokens ({summary['tokens'] / 1e9:.2f}B tokens), about a third the Python standard library's source and
 two thirds synthetic recall documents (passkey, NIAH in the FwPKM form over standard-library docstrings,
-repeat-after-gap, MQAR with 4-64 pairs, MQAR with a gap) with the loss on their answers; bf16, AdamW, cosine
-schedule; {summary['train_seconds'] / 60:.1f} minutes on {summary['device']}.
+repeat-after-gap, MQAR with 4-64 pairs, MQAR with a gap) with the loss on every token, answers weighing 4; bf16,
+AdamW, cosine schedule; {summary['train_seconds'] / 60:.1f} minutes on {summary['device']}.
 
 ## Recall (the bar: at least {BAR:.2f} on each task at 1x)
 
