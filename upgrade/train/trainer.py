@@ -201,7 +201,10 @@ class Trainer:
     def plan(self) -> str:
         recipe = self.recipe
         sources = ", ".join(s.type + ":" + (s.path or s.name or s.task or "") for s in recipe.data.resolved_sources())
-        return (f"Plan\n  model       {recipe.model.path}"
+        scratch = recipe.model.scratch
+        model = recipe.model.path if scratch is None else (
+            f"a new Mamba2 (d_model {scratch.d_model}, {scratch.n_layer} layers, d_state {scratch.d_state})")
+        return (f"Plan\n  model       {model}"
                 + (f" (upgrading layers {recipe.model.upgrade_layers})" if recipe.model.upgrade_layers else "")
                 + f"\n  trainable   {recipe.trainable.mode}\n  data        {sources}, "
                 f"{recipe.data.batch_size} x {recipe.data.seq_len} tokens per micro-batch x {recipe.train.grad_accum} "

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from ...errors import PalimpsaError
@@ -51,27 +52,42 @@ class Batch:
     weights: torch.Tensor | None = None
 
 
-def _weights(labels: list[int], weights: list[float]) -> torch.Tensor | None:
-    """The weights of a batch's targets, or None when every target weighs 1."""
-    if all(w == 1.0 for label, w in zip(labels, weights) if label != -100):
-        return None
-    return torch.tensor([w if label != -100 else 0.0 for label, w in zip(labels, weights)], dtype=torch.float32)
-
-
-def piece_labels(doc: list[int], start: int, end: int) -> list[int]:
-    """Labels of the piece ``doc[start:end]``: its first token is no target (nothing in the piece predicts it); the
-    others are, unless ``doc`` is a :class:`~.mixture.Document` whose ``targets`` leave them out."""
+def document_arrays(doc: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, labels, weights)`` of a whole document as arrays: ``labels`` is -100 where a
+    :class:`~.mixture.Document`'s ``targets`` leave a token out, ``weights`` its ``weight`` per token. Cached on a
+    Document (the worker processes of ``data.workers`` make them there), recomputed for a plain list."""
+    cached = getattr(doc, "arrays", None)
+    if cached is not None:
+        return cached
+    ids = np.asarray(doc, dtype=np.int64)
+    labels = ids.copy()
     targets = getattr(doc, "targets", None)
-    rest = doc[start + 1 : end]
     if targets is not None:
-        rest = [token if keep else -100 for token, keep in zip(rest, targets[start + 1 : end])]
-    return [-100, *rest]
-
-
-def token_weights(doc: list[int], start: int, end: int) -> list[float]:
-    """The loss weights of the tokens ``doc[start:end]``: the document's ``weight``, one for all or one per token."""
+        labels[~np.asarray(targets, dtype=bool)] = -100
     weight = getattr(doc, "weight", 1.0)
-    return weight[start:end] if isinstance(weight, list) else [weight] * (end - start)
+    weights = (np.asarray(weight, dtype=np.float32) if isinstance(weight, list)
+               else np.full(len(ids), weight, dtype=np.float32))
+    arrays = (ids, labels, weights)
+    if hasattr(doc, "__dict__"):
+        doc.arrays = arrays
+    return arrays
+
+
+def piece_arrays(doc: list[int], start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, labels, weights)`` of the piece ``doc[start:end]``: its first token is no target (nothing in the piece
+    predicts it); the others are, unless the document's ``targets`` leave them out."""
+    ids, labels, weights = document_arrays(doc)
+    labels = labels[start:end].copy()
+    labels[:1] = -100
+    return ids[start:end], labels, weights[start:end]
+
+
+def _target_weights(labels: np.ndarray, weights: np.ndarray) -> torch.Tensor | None:
+    """The weights of a batch's targets (0 elsewhere), or None when every target weighs 1."""
+    targets = labels != -100
+    if np.all(weights[targets] == 1.0):
+        return None
+    return torch.from_numpy(np.where(targets, weights, 0.0).astype(np.float32))
 
 
 class PackedRows:
@@ -80,37 +96,37 @@ class PackedRows:
 
     def __init__(self, rows: int, seq_len: int):
         self.seq_len, self.size = seq_len, rows * seq_len
-        self.ids: list[int] = []
-        self.labels: list[int] = []
-        self.weights: list[float] = []
+        self.length = 0
+        self.pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.starts: list[int] = []  # where each piece starts
 
     @property
     def full(self) -> bool:
-        return len(self.ids) >= self.size
+        return self.length >= self.size
 
     def place(self, doc: list[int], offset: int) -> int:
         """Place as much of ``doc[offset:]`` as the current row holds; returns the offset of what is left."""
-        end = offset + min(self.seq_len - len(self.ids) % self.seq_len, len(doc) - offset)
-        self.starts.append(len(self.ids))
-        self.ids.extend(doc[offset:end])
-        self.labels.extend(piece_labels(doc, offset, end))
-        self.weights.extend(token_weights(doc, offset, end))
+        end = offset + min(self.seq_len - self.length % self.seq_len, len(doc) - offset)
+        self.starts.append(self.length)
+        self.pieces.append(piece_arrays(doc, offset, end))
+        self.length += end - offset
         return end
 
     def batch(self, pad_id: int | None = None) -> Batch:
         """The rows flattened into one packed row with ``cu_seqlens``; with ``pad_id``, a last row left short is
         filled with it as a piece of its own (labels -100)."""
-        ids, labels, weights, starts = self.ids, self.labels, self.weights, self.starts
-        if pad_id is not None and len(ids) % self.seq_len:
-            padding = self.seq_len - len(ids) % self.seq_len
-            ids, labels, starts = ids + [pad_id] * padding, labels + [-100] * padding, starts + [len(ids)]
-            weights = weights + [0.0] * padding
-        tokens = sum(1 for label in labels if label != -100)
-        weight = _weights(labels, weights)
-        return Batch(torch.tensor([ids], dtype=torch.long), torch.tensor([labels], dtype=torch.long),
-                     torch.tensor(starts + [len(ids)], dtype=torch.long), None, tokens, len(self.ids),
-                     None if weight is None else weight[None])
+        pieces, starts, length = list(self.pieces), list(self.starts), self.length
+        if pad_id is not None and length % self.seq_len:
+            padding = self.seq_len - length % self.seq_len
+            pieces.append((np.full(padding, pad_id, dtype=np.int64), np.full(padding, -100, dtype=np.int64),
+                           np.zeros(padding, dtype=np.float32)))
+            starts.append(length)
+            length += padding
+        ids, labels, weights = (np.concatenate([piece[i] for piece in pieces]) for i in range(3))
+        weight = _target_weights(labels, weights)
+        return Batch(torch.from_numpy(ids)[None], torch.from_numpy(labels)[None],
+                     torch.tensor(starts + [length], dtype=torch.long), None, int((labels != -100).sum()),
+                     self.length, None if weight is None else weight[None])
 
 
 class TokenStream:
@@ -162,12 +178,13 @@ class TokenStream:
             else:
                 row = self._rows[r] = self._fetch()
             start = row["offset"]
-            piece = row["doc"][start : start + length]
-            row["offset"] += len(piece)
-            input_tokens += len(piece)
-            ids[r, : len(piece)] = torch.tensor(piece, dtype=torch.long)
-            labels[r, : len(piece)] = torch.tensor(piece_labels(row["doc"], start, start + len(piece)))
-            weights[r, : len(piece)] = torch.tensor(token_weights(row["doc"], start, start + len(piece)))
+            end = min(start + length, len(row["doc"]))
+            piece_ids, piece_labels, piece_weights = piece_arrays(row["doc"], start, end)
+            row["offset"] = end
+            input_tokens += end - start
+            ids[r, : end - start] = torch.from_numpy(piece_ids)
+            labels[r, : end - start] = torch.from_numpy(piece_labels)
+            weights[r, : end - start] = torch.from_numpy(piece_weights)
         targets = labels != -100
         weighted = weights[targets].ne(1.0).any().item()
         return Batch(ids, labels, None, continues, int(targets.sum()), input_tokens,
@@ -233,6 +250,6 @@ def pack_documents(documents: Sequence[list[int]], seq_len: int, batch_size: int
                 if max_batches is not None and len(batches) >= max_batches:
                     return batches
             offset = rows.place(doc, offset)
-    if rows.ids:
+    if rows.length:
         batches.append(rows.batch(pad_id))
     return batches

@@ -143,4 +143,9 @@ def _start_worker(make: tuple) -> None:
 
 
 def _make_documents(addresses: list) -> list:
-    return [_WORKER_SOURCE.document_from(address) for address in addresses]
+    from .packing import document_arrays
+
+    documents = [_WORKER_SOURCE.document_from(address) for address in addresses]
+    for document in documents:  # the arrays that packing reads, made here rather than in the training process
+        document_arrays(document)
+    return documents
