@@ -84,7 +84,7 @@ class ParallelDocuments:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
         self._pool = context.Pool(workers, initializer=_start_worker, initargs=(make,))
-        self._pending: deque = deque()  # (result of a chunk, the position after each of its documents)
+        self._pending: deque = deque()  # (a chunk's result, its addresses, the position after each of them)
         self._ready: deque = deque()  # (address, document, position after it)
         self._position = documents.state_dict()
 
