@@ -139,8 +139,12 @@ def kill_while_writing(root: Path, source: Path) -> tuple[list[str], subprocess.
 def interrupt_training(root: Path, model: Path) -> subprocess.CompletedProcess:
     """Ctrl-C (SIGINT) to finetune-model once its second checkpoint is written."""
     args = [str(RECIPE), *fast_training(model, root / "run"), "train.max_steps=5000", "checkpoint.every=2"]
-    process = subprocess.Popen([script("finetune-model"), *args], cwd=root, env=ENV, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    # as from a terminal: SIGINT delivered and handled by default, whatever an earlier test left in this process's
+    # signal mask (which a child inherits across exec)
+    command = [sys.executable, "-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, "
+               "[signal.SIGINT]); signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+               script("finetune-model"), *args]
+    process = subprocess.Popen(command, cwd=root, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while not (root / "run" / "checkpoints" / "step-0000004").is_dir() and time.time() < deadline \
             and process.poll() is None:
