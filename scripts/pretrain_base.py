@@ -78,6 +78,7 @@ def pack(run_dir: Path, folder: Path) -> None:
     import tarfile
 
     import torch
+    from palimpsa.upgrade.io.shards import save_state_dict_sharded
     from palimpsa.upgrade.train.layout import latest_checkpoint
     from safetensors.torch import load_file, save_file
 
@@ -85,16 +86,7 @@ def pack(run_dir: Path, folder: Path) -> None:
     if checkpoint is None:
         raise SystemExit(f"pretrain_base: {run_dir} has no checkpoint to pack")
     folder.mkdir(parents=True, exist_ok=True)
-    weights = load_file(checkpoint / "state" / "model.safetensors")
-    shards, size = [[]], 0
-    for name in sorted(weights):
-        if size + weights[name].numel() * 4 > 14 * 10**6 and shards[-1]:
-            shards.append([])
-            size = 0
-        shards[-1].append(name)
-        size += weights[name].numel() * 4
-    for i, names in enumerate(shards):
-        save_file({n: weights[n].contiguous() for n in names}, folder / f"model-{i}.safetensors")
+    save_state_dict_sharded(load_file(checkpoint / "state" / "model.safetensors"), folder, 14 * 10**6, progress=False)
     optimizer = torch.load(checkpoint / "state" / "optimizer.bin", map_location="cpu", weights_only=False)
     save_file({str(i): s["exp_avg_sq"].to(torch.bfloat16).contiguous() for i, s in optimizer["state"].items()},
               folder / "exp_avg_sq.safetensors")
@@ -130,7 +122,7 @@ def unpack(folder: Path, run_dir: Path) -> None:
         if (staging / name).is_file():
             shutil.move(staging / name, run_dir / name)
     weights = {}
-    for shard in sorted(folder.glob("model-*.safetensors")):
+    for shard in sorted(folder.glob("model*.safetensors")):  # pack's shards (or model-0/-1 of the first packs)
         weights.update(load_file(shard))
     save_file(weights, checkpoint / "state" / "model.safetensors", metadata={"format": "pt"})
     meta = torch.load(folder / "optimizer_meta.pt", map_location="cpu", weights_only=False)
@@ -309,7 +301,6 @@ def main(argv: list[str] | None = None) -> int:
     if not finished:
         if args.probe:  # how far recall has come at the newest checkpoint (1x and 2x)
             import torch
-            from palimpsa.upgrade.train.layout import latest_checkpoint
 
             checkpoint = latest_checkpoint(Path(args.run_dir))
             if checkpoint is not None:
