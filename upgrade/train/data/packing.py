@@ -41,7 +41,7 @@ class Batch:
     every piece, padding, and the non-answer tokens of answer-only documents); the model shifts labels by one, so
     ``labels[t]`` is predicted at ``t - 1``. ``tokens`` counts the targets, ``input_tokens`` the positions that hold
     a document token (what throughput counts). ``weights`` (same shape as ``labels``) is each target's weight in the
-    loss, None when every target weighs 1 (no source sets ``loss_weight``)."""
+    loss, None when every target weighs 1 (no source sets ``loss_weight`` or ``answer_weight``)."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
@@ -185,10 +185,8 @@ class TokenStream:
             ids[r, : end - start] = torch.from_numpy(piece_ids)
             labels[r, : end - start] = torch.from_numpy(piece_labels)
             weights[r, : end - start] = torch.from_numpy(piece_weights)
-        targets = labels != -100
-        weighted = weights[targets].ne(1.0).any().item()
-        return Batch(ids, labels, None, continues, int(targets.sum()), input_tokens,
-                     weights.masked_fill(~targets, 0.0) if weighted else None)
+        return Batch(ids, labels, None, continues, int((labels != -100).sum()), input_tokens,
+                     _target_weights(labels.numpy(), weights.numpy()))
 
     # -- position ------------------------------------------------------------------------------------------------
 
