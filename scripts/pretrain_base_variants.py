@@ -4,13 +4,27 @@ recipes/pretrain-base.yaml side by side on one GPU for the same wall-clock time,
 
     python scripts/pretrain_base_variants.py --minutes 7 --out runs/base-variants
 
-Variants (each a transformation of the recipe, nothing else changed):
+Variants (each a transformation of the recipe, nothing else changed; the first four were raced on 2026-11-24
+against the recipe as it was then, with the loss on the answers alone):
 
 - ``answer``: the recipe as it is (recall documents with the loss on their answers, a third of the tokens text);
 - ``answer-x8``: the same, the answers weighing 8 in the loss (``loss_weight``), so that the few answer tokens
   carry about a third of the gradient instead of a few percent;
 - ``recall-only``: no text (the standard-library source's weight 1e-6), answers only;
 - ``full``: the recall documents with the loss on every token.
+
+Variants that ask why MQAR does not emerge (the recipe as it is now: every token in the loss, answers weighing 4);
+with ``--init-pack DIR`` they go on from a packed run (``pretrain_base.py --pack``) instead of from scratch, with a
+fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
+
+- ``continue``: the recipe's mixture unchanged (the control);
+- ``mqar-heavy``: MQAR's documents drawn 6x as often and MQAR-gap's 3x, from 2 pairs up;
+- ``mqar-only``: MQAR and MQAR-gap alone (2-64 and 2-32 pairs): can the model learn them at all?
+- ``mqar-small``: MQAR alone with 2-16 pairs, the easiest form;
+- ``mix-small``: the mixture with MQAR's documents from 2-16 pairs, drawn twice as often, MQAR-gap's from 2-8;
+- ``mix-small-x3``: the same, MQAR drawn 6x and MQAR-gap 3x as often as in the recipe.
+
+A staged variant ``a+b`` (``mqar-small+continue``) trains ``a``, then ``b`` from ``a``'s newest checkpoint.
 
 The runs share the GPU (each a process of its own, its documents made by ``data.workers`` processes); their
 step counts differ with how the GPU is shared, and the table says how many steps each made. Checkpoints every 250
@@ -26,6 +40,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -38,10 +53,42 @@ import pretrain_base  # noqa: E402
 from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
+MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3")
 
 
-def variant_recipe(base: dict, name: str, workers: int) -> dict:
+def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None, lr: float = 1e-3) -> dict:
     recipe = copy.deepcopy(base)
+    if recipe["data"].get("tokenizer"):  # the recipe is written elsewhere: its relative paths must not move
+        recipe["data"]["tokenizer"] = str((RECIPE.parent / recipe["data"]["tokenizer"]).resolve())
+    if init is not None:  # go on from the given weights: fresh optimizer, constant lr, as long as time allows
+        recipe["model"] = {"path": str(init), "upgrade_layers": "none", "dtype": "float32"}
+        recipe["data"].pop("tokenizer", None)
+        recipe["optim"]["lr"] = lr
+        recipe["schedule"] = {"type": "constant", "warmup_steps": 100}
+        recipe["train"]["max_steps"] = 1_000_000
+    sources = recipe["data"]["sources"]
+    by_task = {s.get("task"): s for s in sources if s.get("type") == "synthetic"}
+    if name in MQAR_VARIANTS:
+        recipe["data"]["workers"] = workers
+        recipe["checkpoint"] = {"every": 250, "keep": 1}
+        recipe["eval"]["every"] = 1000
+        if name == "mqar-heavy":
+            by_task["mqar"].update(weight=6 * by_task["mqar"]["weight"], pairs=[2, 64])
+            by_task["mqar-gap"].update(weight=3 * by_task["mqar-gap"]["weight"], pairs=[2, 32])
+        elif name in ("mix-small", "mix-small-x3"):
+            scale = 3 if name == "mix-small-x3" else 1
+            by_task["mqar"].update(weight=2 * scale * by_task["mqar"]["weight"], pairs=[2, 16])
+            by_task["mqar-gap"].update(weight=scale * by_task["mqar-gap"]["weight"], pairs=[2, 8])
+        elif name == "mqar-only":
+            by_task["mqar"]["pairs"], by_task["mqar-gap"]["pairs"] = [2, 64], [2, 32]
+            recipe["data"]["sources"] = [by_task["mqar"], by_task["mqar-gap"]]
+        elif name == "mqar-small":
+            by_task["mqar"]["pairs"] = [2, 16]
+            recipe["data"]["sources"] = [by_task["mqar"]]
+        if name in ("mqar-only", "mqar-small"):  # eval batches come from the first source: keep a text one
+            recipe["data"]["sources"].insert(0, {**next(s for s in sources if s.get("type") == "stdlib"),
+                                                 "weight": 1e-6})
+        return recipe
     recipe["data"]["workers"] = workers
     recipe["checkpoint"] = {"every": 250, "keep": 1}
     recipe["eval"]["every"] = 1000
@@ -57,48 +104,95 @@ def variant_recipe(base: dict, name: str, workers: int) -> dict:
         for source in recall:
             source["loss"] = "all"
     elif name != "answer":
-        raise SystemExit(f"pretrain_base_variants: unknown variant {name}; choose from {', '.join(VARIANTS)}")
+        raise SystemExit(f"pretrain_base_variants: unknown variant {name}; choose from "
+                         f"{', '.join(VARIANTS + MQAR_VARIANTS)}")
     return recipe
+
+
+def run_slot(name: str, base: dict, init: Path | None, args) -> None:
+    """One variant's run; a staged one (``a+b``) trains ``a`` for ``--first-share`` of the time, then ``b`` from
+    ``a``'s newest checkpoint, the last stage in ``out/NAME``."""
+    from palimpsa.upgrade.train.layout import latest_checkpoint
+
+    stages = name.split("+")
+    started = time.monotonic()
+    for index, stage in enumerate(stages):
+        last = index == len(stages) - 1
+        run = args.out / (name if last else f"{name}.{index}")
+        recipe_path = args.out / f"{name}.{index}.yaml"
+        recipe_path.write_text(yaml.safe_dump(variant_recipe(base, stage, args.workers, init, args.lr),
+                                               sort_keys=False))
+        command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(recipe_path),
+                   f"output_dir={run}", *args.overrides]
+        print(f"pretrain_base_variants: {name} ({stage}): {' '.join(command)}", flush=True)
+        minutes = args.minutes * (1 if last else args.first_share * (index + 1))
+        with open(args.out / f"{name}.{index}.log", "w") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            while time.monotonic() < started + 60 * minutes and process.poll() is None:
+                time.sleep(5)
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        if not last:
+            checkpoint = latest_checkpoint(run)
+            if checkpoint is None:
+                print(f"pretrain_base_variants: {name}: stage {stage} left no checkpoint", flush=True)
+                return
+            init = checkpoint / "model"
+
+
+def keep_best(name: str, scored: dict[str, float], args) -> None:
+    """The float32 weights of the variant with the best mean recall at 1x over the bar's tasks, in shards that a
+    device call returns (``--init-pack`` reads them)."""
+    from palimpsa.upgrade.io.shards import save_state_dict_sharded
+    from palimpsa.upgrade.train.layout import latest_checkpoint
+    from safetensors.torch import load_file
+
+    weights = load_file(latest_checkpoint(args.out / name) / "state" / "model.safetensors")
+    args.keep_best.mkdir(parents=True, exist_ok=True)
+    save_state_dict_sharded(weights, args.keep_best, 14 * 10**6, progress=False)
+    (args.keep_best / "best.json").write_text(json.dumps({"variant": name, "mean_recall_1x": scored}, indent=2)
+                                              + "\n")
+    print(f"pretrain_base_variants: kept {name}'s weights in {args.keep_best} (mean recall at 1x "
+          f"{scored[name]:.2f})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list (default: all)")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma list (default: the first four); a+b trains a, then b from a's newest checkpoint")
     parser.add_argument("--minutes", type=float, default=7.0, help="training time of every variant (default 7)")
     parser.add_argument("--workers", type=int, default=2, help="data.workers of each run (default 2)")
     parser.add_argument("--samples", type=int, default=40, help="prompts per task and length for the bar")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "base-variants")
     parser.add_argument("--lengths", default="512,1024", help="bar lengths, comma list (default 512,1024)")
+    parser.add_argument("--init-pack", type=Path, default=None, metavar="DIR",
+                        help="start every variant from the weights of a packed run (pretrain_base.py --pack)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="constant learning rate with --init-pack")
+    parser.add_argument("--keep-best", type=Path, default=None, metavar="DIR",
+                        help="write the weights of the variant with the best mean recall at 1x to DIR")
+    parser.add_argument("--first-share", type=float, default=0.4,
+                        help="share of --minutes for each stage but the last of a staged variant (a+b)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides for every variant")
     args = parser.parse_args(argv)
     pretrain_base.LENGTHS[:] = [int(n) for n in args.lengths.split(",")]
     names = [n for n in args.variants.split(",") if n]
     base = yaml.safe_load(RECIPE.read_text())
     args.out.mkdir(parents=True, exist_ok=True)
-    processes = {}
-    for name in names:
-        run = args.out / name
-        recipe_path = args.out / f"{name}.yaml"
-        recipe_path.write_text(yaml.safe_dump(variant_recipe(base, name, args.workers), sort_keys=False))
-        command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(recipe_path),
-                   f"output_dir={run}", *args.overrides]
-        log = open(args.out / f"{name}.log", "w")
-        print(f"pretrain_base_variants: {name}: {' '.join(command)}", flush=True)
-        processes[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1"}), log)
-    deadline = time.monotonic() + 60 * args.minutes
-    while time.monotonic() < deadline and any(p.poll() is None for p, _ in processes.values()):
-        time.sleep(5)
-    for process, _ in processes.values():
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-    for process, log in processes.values():
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    init = None
+    if args.init_pack is not None:
+        init = pretrain_base.model_from_pack(args.init_pack, args.out / "init")
+        print(f"pretrain_base_variants: every variant starts from {args.init_pack} (lr {args.lr:g})", flush=True)
+    threads = [threading.Thread(target=run_slot, args=(name, base, init, args)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
     import torch
     from palimpsa.upgrade.train.layout import latest_checkpoint
@@ -112,26 +206,35 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = {"error": f"no checkpoint (see {name}.log)"}
             continue
         step = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        metrics = run / "metrics.jsonl"  # written every train.log_every steps: absent in a run shorter than that
+        rows = [json.loads(line) for line in (metrics.read_text().splitlines() if metrics.is_file() else [])
+                if line.strip()]
         rates = [r["tokens_per_s"] for r in rows if r.get("tokens_per_s")]
         report = evaluate_bar(checkpoint / "model", args.samples, device)
         results[name] = {"step": step, "tokens_per_s": sum(rates[-10:]) / max(1, len(rates[-10:])),
                          "eval_nll": next((r["eval_nll"] for r in reversed(rows) if "eval_nll" in r), None),
-                         "bar": report}
+                         "bar": report, "mqar_by_pairs": report["mqar_by_pairs"]}
         print(f"pretrain_base_variants: {name} at step {step}: " + ", ".join(
-            f"{t} {report['accuracy'][t][0]:.2f}" for t in TASKS), flush=True)
+            f"{t} {report['accuracy'][t][0]:.2f}" for t in TASKS) + ", MQAR by pairs " + ", ".join(
+            f"{k}: {v:.2f}" for k, v in report["mqar_by_pairs"].items()), flush=True)
     (args.out / "variants.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = ["| variant | steps | tokens/s | " + " | ".join(f"{t} 1x / 2x" for t in TASKS) + " |",
-             "|---|---|---|" + "---|" * len(TASKS)]
+    lines = ["| variant | steps | tokens/s | " + " | ".join(f"{t} 1x / 2x" for t in TASKS) + " | MQAR 2 / 8 pairs |",
+             "|---|---|---|" + "---|" * (len(TASKS) + 1)]
     for name, result in results.items():
         if "error" in result:
             lines.append(f"| {name} | {result['error']} |")
             continue
         accuracy = result["bar"]["accuracy"]
         cells = [" / ".join("-" if v is None else f"{v:.2f}" for v in accuracy[t][:2]) for t in TASKS]
-        lines.append(f"| {name} | {result['step']} | {result['tokens_per_s'] / 1e3:.0f}K | " + " | ".join(cells) + " |")
+        pairs = result["mqar_by_pairs"]
+        lines.append(f"| {name} | {result['step']} | {result['tokens_per_s'] / 1e3:.0f}K | " + " | ".join(cells)
+                     + f" | {pairs['2']:.2f} / {pairs['8']:.2f} |")
     table = "\n".join(lines)
     (args.out / "variants.md").write_text(table + "\n")
+    scored = {name: sum(r["bar"]["accuracy"][t][0] for t in TASKS) / len(TASKS) for name, r in results.items()
+              if "error" not in r}
+    if args.keep_best and scored:
+        keep_best(max(scored, key=scored.get), scored, args)
     print(table, flush=True)
     return 0
 
