@@ -22,7 +22,9 @@ fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
 - ``mqar-only``: MQAR and MQAR-gap alone (2-64 and 2-32 pairs): can the model learn them at all?
 - ``mqar-small``: MQAR alone with 2-16 pairs, the easiest form;
 - ``mix-small``: the mixture with MQAR's documents from 2-16 pairs, drawn twice as often, MQAR-gap's from 2-8;
-- ``mix-small-x3``: the same, MQAR drawn 6x and MQAR-gap 3x as often as in the recipe.
+- ``mix-small-x3``: the same, MQAR drawn 6x and MQAR-gap 3x as often as in the recipe;
+- ``text-recall``: NIAH in the FwPKM form and repeat-after-gap alone (recall in natural text);
+- ``text-heavy``: the mixture with NIAH-FwPKM's and repeat's documents drawn 3x as often.
 
 A staged variant ``a+b`` (``mqar-small+continue``) trains ``a``, then ``b`` from ``a``'s newest checkpoint.
 
@@ -53,7 +55,8 @@ import pretrain_base  # noqa: E402
 from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
-MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3")
+MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
+                 "text-recall", "text-heavy")
 
 
 def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None, lr: float = 1e-3) -> dict:
@@ -75,7 +78,8 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
         if name == "mqar-heavy":
             by_task["mqar"].update(weight=6 * by_task["mqar"]["weight"], pairs=[2, 64])
             by_task["mqar-gap"].update(weight=3 * by_task["mqar-gap"]["weight"], pairs=[2, 32])
-        elif name in ("mix-small", "mix-small-x3"):
+        elif name in ("mix-small", "mix-small-x3",
+                 "text-recall", "text-heavy"):
             scale = 3 if name == "mix-small-x3" else 1
             by_task["mqar"].update(weight=2 * scale * by_task["mqar"]["weight"], pairs=[2, 16])
             by_task["mqar-gap"].update(weight=scale * by_task["mqar-gap"]["weight"], pairs=[2, 8])
@@ -85,7 +89,12 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
         elif name == "mqar-small":
             by_task["mqar"]["pairs"] = [2, 16]
             recipe["data"]["sources"] = [by_task["mqar"]]
-        if name in ("mqar-only", "mqar-small"):  # eval batches come from the first source: keep a text one
+        elif name == "text-heavy":
+            for task in ("niah-fwpkm", "repeat"):
+                by_task[task]["weight"] *= 3
+        elif name == "text-recall":
+            recipe["data"]["sources"] = [by_task["niah-fwpkm"], by_task["repeat"]]
+        if name in ("mqar-only", "mqar-small", "text-recall"):  # eval batches come from the first source
             recipe["data"]["sources"].insert(0, {**next(s for s in sources if s.get("type") == "stdlib"),
                                                  "weight": 1e-6})
         return recipe
