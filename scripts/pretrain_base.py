@@ -156,7 +156,11 @@ def model_from_pack(folder: Path, output: Path, recipe: Path = RECIPE) -> Path:
     if not weights:
         raise SystemExit(f"pretrain_base: no model*.safetensors in {folder}; give a folder that --pack wrote")
     model = new_mamba2(config)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+    except RuntimeError as error:  # a tensor of another shape
+        raise SystemExit(f"pretrain_base: {folder} does not hold {recipe.name}'s model "
+                         f"({str(error).splitlines()[-1].strip()[:160]})") from None
     if unexpected or [k for k in missing if k != "lm_head.weight"]:
         raise SystemExit(f"pretrain_base: {folder} does not hold {recipe.name}'s model (missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]})")

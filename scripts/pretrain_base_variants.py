@@ -39,6 +39,7 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,8 +79,7 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
         if name == "mqar-heavy":
             by_task["mqar"].update(weight=6 * by_task["mqar"]["weight"], pairs=[2, 64])
             by_task["mqar-gap"].update(weight=3 * by_task["mqar-gap"]["weight"], pairs=[2, 32])
-        elif name in ("mix-small", "mix-small-x3",
-                 "text-recall", "text-heavy"):
+        elif name in ("mix-small", "mix-small-x3"):
             scale = 3 if name == "mix-small-x3" else 1
             by_task["mqar"].update(weight=2 * scale * by_task["mqar"]["weight"], pairs=[2, 16])
             by_task["mqar-gap"].update(weight=scale * by_task["mqar-gap"]["weight"], pairs=[2, 8])
@@ -128,6 +128,8 @@ def run_slot(name: str, base: dict, init: Path | None, args) -> None:
     for index, stage in enumerate(stages):
         last = index == len(stages) - 1
         run = args.out / (name if last else f"{name}.{index}")
+        if run.exists():  # a race starts fresh: an earlier race's run in the same folder would be resumed or mixed in
+            shutil.rmtree(run)
         recipe_path = args.out / f"{name}.{index}.yaml"
         recipe_path.write_text(yaml.safe_dump(variant_recipe(base, stage, args.workers, init, args.lr),
                                                sort_keys=False))

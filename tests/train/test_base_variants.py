@@ -1,0 +1,103 @@
+"""The base's variant races (scripts/pretrain_base_variants.py): each variant is a valid recipe that changes what it
+says and nothing else, and a race can start from the weights that ``pretrain_base.py --pack`` or ``--keep-best``
+write."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+import yaml
+from checkpoints import ROOT
+from palimpsa.upgrade.io.shards import save_state_dict_sharded
+from palimpsa.upgrade.train.recipe import load_recipe
+
+
+def _script(name: str):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return module
+
+
+@pytest.fixture(scope="module")
+def variants():
+    return _script("pretrain_base_variants")
+
+
+@pytest.fixture(scope="module")
+def base_recipe():
+    return yaml.safe_load((ROOT / "recipes" / "pretrain-base.yaml").read_text())
+
+
+def _synthetic(recipe: dict) -> dict:
+    return {s["task"]: s for s in recipe["data"]["sources"] if s.get("type") == "synthetic"}
+
+
+@pytest.mark.parametrize("name", ["continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
+                                  "text-recall", "text-heavy"])
+def test_every_variant_is_a_valid_recipe_from_given_weights(variants, base_recipe, name, tmp_path):
+    recipe = variants.variant_recipe(base_recipe, name, workers=2, init=ROOT / "upgrade" / "assets" / "tiny-mamba2",
+                                     lr=5e-4)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    loaded = load_recipe(path)  # validates, and resolves paths from the file's folder (elsewhere than recipes/)
+    assert loaded.model.scratch is None and loaded.model.upgrade_layers == "none"
+    assert loaded.optim.lr == 5e-4 and loaded.schedule.type == "constant"
+    assert loaded.data.workers == 2
+    assert loaded.data.sources[0].type == "stdlib"  # the held-out evaluation text comes from the first source
+
+
+def test_variants_change_what_they_say(variants, base_recipe):
+    original = _synthetic(base_recipe)
+    small = variants.variant_recipe(base_recipe, "mqar-small", 2)
+    assert list(_synthetic(small)) == ["mqar"] and _synthetic(small)["mqar"]["pairs"] == [2, 16]
+    assert [s for s in small["data"]["sources"] if s["type"] == "stdlib"][0]["weight"] == pytest.approx(1e-6)
+    heavy = _synthetic(variants.variant_recipe(base_recipe, "mix-small-x3", 2))
+    assert heavy["mqar"]["weight"] == 6 * original["mqar"]["weight"]
+    assert heavy["mqar-gap"]["weight"] == 3 * original["mqar-gap"]["weight"]
+    assert heavy["passkey"] == original["passkey"]
+    text = _synthetic(variants.variant_recipe(base_recipe, "text-heavy", 2))
+    assert text["niah-fwpkm"]["weight"] == 3 * original["niah-fwpkm"]["weight"]
+    assert text["mqar"] == original["mqar"]
+    assert variants.variant_recipe(base_recipe, "continue", 2)["data"]["sources"] == base_recipe["data"]["sources"]
+    assert base_recipe["data"]["sources"][4]["pairs"] == [4, 64]  # the recipe itself is left alone
+    with pytest.raises(SystemExit, match="unknown variant"):
+        variants.variant_recipe(base_recipe, "mqar-huge", 2)
+
+
+def test_model_from_pack_rebuilds_the_packed_model(tmp_path):
+    pretrain_base = _script("pretrain_base")
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+    from palimpsa.upgrade.train.trainer import new_mamba2
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "pretrain-base.yaml").read_text())
+    recipe["model"]["scratch"].update(d_model=32, n_layer=2, d_state=16, headdim=16, chunk_size=16)
+    recipe["data"]["tokenizer"] = str(ROOT / "upgrade" / "assets" / "tiny-mamba2")
+    recipe_path = tmp_path / "small.yaml"
+    recipe_path.write_text(yaml.safe_dump(recipe))
+    model = new_mamba2(load_recipe(recipe_path)).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.01 * torch.randn_like(parameter))  # not the initialisation a fresh model would have
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied, as the trainer saves it
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    assert len(save_state_dict_sharded(state, pack, 20_000, progress=False)) > 2  # several shards and the index
+    rebuilt, tokenizer = load_model_and_tokenizer(pretrain_base.model_from_pack(pack, tmp_path / "model", recipe_path))
+    ids = torch.tensor([tokenizer("recall this: 42", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt.eval()(ids).logits, model(ids).logits)
+
+    other = dict(recipe, model={**recipe["model"], "scratch": {**recipe["model"]["scratch"], "d_model": 48}})
+    recipe_path.write_text(yaml.safe_dump(other))
+    with pytest.raises(SystemExit, match="does not hold"):
+        pretrain_base.model_from_pack(pack, tmp_path / "other", recipe_path)
+    with pytest.raises(SystemExit, match="no model"):
+        pretrain_base.model_from_pack(tmp_path, tmp_path / "none", recipe_path)
