@@ -366,3 +366,23 @@ def load_without_lm_eval(name: str, path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_lm_eval_hf_model_runs_an_upgraded_model_as_remote_code(model_dir, tmp_path):
+    """The path that works with any lm-eval, 0.4.13 included: lm-eval's own ``hf`` model loads the directory through
+    ``AutoModelForCausalLM`` with ``trust_remote_code=True`` (the ``auto_map`` and modeling code every model
+    directory carries), run as a user runs it: the ``lm_eval`` console script."""
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "lm_eval"), "run", "--model", "hf", "--model_args",
+         f"pretrained={model_dir},trust_remote_code=True,dtype=float32", "--device", "cpu", "--tasks",
+         "palimpsa_tiny_mc", "--include_path", str(TASKS), "--limit", "2", "--output_path", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [result_file] = (tmp_path / "out").rglob("results_*.json")
+    output = json.loads(result_file.read_text())
+    assert output["config"]["model"] == "hf"
+    assert 0.0 <= output["results"]["palimpsa_tiny_mc"]["acc,none"] <= 1.0
