@@ -49,8 +49,20 @@ def train(args) -> bool:
     if (run_dir / "recipe.yaml").is_file() and latest_checkpoint(run_dir) is not None:
         command.append("--resume")
     print(f"pretrain_base: {' '.join(command)} (for at most {args.minutes:g} min)", flush=True)
-    process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 60 * args.minutes
+    run_until(command, time.monotonic() + 60 * args.minutes)
+    checkpoint = latest_checkpoint(run_dir)
+    done = (run_dir / "final" / "config.json").is_file()
+    if not done:
+        step = json.loads((checkpoint / "trainer_state.json").read_text())["step"] if checkpoint else 0
+        print(f"pretrain_base: paused at step {step} (last checkpoint {checkpoint}); call again to go on", flush=True)
+    return done
+
+
+def run_until(command: list[str], deadline: float, log=None) -> None:
+    """Run ``command`` until it ends or ``time.monotonic()`` passes ``deadline``; then interrupt it as Ctrl-C does
+    (the trainer stops cleanly and keeps its last checkpoint), killing it if it has not ended 2 minutes later."""
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
     while process.poll() is None and time.monotonic() < deadline:
         time.sleep(2)
     if process.poll() is None:
@@ -59,12 +71,6 @@ def train(args) -> bool:
             process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             process.kill()
-    checkpoint = latest_checkpoint(run_dir)
-    done = (run_dir / "final" / "config.json").is_file()
-    if not done:
-        step = json.loads((checkpoint / "trainer_state.json").read_text())["step"] if checkpoint else 0
-        print(f"pretrain_base: paused at step {step} (last checkpoint {checkpoint}); call again to go on", flush=True)
-    return done
 
 
 SMALL_STATE = ("scheduler.bin", "random_states_0.pkl")

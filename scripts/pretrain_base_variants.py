@@ -38,10 +38,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -138,16 +135,7 @@ def run_slot(name: str, base: dict, init: Path | None, args) -> None:
         print(f"pretrain_base_variants: {name} ({stage}): {' '.join(command)}", flush=True)
         minutes = args.minutes * (1 if last else args.first_share * (index + 1))
         with open(args.out / f"{name}.{index}.log", "w") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            while time.monotonic() < started + 60 * minutes and process.poll() is None:
-                time.sleep(5)
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            pretrain_base.run_until(command, started + 60 * minutes, log)
         if not last:
             checkpoint = latest_checkpoint(run)
             if checkpoint is None:
