@@ -127,10 +127,7 @@ def unpack(folder: Path, run_dir: Path) -> None:
     for name in ("recipe.yaml", "metrics.jsonl", "eval_summary.json"):
         if (staging / name).is_file():
             shutil.move(staging / name, run_dir / name)
-    weights = {}
-    for shard in sorted(folder.glob("model*.safetensors")):  # pack's shards (or model-0/-1 of the first packs)
-        weights.update(load_file(shard))
-    save_file(weights, checkpoint / "state" / "model.safetensors", metadata={"format": "pt"})
+    save_file(packed_weights(folder), checkpoint / "state" / "model.safetensors", metadata={"format": "pt"})
     meta = torch.load(folder / "optimizer_meta.pt", map_location="cpu", weights_only=False)
     second = load_file(folder / "exp_avg_sq.safetensors")
     state = {int(i): {"step": meta["steps"][i], "exp_avg": torch.zeros_like(v, dtype=torch.float32),
@@ -146,21 +143,29 @@ def unpack(folder: Path, run_dir: Path) -> None:
     print(f"pretrain_base: unpacked {folder} into {run_dir / 'checkpoints' / step_name}", flush=True)
 
 
+def packed_weights(folder: Path) -> dict:
+    """The weights in ``folder``'s ``model*.safetensors``: ``pack``'s shards, ``--keep-best``'s, or the model-0/-1
+    of the first packs."""
+    from safetensors.torch import load_file
+
+    weights = {}
+    for shard in sorted(folder.glob("model*.safetensors")):
+        weights.update(load_file(shard))
+    if not weights:
+        raise SystemExit(f"pretrain_base: no model*.safetensors in {folder}; give a folder that --pack wrote")
+    return weights
+
+
 def model_from_pack(folder: Path, output: Path, recipe: Path = RECIPE) -> Path:
     """A model directory (``save_pretrained``'s, with the tokenizer) from the weights that ``pack`` wrote, for
     recipes that start from the base as it stood (``model.path``; ``pretrain_base_variants.py --init-pack``)."""
     import torch
     from palimpsa.upgrade.train.recipe import load_recipe
     from palimpsa.upgrade.train.trainer import new_mamba2
-    from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
     config = load_recipe(recipe)
-    weights = {}
-    for shard in sorted(folder.glob("model*.safetensors")):
-        weights.update(load_file(shard))
-    if not weights:
-        raise SystemExit(f"pretrain_base: no model*.safetensors in {folder}; give a folder that --pack wrote")
+    weights = packed_weights(folder)
     model = new_mamba2(config)
     try:
         missing, unexpected = model.load_state_dict(weights, strict=False)

@@ -69,10 +69,10 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
         recipe["train"]["max_steps"] = 1_000_000
     sources = recipe["data"]["sources"]
     by_task = {s.get("task"): s for s in sources if s.get("type") == "synthetic"}
+    recipe["data"]["workers"] = workers
+    recipe["checkpoint"] = {"every": 250, "keep": 1}
+    recipe["eval"]["every"] = 1000
     if name in MQAR_VARIANTS:
-        recipe["data"]["workers"] = workers
-        recipe["checkpoint"] = {"every": 250, "keep": 1}
-        recipe["eval"]["every"] = 1000
         if name == "mqar-heavy":
             by_task["mqar"].update(weight=6 * by_task["mqar"]["weight"], pairs=[2, 64])
             by_task["mqar-gap"].update(weight=3 * by_task["mqar-gap"]["weight"], pairs=[2, 32])
@@ -95,9 +95,6 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
             recipe["data"]["sources"].insert(0, {**next(s for s in sources if s.get("type") == "stdlib"),
                                                  "weight": 1e-6})
         return recipe
-    recipe["data"]["workers"] = workers
-    recipe["checkpoint"] = {"every": 250, "keep": 1}
-    recipe["eval"]["every"] = 1000
     recall = [s for s in recipe["data"]["sources"] if s.get("type") == "synthetic"]
     if name == "answer-x8":
         for source in recall:
