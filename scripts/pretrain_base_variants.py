@@ -24,7 +24,9 @@ fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
 - ``mix-small``: the mixture with MQAR's documents from 2-16 pairs, drawn twice as often, MQAR-gap's from 2-8;
 - ``mix-small-x3``: the same, MQAR drawn 6x and MQAR-gap 3x as often as in the recipe;
 - ``text-recall``: NIAH in the FwPKM form and repeat-after-gap alone (recall in natural text);
-- ``text-heavy``: the mixture with NIAH-FwPKM's and repeat's documents drawn 3x as often.
+- ``text-heavy``: the mixture with NIAH-FwPKM's and repeat's documents drawn 3x as often;
+- ``anneal``: the mixture unchanged, the learning rate decayed from ``--lr`` along a cosine to 2% of it over
+  ``--anneal-steps`` steps, where the run ends (the constant-rate variants leave the weights noisy).
 
 A staged variant ``a+b`` (``mqar-small+continue``) trains ``a``, then ``b`` from ``a``'s newest checkpoint.
 
@@ -54,10 +56,11 @@ from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
 MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
-                 "text-recall", "text-heavy")
+                 "text-recall", "text-heavy", "anneal")
 
 
-def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None, lr: float = 1e-3) -> dict:
+def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None, lr: float = 1e-3,
+                   anneal_steps: int = 2400) -> dict:
     recipe = copy.deepcopy(base)
     if recipe["data"].get("tokenizer"):  # the recipe is written elsewhere: its relative paths must not move
         recipe["data"]["tokenizer"] = str((RECIPE.parent / recipe["data"]["tokenizer"]).resolve())
@@ -91,6 +94,9 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
                 by_task[task]["weight"] *= 3
         elif name == "text-recall":
             recipe["data"]["sources"] = [by_task["niah-fwpkm"], by_task["repeat"]]
+        elif name == "anneal":
+            recipe["schedule"] = {"type": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.02}
+            recipe["train"]["max_steps"] = anneal_steps
         if name in ("mqar-only", "mqar-small", "text-recall"):  # eval batches come from the first source
             recipe["data"]["sources"].insert(0, {**next(s for s in sources if s.get("type") == "stdlib"),
                                                  "weight": 1e-6})
@@ -125,7 +131,8 @@ def run_slot(name: str, base: dict, init: Path | None, args) -> None:
         if run.exists():  # a race starts fresh: an earlier race's run in the same folder would be resumed or mixed in
             shutil.rmtree(run)
         recipe_path = args.out / f"{name}.{index}.yaml"
-        recipe_path.write_text(yaml.safe_dump(variant_recipe(base, stage, args.workers, init, args.lr),
+        recipe_path.write_text(yaml.safe_dump(variant_recipe(base, stage, args.workers, init, args.lr,
+                                                              args.anneal_steps),
                                                sort_keys=False))
         command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(recipe_path),
                    f"output_dir={run}", *args.overrides]
@@ -170,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init-pack", type=Path, default=None, metavar="DIR",
                         help="start every variant from the weights of a packed run (pretrain_base.py --pack)")
     parser.add_argument("--lr", type=float, default=1e-3, help="constant learning rate with --init-pack")
+    parser.add_argument("--anneal-steps", type=int, default=2400,
+                        help="length of the anneal variant's cosine decay, where it stops (default 2400)")
     parser.add_argument("--keep-best", type=Path, default=None, metavar="DIR",
                         help="write the weights of the variant with the best mean recall at 1x to DIR")
     parser.add_argument("--first-share", type=float, default=0.4,

@@ -41,7 +41,7 @@ def _synthetic(recipe: dict) -> dict:
 
 
 @pytest.mark.parametrize("name", ["continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
-                                  "text-recall", "text-heavy"])
+                                  "text-recall", "text-heavy", "anneal"])
 def test_every_variant_is_a_valid_recipe_from_given_weights(variants, base_recipe, name, tmp_path):
     recipe = variants.variant_recipe(base_recipe, name, workers=2, init=ROOT / "upgrade" / "assets" / "tiny-mamba2",
                                      lr=5e-4)
@@ -49,7 +49,12 @@ def test_every_variant_is_a_valid_recipe_from_given_weights(variants, base_recip
     path.write_text(yaml.safe_dump(recipe))
     loaded = load_recipe(path)  # validates, and resolves paths from the file's folder (elsewhere than recipes/)
     assert loaded.model.scratch is None and loaded.model.upgrade_layers == "none"
-    assert loaded.optim.lr == 5e-4 and loaded.schedule.type == "constant"
+    assert loaded.optim.lr == 5e-4
+    if name == "anneal":  # decays to 2% of the rate over --anneal-steps, where the run stops
+        assert (loaded.schedule.type, loaded.schedule.min_lr_ratio) == ("cosine", 0.02)
+        assert loaded.train.max_steps == 2400
+    else:
+        assert loaded.schedule.type == "constant" and loaded.train.max_steps == 1_000_000
     assert loaded.data.workers == 2
     assert loaded.data.sources[0].type == "stdlib"  # the held-out evaluation text comes from the first source
 
@@ -67,6 +72,8 @@ def test_variants_change_what_they_say(variants, base_recipe):
     assert text["niah-fwpkm"]["weight"] == 3 * original["niah-fwpkm"]["weight"]
     assert text["mqar"] == original["mqar"]
     assert variants.variant_recipe(base_recipe, "continue", 2)["data"]["sources"] == base_recipe["data"]["sources"]
+    annealed = variants.variant_recipe(base_recipe, "anneal", 2, anneal_steps=900)
+    assert annealed["data"]["sources"] == base_recipe["data"]["sources"] and annealed["train"]["max_steps"] == 900
     assert base_recipe["data"]["sources"][4]["pairs"] == [4, 64]  # the recipe itself is left alone
     with pytest.raises(SystemExit, match="unknown variant"):
         variants.variant_recipe(base_recipe, "mqar-huge", 2)
