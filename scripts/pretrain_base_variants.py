@@ -25,6 +25,8 @@ fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
 - ``mix-small-x3``: the same, MQAR drawn 6x and MQAR-gap 3x as often as in the recipe;
 - ``text-recall``: NIAH in the FwPKM form and repeat-after-gap alone (recall in natural text);
 - ``text-heavy``: the mixture with NIAH-FwPKM's and repeat's documents drawn 3x as often;
+- ``niah-easy``: NIAH in the FwPKM form alone with 2-5 needles (the evaluation has 5), the form in which key
+  matching should start as MQAR's did in ``mqar-small``;
 - ``anneal``: the mixture unchanged, the learning rate decayed from ``--lr`` along a cosine to 2% of it over
   ``--anneal-steps`` steps, where the run ends (the constant-rate variants leave the weights noisy).
 
@@ -56,7 +58,7 @@ from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
 MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
-                 "text-recall", "text-heavy", "anneal")
+                 "text-recall", "text-heavy", "niah-easy", "anneal")
 
 
 def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None, lr: float = 1e-3,
@@ -94,10 +96,13 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
                 by_task[task]["weight"] *= 3
         elif name == "text-recall":
             recipe["data"]["sources"] = [by_task["niah-fwpkm"], by_task["repeat"]]
+        elif name == "niah-easy":
+            by_task["niah-fwpkm"]["needles"] = [2, 5]
+            recipe["data"]["sources"] = [by_task["niah-fwpkm"]]
         elif name == "anneal":
             recipe["schedule"] = {"type": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.02}
             recipe["train"]["max_steps"] = anneal_steps
-        if name in ("mqar-only", "mqar-small", "text-recall"):  # eval batches come from the first source
+        if name in ("mqar-only", "mqar-small", "text-recall", "niah-easy"):  # eval batches come from the first source
             recipe["data"]["sources"].insert(0, {**next(s for s in sources if s.get("type") == "stdlib"),
                                                  "weight": 1e-6})
         return recipe

@@ -105,3 +105,18 @@ def test_mqar_pairs_range(tok):
     with pytest.raises(PalimpsaError, match="more than the .* pairs that fit"):
         DocumentSource([SourceSection(type="synthetic", task="mqar", pairs=(100, 200))], tok, seq_len=128,
                        vocab_size=VOCAB)
+
+
+def test_fwpkm_needles_range(tok):
+    def needle_counts(section):
+        documents = DocumentSource([section], tok, seq_len=384, seed=0, vocab_size=VOCAB)
+        return [len(re.findall(r"The value of key [A-Z]{4} is \d{6}\.", tok.decode(documents.next_document())))
+                for _ in range(24)]
+
+    counts = needle_counts(SourceSection(type="synthetic", task="niah-fwpkm", documents=24, needles=(2, 3)))
+    assert set(counts) == {2, 3}
+    assert set(needle_counts(SourceSection(type="synthetic", task="niah-fwpkm", documents=24))) == {5}  # default
+    with pytest.raises(ValueError, match="needles"):
+        SourceSection(type="synthetic", task="repeat", needles=(2, 3))
+    with pytest.raises(ValueError, match="needles"):
+        SourceSection(type="synthetic", task="niah-fwpkm", needles=(3, 2))

@@ -85,6 +85,8 @@ class SourceSection(Section):
     pairs: tuple[int, int] | None = Field(None, description="mqar and mqar-gap: the range of key-value pairs per "
                                           "document, drawn log-uniformly (default: a quarter of the most that fit, "
                                           "up to that most)")
+    needles: tuple[int, int] | None = Field(None, description="niah-fwpkm: the range of needles per document, "
+                                            "drawn uniformly (default: 5, the evaluation's form)")
     documents: int = Field(256, ge=1, description="synthetic documents per epoch (new ones every epoch)")
     weight: float = Field(1.0, gt=0, description="share of this source in the mixture")
     loss: Literal["all", "answer"] = Field("all", description="synthetic documents: loss on every token, or on the "
@@ -105,6 +107,9 @@ class SourceSection(Section):
         if self.pairs is not None and (self.task not in ("mqar", "mqar-gap") or not 1 <= self.pairs[0]
                                        <= self.pairs[1]):
             raise ValueError("pairs [low, high] (1 <= low <= high) applies to the mqar and mqar-gap tasks")
+        if self.needles is not None and (self.task != "niah-fwpkm" or not 1 <= self.needles[0] <= self.needles[1]
+                                         <= 24):
+            raise ValueError("needles [low, high] (1 <= low <= high <= 24) applies to the niah-fwpkm task")
         if self.loss == "answer" and self.type != "synthetic":
             raise ValueError(f"loss: answer needs a synthetic source (a {self.type} source has no answers)")
         return self

@@ -19,7 +19,8 @@ Sources (``data.sources``, or ``data.path`` for one local source):
 - ``synthetic``: ``documents`` seeded documents per epoch from :mod:`palimpsa.upgrade.evaluate.tasks`, generated on
   demand and new in every epoch (the seed includes the epoch), so repeated epochs never repeat a document: passkey,
   niah (0 to 3 distractor needles), niah-fwpkm (five 4-character keys with 6-digit values in the standard library's
-  docstrings) and repeat (a 24-character string to repeat after a gap of docstrings) as ``prompt + " " + answer``
+  docstrings; ``needles: [low, high]`` draws their number uniformly from that range instead) and repeat (a
+  24-character string to repeat after a gap of docstrings) as ``prompt + " " + answer``
   text of ``seq_len // 4`` to ``seq_len - 16`` tokens (at least 64); mqar as token ids (``k v`` pairs then the
   queried keys each followed by its value) of at most ``seq_len`` tokens, drawn from the tokenizer's range below
   the model's vocabulary, special tokens left out; mqar-gap as token ids (up to 32 pairs, a gap of haystack text,
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import PalimpsaError
 from ...evaluate.tasks import (
+    FWPKM_NEEDLES,
     docstring_text,
     fwpkm_niah_samples,
     mqar_gap_samples,
@@ -292,7 +294,7 @@ class _SyntheticReader(Reader):
                  label: str):
         self.label, self.task, self.count = label, section.task, section.documents
         self.tokenizer, self.seq_len, self.seed = tokenizer, seq_len, seed
-        self.pairs = section.pairs
+        self.pairs, self.needles = section.pairs, section.needles
         if self.task == "mqar-gap":
             if tokenizer is None:
                 raise PalimpsaError(f"{label}: mqar-gap documents need a tokenizer (their gap is haystack text)")
@@ -332,7 +334,9 @@ class _SyntheticReader(Reader):
         if self.task == "passkey":
             sample = passkey_samples(self.tokenizer, [length], [depth], 1, sample_seed)[0]
         elif self.task == "niah-fwpkm":
-            sample = fwpkm_niah_samples(self.tokenizer, docstring_text(), [length], [depth], 1, sample_seed)[0]
+            needles = FWPKM_NEEDLES if self.needles is None else rng.randint(*self.needles)
+            sample = fwpkm_niah_samples(self.tokenizer, docstring_text(), [length], [depth], 1, sample_seed,
+                                        needles=needles)[0]
         elif self.task == "repeat":
             sample = repeat_samples(self.tokenizer, docstring_text(), [length], 1, sample_seed)[0]
         else:
