@@ -27,6 +27,7 @@ fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
 - ``text-heavy``: the mixture with NIAH-FwPKM's and repeat's documents drawn 3x as often;
 - ``niah-easy``: NIAH in the FwPKM form alone with 2-5 needles (the evaluation has 5), the form in which key
   matching should start as MQAR's did in ``mqar-small``;
+- ``niah-mix``: ``text-heavy`` with NIAH-FwPKM's documents from 2-5 needles: the easy form kept in the mixture;
 - ``anneal``: the mixture unchanged, the learning rate decayed from ``--lr`` along a cosine to 2% of it over
   ``--anneal-steps`` steps, where the run ends (the constant-rate variants leave the weights noisy).
 
@@ -58,7 +59,7 @@ from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
 MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
-                 "text-recall", "text-heavy", "niah-easy", "anneal")
+                 "text-recall", "text-heavy", "niah-easy", "niah-mix", "anneal")
 
 
 def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None, lr: float = 1e-3,
@@ -91,9 +92,11 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
         elif name == "mqar-small":
             by_task["mqar"]["pairs"] = [2, 16]
             recipe["data"]["sources"] = [by_task["mqar"]]
-        elif name == "text-heavy":
+        elif name in ("text-heavy", "niah-mix"):
             for task in ("niah-fwpkm", "repeat"):
                 by_task[task]["weight"] *= 3
+            if name == "niah-mix":
+                by_task["niah-fwpkm"]["needles"] = [2, 5]
         elif name == "text-recall":
             recipe["data"]["sources"] = [by_task["niah-fwpkm"], by_task["repeat"]]
         elif name == "niah-easy":

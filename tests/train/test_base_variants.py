@@ -41,7 +41,7 @@ def _synthetic(recipe: dict) -> dict:
 
 
 @pytest.mark.parametrize("name", ["continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
-                                  "text-recall", "text-heavy", "niah-easy", "anneal"])
+                                  "text-recall", "text-heavy", "niah-easy", "niah-mix", "anneal"])
 def test_every_variant_is_a_valid_recipe_from_given_weights(variants, base_recipe, name, tmp_path):
     recipe = variants.variant_recipe(base_recipe, name, workers=2, init=ROOT / "upgrade" / "assets" / "tiny-mamba2",
                                      lr=5e-4)
@@ -74,6 +74,9 @@ def test_variants_change_what_they_say(variants, base_recipe):
     assert variants.variant_recipe(base_recipe, "continue", 2)["data"]["sources"] == base_recipe["data"]["sources"]
     easy = _synthetic(variants.variant_recipe(base_recipe, "niah-easy", 2))
     assert list(easy) == ["niah-fwpkm"] and easy["niah-fwpkm"]["needles"] == [2, 5]
+    mixed = _synthetic(variants.variant_recipe(base_recipe, "niah-mix", 2))
+    assert mixed["niah-fwpkm"]["needles"] == [2, 5] and mixed["repeat"] == text["repeat"]
+    assert mixed["niah-fwpkm"]["weight"] == text["niah-fwpkm"]["weight"] and mixed["mqar"] == original["mqar"]
     annealed = variants.variant_recipe(base_recipe, "anneal", 2, anneal_steps=900)
     assert annealed["data"]["sources"] == base_recipe["data"]["sources"] and annealed["train"]["max_steps"] == 900
     assert base_recipe["data"]["sources"][4]["pairs"] == [4, 64]  # the recipe itself is left alone
