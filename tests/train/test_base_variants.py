@@ -113,3 +113,36 @@ def test_model_from_pack_rebuilds_the_packed_model(tmp_path):
         pretrain_base.model_from_pack(pack, tmp_path / "other", recipe_path)
     with pytest.raises(SystemExit, match="no model"):
         pretrain_base.model_from_pack(tmp_path, tmp_path / "none", recipe_path)
+
+
+def test_probe_counts_another_needles_value_and_where_repeat_breaks(monkeypatch, tmp_path):
+    probe = _script("probe_base_recall")
+    from palimpsa.upgrade.evaluate import evaluation
+    from palimpsa.upgrade.evaluate.tasks import default_long_text
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ROOT / "upgrade" / "assets" / "tiny-mamba2"))
+    text = " ".join(default_long_text().split())
+
+    def other_needle(model, tokenizer, prompts, batch_size):  # answers with the value of a needle not asked for
+        return [" " + next(v for _, v in probe.NEEDLE.findall(p.prompt) if v != p.answer) for p in prompts]
+
+    monkeypatch.setattr(evaluation, "greedy_answers", other_needle)
+    row = probe.niah_row(None, tokenizer, text, needles=3, samples=10, length=256, seed=1)
+    assert (row["prompts"], row["exact"], row["other_needle"]) == (10, 0.0, 1.0)
+
+    def one_slip(model, tokenizer, prompts, batch_size):  # the string with its 8th character wrong
+        return [" " + p.answer[:7] + ("a" if p.answer[7] != "a" else "b") + p.answer[8:] for p in prompts]
+
+    monkeypatch.setattr(evaluation, "greedy_answers", one_slip)
+    row = probe.repeat_row(None, tokenizer, text, samples=6, length=256, seed=1)
+    assert row["exact"] == 0.0 and row["per_char"] == pytest.approx(23 / 24)
+    assert row["first_error_histogram"] == [0, 6, 0, 0]
+
+
+def test_probe_refuses_a_missing_model_folder(tmp_path):
+    probe = _script("probe_base_recall")
+    with pytest.raises(SystemExit, match="is not a folder"):
+        probe.main([str(tmp_path / "nowhere")])
+    with pytest.raises(SystemExit, match="--needles"):
+        probe.main([str(tmp_path), "--needles", "0"])

@@ -1,0 +1,111 @@
+"""Where the base's recall in natural text fails: NIAH in the FwPKM form by number of needles (exact, per digit, and
+how often the answer is another needle's value, i.e. the key was not matched), and repeat-after-gap (exact, per
+character, and where in the string the first error falls).
+
+    python scripts/probe_base_recall.py docs/bench/pretrain-base-2026-11-24/curriculum/weights
+    python scripts/probe_base_recall.py runs/pretrain-base/model --samples 80 --json probe.json
+
+MODEL is a model directory (``save_pretrained``'s) or a folder of packed weights (``pretrain_base.py --pack``,
+``pretrain_base_variants.py --keep-best``), rebuilt with recipes/pretrain-base.yaml's model. The prompts are the bar's
+(``pretrain_base.evaluate_bar``): the held-out pydoc haystack at 1x (512 tokens), with seeds of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import pretrain_base  # noqa: E402
+
+NEEDLE = re.compile(r"The value of key (\w{4}) is (\d{6})\.")
+
+
+def niah_row(model, tokenizer, text: str, needles: int, samples: int, length: int, seed: int) -> dict:
+    from palimpsa.upgrade.evaluate.evaluation import greedy_answers
+    from palimpsa.upgrade.evaluate.tasks import fwpkm_niah_samples
+
+    depths = [0.0, 0.25, 0.5, 0.75, 1.0]
+    prompts = fwpkm_niah_samples(tokenizer, text, [length], depths, max(1, samples // len(depths)), seed,
+                                 needles=needles)
+    answers = [a.strip()[:6] for a in greedy_answers(model, tokenizer, prompts, batch_size=16)]
+    exact = sum(a == p.answer for a, p in zip(answers, prompts))
+    digits = sum(sum(x == y for x, y in zip(a, p.answer)) for a, p in zip(answers, prompts))
+    other = sum(a != p.answer and a in {v for _, v in NEEDLE.findall(p.prompt)} for a, p in zip(answers, prompts))
+    return {"needles": needles, "prompts": len(prompts), "exact": exact / len(prompts),
+            "per_digit": digits / (6 * len(prompts)), "other_needle": other / len(prompts)}
+
+
+def repeat_row(model, tokenizer, text: str, samples: int, length: int, seed: int) -> dict:
+    from palimpsa.upgrade.evaluate.evaluation import greedy_answers
+    from palimpsa.upgrade.evaluate.tasks import repeat_samples
+
+    prompts = repeat_samples(tokenizer, text, [length], samples, seed)
+    answers = [a.strip() for a in greedy_answers(model, tokenizer, prompts, batch_size=16)]
+    chars = len(prompts[0].answer)
+    first_error = [next((i for i, (x, y) in enumerate(zip(a.ljust(chars), p.answer)) if x != y), None)
+                   for a, p in zip(answers, prompts)]
+    wrong = [i for i in first_error if i is not None]
+    return {"prompts": len(prompts), "exact": sum(a.startswith(p.answer) for a, p in zip(answers, prompts))
+            / len(prompts), "per_char": sum(sum(x == y for x, y in zip(a, p.answer)) for a, p in zip(answers, prompts))
+            / (chars * len(prompts)),
+            "first_error_histogram": [sum(i // 6 == q for i in wrong) for q in range(chars // 6)]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", type=Path, help="model directory or folder of packed weights")
+    parser.add_argument("--samples", type=int, default=40, help="prompts per row (default 40)")
+    parser.add_argument("--needles", default="1,2,5", help="NIAH needle counts, comma list (default 1,2,5)")
+    parser.add_argument("--length", type=int, default=512, help="prompt length in tokens (default 512, 1x)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args(argv)
+    if not args.model.is_dir():
+        raise SystemExit(f"probe_base_recall: {args.model} is not a folder; give a model directory or packed weights")
+    try:
+        needles = [int(n) for n in args.needles.split(",") if n]
+    except ValueError:
+        raise SystemExit(f"probe_base_recall: --needles {args.needles!r} is not a comma list of numbers") from None
+    if not needles or not all(1 <= n <= 24 for n in needles):
+        raise SystemExit("probe_base_recall: --needles takes numbers from 1 to 24")
+
+    import torch
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+    from palimpsa.upgrade.evaluate.tasks import default_long_text
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.model
+        if not (folder / "config.json").is_file():
+            folder = pretrain_base.model_from_pack(args.model, Path(scratch) / "model")
+        model, tokenizer = load_model_and_tokenizer(folder)
+    model = model.to(device).eval()
+    text = " ".join(default_long_text().split())
+    seed = 20_000_003  # neither the bar's seeds nor the training documents'
+    with torch.no_grad():
+        niah = [niah_row(model, tokenizer, text, n, args.samples, args.length, seed + n) for n in needles]
+        repeat = repeat_row(model, tokenizer, text, args.samples, args.length, seed)
+    print(f"NIAH-FwPKM at {args.length} tokens")
+    print("  needles  prompts  exact  per digit  another needle's value")
+    for row in niah:
+        print(f"  {row['needles']:7d}  {row['prompts']:7d}  {row['exact']:5.2f}  {row['per_digit']:9.2f}  "
+              f"{row['other_needle']:22.2f}")
+    print(f"repeat-after-gap at {args.length} tokens: exact {repeat['exact']:.2f}, per character "
+          f"{repeat['per_char']:.3f}; first error by 6-character quarter of the string: "
+          f"{repeat['first_error_histogram']}")
+    if args.json:
+        args.json.write_text(json.dumps({"model": str(args.model), "length": args.length, "niah_fwpkm": niah,
+                                         "repeat": repeat}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
