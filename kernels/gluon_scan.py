@@ -292,6 +292,32 @@ if gluon is not None:
         return (m0, m1, m2, m3, j0, j1, j2, j3)
 
     @gluon.jit
+    def _tokens(st, sc1, gr1, rf1, sc2, gr2, rf2, sc3, gr3, rf3, sc4, gr4, rf4, x1, x2, x3, x4, b_ip, v, kkq, g, beta,
+                y, u, tok, t, T, last, i_h, i_g, o_v, o_n, W: gl.constexpr, H: gl.constexpr, G: gl.constexpr,
+                P: gl.constexpr, N: gl.constexpr, U: gl.constexpr, USE_BETA: gl.constexpr,
+                USE_UNCERTAINTY: gl.constexpr, RENORM: gl.constexpr, SQK: gl.constexpr):
+        """``_group``'s ``U`` token updates with their scales, each input reloaded for the token ``U`` further
+        right after its use; ``RENORM`` as in ``_token`` (inlined: one basic block per value)."""
+        st = _token(st, sc1, gr1, rf1, b_ip, x1, y, u, tok, t < T, i_h, o_v, H, P, USE_BETA, USE_UNCERTAINTY, RENORM,
+                    SQK)
+        x1 = _load_token(v, kkq, g, beta, gl.minimum(tok + U, last), i_h, i_g, o_v, o_n, W, H, G, P, N, USE_BETA, SQK)
+        if U >= 2:
+            st = _token(st, sc2, gr2, rf2, b_ip, x2, y, u, tok + 1, t + 1 < T, i_h, o_v, H, P, USE_BETA,
+                        USE_UNCERTAINTY, RENORM, SQK)
+            x2 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 1, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
+                             USE_BETA, SQK)
+        if U >= 4:
+            st = _token(st, sc3, gr3, rf3, b_ip, x3, y, u, tok + 2, t + 2 < T, i_h, o_v, H, P, USE_BETA,
+                        USE_UNCERTAINTY, RENORM, SQK)
+            x3 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 2, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
+                             USE_BETA, SQK)
+            st = _token(st, sc4, gr4, rf4, b_ip, x4, y, u, tok + 3, t + 3 < T, i_h, o_v, H, P, USE_BETA,
+                        USE_UNCERTAINTY, RENORM, SQK)
+            x4 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 3, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
+                             USE_BETA, SQK)
+        return st, x1, x2, x3, x4
+
+    @gluon.jit
     def _group(st, b_sc, x1, x2, x3, x4, b_ip, v, kkq, g, beta, y, u, tok, t, T, last, i_h, i_g, o_v, o_n,
                W: gl.constexpr, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
                CT: gl.constexpr, TAU_: gl.constexpr, U: gl.constexpr, USE_BETA: gl.constexpr,
@@ -301,6 +327,9 @@ if gluon is not None:
         is a reference the block multiplies by the carries (``_token``'s ``RENORM``), else not."""
         sc1, gr1, rf1 = _scale(b_sc, x1[0], t, T, CT, TAU_)
         b_sc, any_ref = sc1, rf1
+        sc2, gr2, rf2 = sc1, gr1, rf1  # the tokens beyond U stand in for names _tokens never reads
+        sc3, gr3, rf3 = sc1, gr1, rf1
+        sc4, gr4, rf4 = sc1, gr1, rf1
         if U >= 2:
             sc2, gr2, rf2 = _scale(b_sc, x2[0], t + 1, T, CT, TAU_)
             b_sc, any_ref = sc2, any_ref | rf2
@@ -309,43 +338,13 @@ if gluon is not None:
             sc4, gr4, rf4 = _scale(sc3, x4[0], t + 3, T, CT, TAU_)
             b_sc, any_ref = sc4, any_ref | rf3 | rf4
         if any_ref:
-            st = _token(st, sc1, gr1, rf1, b_ip, x1, y, u, tok, t < T, i_h, o_v, H, P, USE_BETA, USE_UNCERTAINTY,
-                        True, SQK)
-            x1 = _load_token(v, kkq, g, beta, gl.minimum(tok + U, last), i_h, i_g, o_v, o_n, W, H, G, P, N, USE_BETA,
-                             SQK)
-            if U >= 2:
-                st = _token(st, sc2, gr2, rf2, b_ip, x2, y, u, tok + 1, t + 1 < T, i_h, o_v, H, P, USE_BETA,
-                            USE_UNCERTAINTY, True, SQK)
-                x2 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 1, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
-                                 USE_BETA, SQK)
-            if U >= 4:
-                st = _token(st, sc3, gr3, rf3, b_ip, x3, y, u, tok + 2, t + 2 < T, i_h, o_v, H, P, USE_BETA,
-                            USE_UNCERTAINTY, True, SQK)
-                x3 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 2, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
-                                 USE_BETA, SQK)
-                st = _token(st, sc4, gr4, rf4, b_ip, x4, y, u, tok + 3, t + 3 < T, i_h, o_v, H, P, USE_BETA,
-                            USE_UNCERTAINTY, True, SQK)
-                x4 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 3, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
-                                 USE_BETA, SQK)
+            st, x1, x2, x3, x4 = _tokens(st, sc1, gr1, rf1, sc2, gr2, rf2, sc3, gr3, rf3, sc4, gr4, rf4, x1, x2, x3,
+                                         x4, b_ip, v, kkq, g, beta, y, u, tok, t, T, last, i_h, i_g, o_v, o_n, W, H, G,
+                                         P, N, U, USE_BETA, USE_UNCERTAINTY, True, SQK)
         else:
-            st = _token(st, sc1, gr1, rf1, b_ip, x1, y, u, tok, t < T, i_h, o_v, H, P, USE_BETA, USE_UNCERTAINTY,
-                        False, SQK)
-            x1 = _load_token(v, kkq, g, beta, gl.minimum(tok + U, last), i_h, i_g, o_v, o_n, W, H, G, P, N, USE_BETA,
-                             SQK)
-            if U >= 2:
-                st = _token(st, sc2, gr2, rf2, b_ip, x2, y, u, tok + 1, t + 1 < T, i_h, o_v, H, P, USE_BETA,
-                            USE_UNCERTAINTY, False, SQK)
-                x2 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 1, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
-                                 USE_BETA, SQK)
-            if U >= 4:
-                st = _token(st, sc3, gr3, rf3, b_ip, x3, y, u, tok + 2, t + 2 < T, i_h, o_v, H, P, USE_BETA,
-                            USE_UNCERTAINTY, False, SQK)
-                x3 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 2, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
-                                 USE_BETA, SQK)
-                st = _token(st, sc4, gr4, rf4, b_ip, x4, y, u, tok + 3, t + 3 < T, i_h, o_v, H, P, USE_BETA,
-                            USE_UNCERTAINTY, False, SQK)
-                x4 = _load_token(v, kkq, g, beta, gl.minimum(tok + U + 3, last), i_h, i_g, o_v, o_n, W, H, G, P, N,
-                                 USE_BETA, SQK)
+            st, x1, x2, x3, x4 = _tokens(st, sc1, gr1, rf1, sc2, gr2, rf2, sc3, gr3, rf3, sc4, gr4, rf4, x1, x2, x3,
+                                         x4, b_ip, v, kkq, g, beta, y, u, tok, t, T, last, i_h, i_g, o_v, o_n, W, H, G,
+                                         P, N, U, USE_BETA, USE_UNCERTAINTY, False, SQK)
         return st, b_sc, x1, x2, x3, x4
 
     @gluon.jit
