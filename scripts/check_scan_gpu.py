@@ -178,6 +178,7 @@ def main() -> int:
         (f"B1 L{long} G1 bf16 beta", make_inputs(1, long, 1, bf16, with_state=False, seed=3), 1e-2, 1.0, None,
          False),
         ("B2 L4096 G2 bf16 beta state", make_inputs(2, 4096, 2, bf16, seed=4), 1e-2, 0.7, None, False),
+        ("B2 L1 G2 f32 beta state: one token (+naive)", make_inputs(2, 1, 2, f32, seed=7), 1e-5, 0.7, None, True),
         ("B2 L2048 G1 f32 no-beta, state (M0, None)",
          make_inputs(2, 2048, 1, f32, with_beta=False, with_importance=False, seed=5), 1e-5, 1.0, None, False),
     ]
