@@ -703,7 +703,8 @@ def fused_recurrent_palimpsa_scan(
         cu_seqlens: ``[S + 1]`` bounds of the packed sequences (``B = 1``), or None.
         fwd_config, bwd_config: ``BV`` (channels per program), ``TRANS`` (tile ``[BK, BV]`` rather than
             ``[BV, BK]``), ``num_warps``, and for the forward ``UNROLL`` (1 or 2 tokens per loop iteration,
-            the next ones' inputs prefetched); ``fwd_config={"kernel": "gluon"}`` runs the Gluon forward.
+            the next ones' inputs prefetched); ``fwd_config={"kernel": "gluon"}`` runs the Gluon forward
+            (``bwd_config={"kernel": "gluon"}`` the Gluon backward), except for a one-token call.
         chunk_size: tokens per checkpoint ``CT``; block_size: tokens per scratch state ``BS`` (divides ``CT``,
             even); None: the module's ``CHUNK_SIZE`` and ``BLOCK_SIZE``.
 
@@ -713,11 +714,15 @@ def fused_recurrent_palimpsa_scan(
     """
     chunk_size = CHUNK_SIZE if chunk_size is None else chunk_size
     block_size = BLOCK_SIZE if block_size is None else block_size
-    if bwd_config is None:
+    if bwd_config is None or (v.shape[1] == 1 and bwd_config.get("kernel") == "gluon"):
         bwd_config = _backward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
     if chunk_size % block_size or block_size % 2:
         raise ValueError(f"block_size ({block_size}) must be even and divide chunk_size ({chunk_size})")
-    fwd_config = FWD_CONFIG if fwd_config is None else fwd_config
+    # one token (a decoding step) runs the Triton kernels even where the Gluon ones are asked for: Triton
+    # specialises a length of 1 into the kernel, and Triton 3.6's LLVM lowering of the Gluon forward so
+    # specialised aborts the process (docs/kernels.md)
+    if fwd_config is None or (v.shape[1] == 1 and fwd_config.get("kernel") == "gluon"):
+        fwd_config = FWD_CONFIG
     if fwd_config.get("UNROLL", 1) not in (1, 2):
         raise ValueError(f"the forward's UNROLL must be 1 or 2, got {fwd_config['UNROLL']}")
     m0, i0 = (None, None) if initial_state is None else initial_state

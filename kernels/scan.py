@@ -117,12 +117,11 @@ def _gluon_unsupported(v: torch.Tensor, k: torch.Tensor) -> str | None:
         return f"the Gluon module cannot be imported ({error})"
 
 
-def _gluon_configs(backend: str, length: int) -> dict:
+def _gluon_configs(backend: str) -> dict:
     """The Triton launcher's configs that swap in the Gluon kernels: the forward for ``gluon``, and the backward
-    too where ``PALIMPSA_GLUON_BACKWARD=1`` (off by default until a GPU run has verified it). A launch of one token
-    (a decoding step) stays on the Triton kernels: Triton specialises a length of 1 into the kernel, and Triton
-    3.6's LLVM lowering of the Gluon forward so specialised aborts the process (found on an H100, 2026-11-24)."""
-    if backend != "gluon" or length == 1:
+    too where ``PALIMPSA_GLUON_BACKWARD=1`` (off by default until a GPU run has verified it); a one-token call
+    runs the Triton kernels all the same (``fused_recurrent_palimpsa_scan``)."""
+    if backend != "gluon":
         return {}
     configs = {"fwd_config": {"kernel": "gluon"}}
     if os.environ.get(GLUON_BACKWARD_ENV) == "1":
@@ -210,7 +209,7 @@ def palimpsa_scan(
         # one custom operator for both: the Gluon path swaps the forward launch and keeps the Triton backward
         y, final, uncertainty = _fused_recurrent()(
             v, k, q, log_decay, beta, importance_prior, initial_state, output_final_state, output_uncertainty,
-            cu_seqlens, **_gluon_configs(backend, v.shape[1]),
+            cu_seqlens, **_gluon_configs(backend),
         )
     elif cu_seqlens is None:
         y, final, uncertainty = _scan_one(

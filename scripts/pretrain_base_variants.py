@@ -28,8 +28,9 @@ fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
 - ``niah-easy``: NIAH in the FwPKM form alone with 2-5 needles (the evaluation has 5), the form in which key
   matching should start as MQAR's did in ``mqar-small``;
 - ``niah-mix``: ``text-heavy`` with NIAH-FwPKM's documents from 2-5 needles: the easy form kept in the mixture;
-- ``anneal``: the mixture unchanged, the learning rate decayed from ``--lr`` along a cosine to 2% of it over
-  ``--anneal-steps`` steps, where the run ends (the constant-rate variants leave the weights noisy).
+- ``anneal``: the mixture unchanged, after a 50-step warmup the learning rate decayed from ``--lr`` (with
+  ``--init-pack``; else the recipe's) along a cosine to 2% of it over ``--anneal-steps`` steps, where the run ends
+  (the constant-rate variants leave the weights noisy).
 
 A staged variant ``a+b`` (``mqar-small+continue``) trains ``a``, then ``b`` from ``a``'s newest checkpoint.
 
@@ -172,6 +173,12 @@ def keep_best(name: str, scored: dict[str, float], args) -> None:
           f"{scored[name]:.2f})", flush=True)
 
 
+def _at_least_100(text: str) -> int:
+    if not text.isdigit() or int(text) < 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of steps of at least 100 (past the warmup)")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -185,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init-pack", type=Path, default=None, metavar="DIR",
                         help="start every variant from the weights of a packed run (pretrain_base.py --pack)")
     parser.add_argument("--lr", type=float, default=1e-3, help="constant learning rate with --init-pack")
-    parser.add_argument("--anneal-steps", type=int, default=2400,
+    parser.add_argument("--anneal-steps", type=_at_least_100, default=2400, metavar="N",
                         help="length of the anneal variant's cosine decay, where it stops (default 2400)")
     parser.add_argument("--keep-best", type=Path, default=None, metavar="DIR",
                         help="write the weights of the variant with the best mean recall at 1x to DIR")

@@ -28,14 +28,15 @@ NEEDLE = re.compile(r"The value of key (\w{4}) is (\d{6})\.")
 
 
 def niah_row(model, tokenizer, text: str, needles: int, samples: int, length: int, seed: int) -> dict:
-    from palimpsa.upgrade.evaluate.evaluation import greedy_answers
+    from palimpsa.upgrade.evaluate.evaluation import greedy_answers, passkey_correct
     from palimpsa.upgrade.evaluate.tasks import fwpkm_niah_samples
 
     depths = [0.0, 0.25, 0.5, 0.75, 1.0]
     prompts = fwpkm_niah_samples(tokenizer, text, [length], depths, max(1, samples // len(depths)), seed,
                                  needles=needles)
-    answers = [a.strip()[:6] for a in greedy_answers(model, tokenizer, prompts, batch_size=16)]
-    exact = sum(a == p.answer for a, p in zip(answers, prompts))
+    completions = greedy_answers(model, tokenizer, prompts, batch_size=16)
+    exact = sum(passkey_correct(c, p.answer) for c, p in zip(completions, prompts))  # the bar's scoring
+    answers = [c.strip()[:6] for c in completions]
     digits = sum(sum(x == y for x, y in zip(a, p.answer)) for a, p in zip(answers, prompts))
     other = sum(a != p.answer and a in {v for _, v in NEEDLE.findall(p.prompt)} for a, p in zip(answers, prompts))
     return {"needles": needles, "prompts": len(prompts), "exact": exact / len(prompts),
@@ -62,12 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path, help="model directory or folder of packed weights")
-    parser.add_argument("--samples", type=int, default=40, help="prompts per row (default 40)")
+    parser.add_argument("--samples", type=int, default=40,
+                        help="prompts per row (default 40; NIAH rounds down to a multiple of its 5 depths)")
     parser.add_argument("--needles", default="1,2,5", help="NIAH needle counts, comma list (default 1,2,5)")
     parser.add_argument("--length", type=int, default=512, help="prompt length in tokens (default 512, 1x)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: cuda if present")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
+    if args.samples < 5 or args.length < 64:
+        raise SystemExit("probe_base_recall: --samples needs at least 5 and --length at least 64")
+    if args.json and not args.json.parent.is_dir():
+        raise SystemExit(f"probe_base_recall: --json {args.json}: folder {args.json.parent} does not exist")
     if not args.model.is_dir():
         raise SystemExit(f"probe_base_recall: {args.model} is not a folder; give a model directory or packed weights")
     try:
@@ -82,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     from palimpsa.upgrade.evaluate.tasks import default_long_text
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("probe_base_recall: --device cuda, but torch sees no GPU; use --device cpu")
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.model
         if not (folder / "config.json").is_file():

@@ -221,3 +221,22 @@ def test_step_matches_scan_token_by_token(with_beta):
             assert_close(u, u_scan[:, t], F64_TOL, f"u[{t}]")
         assert_close(state[0], m_scan, F64_TOL, "M")
         assert_close(state[1], i_scan, F64_TOL, "I")
+
+
+def test_one_token_runs_the_triton_kernels_where_gluon_is_asked_for(monkeypatch):
+    """A decoding step through the scan: Triton 3.6 aborts compiling the Gluon kernels with the length folded to 1,
+    so one token runs (and differentiates through) the Triton kernels, exactly; longer calls still reach Gluon."""
+    from palimpsa.kernels import gluon_scan
+
+    class Reached(Exception):
+        pass
+
+    def reached(*args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(gluon_scan, "gluon_forward", reached)
+    monkeypatch.setattr(gluon_scan, "gluon_backward", reached)
+    gluon = {"fwd_config": {"kernel": "gluon"}, "bwd_config": {"kernel": "gluon"}}
+    check_against_naive(make_inputs(2, 1, 2, dtype=torch.float64), F64_TOL, **gluon)
+    with pytest.raises(Reached):
+        run(make_inputs(2, 2, 2, dtype=torch.float64), "triton", **gluon)

@@ -161,26 +161,11 @@ def test_the_environment_forces_the_triton_path_through_the_public_op(monkeypatc
 def test_the_gluon_backward_is_opt_in(monkeypatch):
     """``gluon`` swaps in the Gluon forward only; the Gluon backward needs ``PALIMPSA_GLUON_BACKWARD=1``."""
     monkeypatch.delenv(scan.GLUON_BACKWARD_ENV, raising=False)
-    assert scan._gluon_configs("triton", 64) == {}
-    assert scan._gluon_configs("gluon", 64) == {"fwd_config": {"kernel": "gluon"}}
+    assert scan._gluon_configs("triton") == {}
+    assert scan._gluon_configs("gluon") == {"fwd_config": {"kernel": "gluon"}}
     monkeypatch.setenv(scan.GLUON_BACKWARD_ENV, "1")
-    assert scan._gluon_configs("gluon", 2) == {"fwd_config": {"kernel": "gluon"}, "bwd_config": {"kernel": "gluon"}}
-    assert scan._gluon_configs("triton", 64) == {}
-    # one token (a decoding step): Triton 3.6 aborts compiling the Gluon kernels with the length folded to 1
-    assert scan._gluon_configs("gluon", 1) == {}
-
-
-def test_a_one_token_launch_under_gluon_runs_the_triton_kernels(monkeypatch):
-    """Through the public op: with ``backend='gluon'`` chosen, a one-token call reaches the Triton launcher with no
-    Gluon config, a longer one with it."""
-    seen = []
-    monkeypatch.setattr(scan, "_pick_backend", lambda backend, v, k: "gluon")
-    monkeypatch.setattr(scan, "_fused_recurrent", lambda: lambda *args, **configs: seen.append(configs) or (
-        args[0], None, None))
-    for length in (1, 3):
-        inputs = make_inputs(1, length, 2, 1, 4, 8)
-        palimpsa_scan(inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"])
-    assert seen == [{}, {"fwd_config": {"kernel": "gluon"}}]
+    assert scan._gluon_configs("gluon") == {"fwd_config": {"kernel": "gluon"}, "bwd_config": {"kernel": "gluon"}}
+    assert scan._gluon_configs("triton") == {}
 
 
 def test_the_variant_tables_pick_by_rows_and_the_environment_overrides(monkeypatch):

@@ -127,9 +127,15 @@ def test_probe_counts_another_needles_value_and_where_repeat_breaks(monkeypatch,
     def other_needle(model, tokenizer, prompts, batch_size):  # answers with the value of a needle not asked for
         return [" " + next(v for _, v in probe.NEEDLE.findall(p.prompt) if v != p.answer) for p in prompts]
 
+    def seven_digits(model, tokenizer, prompts, batch_size):  # right six digits, then one too many: not exact
+        return [" " + p.answer + "1." for p in prompts]
+
     monkeypatch.setattr(evaluation, "greedy_answers", other_needle)
     row = probe.niah_row(None, tokenizer, text, needles=3, samples=10, length=256, seed=1)
     assert (row["prompts"], row["exact"], row["other_needle"]) == (10, 0.0, 1.0)
+    monkeypatch.setattr(evaluation, "greedy_answers", seven_digits)
+    row = probe.niah_row(None, tokenizer, text, needles=3, samples=10, length=256, seed=1)
+    assert (row["exact"], row["per_digit"], row["other_needle"]) == (0.0, 1.0, 0.0)  # scored as the bar scores
 
     def one_slip(model, tokenizer, prompts, batch_size):  # the string with its 8th character wrong
         return [" " + p.answer[:7] + ("a" if p.answer[7] != "a" else "b") + p.answer[8:] for p in prompts]
@@ -146,3 +152,7 @@ def test_probe_refuses_a_missing_model_folder(tmp_path):
         probe.main([str(tmp_path / "nowhere")])
     with pytest.raises(SystemExit, match="--needles"):
         probe.main([str(tmp_path), "--needles", "0"])
+    with pytest.raises(SystemExit, match="--samples needs at least 5"):
+        probe.main([str(tmp_path), "--samples", "0"])
+    with pytest.raises(SystemExit, match="does not exist"):
+        probe.main([str(tmp_path), "--json", str(tmp_path / "no" / "probe.json")])

@@ -432,6 +432,10 @@ def test_resume_refuses_a_changed_recipe_and_a_fresh_run_refuses_an_old_one(tmp_
         Trainer(changed, resume=True)
     with pytest.raises(PalimpsaError, match="has no recipe.yaml"):
         Trainer(load_recipe(TINY, overrides + [f"output_dir={tmp_path / 'new'}", "train.max_steps=2"]), resume=True)
+    saved = yaml.safe_load((run / "recipe.yaml").read_text())
+    assert saved["data"].pop("state_passing") is False  # as a recipe written before the field existed
+    (run / "recipe.yaml").write_text(yaml.safe_dump(saved))
+    Trainer(recipe, resume=True)  # the missing field reads as its default, the recipe's value
 
 
 def test_yaml_no_reads_as_mixed_precision_no():

@@ -239,6 +239,10 @@ class Trainer:
                 previous = None
             if not isinstance(previous, dict):
                 raise PalimpsaError(f"--resume: {saved} is not a recipe; restore it, or start a new output_dir")
+            try:  # a recipe saved before a field was added lacks it: compare it with the field's default filled in
+                previous = type(self.recipe).model_validate(previous).model_dump(mode="json")
+            except ValueError:
+                pass  # not valid as it stands: compared as written, and the differing sections are named below
             keep = ("max_steps",)  # a resumed run may be extended
             differs = [key for key in current if key != "train" and current[key] != previous.get(key)]
             differs += [f"train.{k}" for k in current["train"] if k not in keep
