@@ -59,6 +59,7 @@ import pretrain_base  # noqa: E402
 from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
+EASY_NIAH_NEEDLES = [2, 5]  # niah-easy and niah-mix: the FwPKM NIAH with 2-5 needles (the evaluation has 5)
 MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
                  "text-recall", "text-heavy", "niah-easy", "niah-mix", "anneal")
 
@@ -97,11 +98,11 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
             for task in ("niah-fwpkm", "repeat"):
                 by_task[task]["weight"] *= 3
             if name == "niah-mix":
-                by_task["niah-fwpkm"]["needles"] = [2, 5]
+                by_task["niah-fwpkm"]["needles"] = list(EASY_NIAH_NEEDLES)
         elif name == "text-recall":
             recipe["data"]["sources"] = [by_task["niah-fwpkm"], by_task["repeat"]]
         elif name == "niah-easy":
-            by_task["niah-fwpkm"]["needles"] = [2, 5]
+            by_task["niah-fwpkm"]["needles"] = list(EASY_NIAH_NEEDLES)
             recipe["data"]["sources"] = [by_task["niah-fwpkm"]]
         elif name == "anneal":
             recipe["schedule"] = {"type": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.02}

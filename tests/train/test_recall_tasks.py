@@ -120,3 +120,8 @@ def test_fwpkm_needles_range(tok):
         SourceSection(type="synthetic", task="repeat", needles=(2, 3))
     with pytest.raises(ValueError, match="needles"):
         SourceSection(type="synthetic", task="niah-fwpkm", needles=(3, 2))
+    from palimpsa.upgrade.errors import PalimpsaError
+
+    with pytest.raises(PalimpsaError, match=r"more than the 1[0-9] needles that fit in seq_len 512"):
+        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", needles=(2, 20))], tok, seq_len=512,
+                       vocab_size=VOCAB)

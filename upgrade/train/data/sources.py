@@ -311,6 +311,16 @@ class _SyntheticReader(Reader):
                 raise PalimpsaError(f"{label}: the vocabulary [{self.low}, {self.high}) is too small for mqar")
         elif tokenizer is None:
             raise PalimpsaError(f"{label}: {self.task} documents are text and need a tokenizer")
+        if self.task == "niah-fwpkm" and self.needles is not None:
+            # the needles and the question alone must fit the longest document, or the question lands in
+            # another row than the needles it asks about
+            needle = len(tokenizer("The value of key ABCD is 123456. ", add_special_tokens=False)["input_ids"])
+            question = len(tokenizer("\nWhat is the value of key ABCD? The value of key ABCD is 123456",
+                                     add_special_tokens=False)["input_ids"])
+            fit = (max(64, seq_len - 16) - question) // needle
+            if self.needles[1] > fit:
+                raise PalimpsaError(f"{label}: needles {list(self.needles)} asks for more than the {fit} needles "
+                                    f"that fit in seq_len {seq_len}; lower needles")
         if self.pairs is not None and self.pairs[0] > self.max_pairs:
             raise PalimpsaError(f"{label}: pairs {list(self.pairs)} asks for more than the {self.max_pairs} pairs "
                                 f"that fit in seq_len {seq_len} (and the free token ids); lower pairs")
