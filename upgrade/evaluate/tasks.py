@@ -215,6 +215,8 @@ def default_long_text() -> str:
 # library's docstrings; evaluation haystacks are pydoc_data.topics (held out of every training mixture).
 
 FWPKM_NEEDLES = 5
+FWPKM_NEEDLE = "The value of key {key} is {value}. "  # one statement of NIAH in the FwPKM form
+FWPKM_QUESTION = "\nWhat is the value of key {key}? The value of key {key} is"  # its question; the answer follows
 KEY_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ"  # no I or O: they read as digits
 REPEAT_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
 
@@ -275,10 +277,10 @@ def fwpkm_niah_samples(tokenizer, haystack: str, lengths: list[int], depths: lis
                 while len(set(keys)) < needles:
                     keys[rng.randrange(needles)] = "".join(rng.choices(KEY_ALPHABET, k=4))
                 values = [str(rng.randint(100_000, 999_999)) for _ in keys]
-                placed = [(f"The value of key {keys[0]} is {values[0]}. ", depth)]
-                placed += [(f"The value of key {key} is {value}. ", rng.random())
+                placed = [(FWPKM_NEEDLE.format(key=keys[0], value=values[0]), depth)]
+                placed += [(FWPKM_NEEDLE.format(key=key, value=value), rng.random())
                            for key, value in zip(keys[1:], values[1:])]
-                question = f"\nWhat is the value of key {keys[0]}? The value of key {keys[0]} is"
+                question = FWPKM_QUESTION.format(key=keys[0])
                 text = _haystack_window(haystack, rng, 8 * length)
                 prompt = _fill_to_length(tokenizer, "", placed, question, length, haystack=text)
                 samples.append(Sample(prompt, values[0], length, depth))

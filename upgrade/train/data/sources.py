@@ -46,7 +46,9 @@ from typing import TYPE_CHECKING
 
 from ...errors import PalimpsaError
 from ...evaluate.tasks import (
+    FWPKM_NEEDLE,
     FWPKM_NEEDLES,
+    FWPKM_QUESTION,
     docstring_text,
     fwpkm_niah_samples,
     mqar_gap_samples,
@@ -314,9 +316,11 @@ class _SyntheticReader(Reader):
         if self.task == "niah-fwpkm" and self.needles is not None:
             # the needles and the question alone must fit the longest document, or the question lands in
             # another row than the needles it asks about
-            needle = len(tokenizer("The value of key ABCD is 123456. ", add_special_tokens=False)["input_ids"])
-            question = len(tokenizer("\nWhat is the value of key ABCD? The value of key ABCD is 123456",
-                                     add_special_tokens=False)["input_ids"])
+            def count(text: str) -> int:
+                return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+            needle = count(FWPKM_NEEDLE.format(key="ABCD", value="123456"))
+            question = count(FWPKM_QUESTION.format(key="ABCD") + " 123456")
             fit = (max(64, seq_len - 16) - question) // needle
             if self.needles[1] > fit:
                 raise PalimpsaError(f"{label}: needles {list(self.needles)} asks for more than the {fit} needles "
