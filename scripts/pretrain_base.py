@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "pretrain-base.yaml"
 LENGTHS = [512, 1024, 2048, 4096]
 BAR = 0.90
+DEPTHS = [0.0, 0.25, 0.5, 0.75, 1.0]  # needle depths of the bar's passkey and NIAH prompts
 TASKS = ("passkey", "niah_fwpkm", "repeat", "mqar_32", "mqar_gap_8")
 
 
@@ -201,7 +202,7 @@ def evaluate_bar(model_dir: Path, samples: int, device: str) -> dict:
     model, tokenizer = load_model_and_tokenizer(model_dir)
     model = model.to(device).eval()
     text = " ".join(default_long_text().split())
-    depths = [0.0, 0.25, 0.5, 0.75, 1.0]
+    depths = DEPTHS
     per_depth = max(1, samples // len(depths))
     seed = 10_000_019  # evaluation seeds, far from the training documents' counter-based seeds
     result: dict[str, list[float]] = {}

@@ -107,7 +107,8 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
         elif name == "anneal":
             recipe["schedule"] = {"type": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.02}
             recipe["train"]["max_steps"] = anneal_steps
-        if name in ("mqar-only", "mqar-small", "text-recall", "niah-easy"):  # eval batches come from the first source
+        # a variant that dropped the text keeps it at a negligible weight: eval batches come from the first source
+        if not any(s.get("type") == "stdlib" for s in recipe["data"]["sources"]):
             recipe["data"]["sources"].insert(0, {**next(s for s in sources if s.get("type") == "stdlib"),
                                                  "weight": 1e-6})
         return recipe

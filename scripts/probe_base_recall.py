@@ -31,7 +31,7 @@ def niah_row(model, tokenizer, text: str, needles: int, samples: int, length: in
     from palimpsa.upgrade.evaluate.evaluation import greedy_answers, passkey_correct
     from palimpsa.upgrade.evaluate.tasks import fwpkm_niah_samples
 
-    depths = [0.0, 0.25, 0.5, 0.75, 1.0]
+    depths = pretrain_base.DEPTHS
     prompts = fwpkm_niah_samples(tokenizer, text, [length], depths, max(1, samples // len(depths)), seed,
                                  needles=needles)
     completions = greedy_answers(model, tokenizer, prompts, batch_size=16)
