@@ -479,6 +479,9 @@ class Trainer:
                 carried = {"conv": self.cache.conv, "ssm": self.cache.ssm, "seen_tokens": self.cache.seen_tokens}
                 torch.save(carried, partial / f"carried_state_rank{accelerator.process_index}.pt")
             state = self._full_state_dict()
+            # every process has written its own files (its RNG state, its carried state) before the main process
+            # lists them and renames the directory: accelerate's save_state ends without waiting for the others
+            accelerator.wait_for_everyone()
             if self.is_main:
                 self._save_model_directory(state, partial / "model")
                 files = sorted(str(p.relative_to(partial)) for p in (partial / "state").rglob("*") if p.is_file())
