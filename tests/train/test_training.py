@@ -312,6 +312,41 @@ def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
         lora_layers(upgraded, load_recipe(TINY, ["lora.layers=7-9"]))
 
 
+def test_lora_can_start_late_with_a_schedule_of_its_own(tmp_path, tiny_random):
+    """lora.start_step (the protocol's delayed adapters): before it the adapters' learning rate is 0 and the merged
+    weights are the base's while beta trains; from it on the adapters warm up over lora.warmup_steps and decay with
+    the run. Bad combinations are refused when the recipe loads."""
+    from palimpsa.upgrade.train.trainable import group_lr_factors
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    recipe = load_recipe(TINY, ["trainable.mode=beta+lora", "train.max_steps=100", "schedule.warmup_steps=10",
+                                "schedule.min_lr_ratio=0", "lora.start_step=40", "lora.warmup_steps=5"])
+    beta, lora = group_lr_factors([{"name": "beta"}, {"name": "lora-nodecay"}], recipe)
+    assert beta(0) == pytest.approx(0.1) and beta(9) == lora(44) == pytest.approx(1.0)
+    assert lora(0) == lora(39) == 0.0 and lora(40) == pytest.approx(0.2)
+    assert lora(45 + 55 // 2) == pytest.approx(0.5, abs=0.03) and lora(100) == pytest.approx(0.0)
+    for bad, message in ((["trainable.mode=beta", "lora.start_step=5"], "applies to LoRA adapters"),
+                         (["trainable.mode=lora", "lora.start_step=30", "train.max_steps=30"], "must be below")):
+        with pytest.raises(PalimpsaError, match=message):
+            load_recipe(TINY, bad)
+
+    run = tmp_path / "run"
+    recipe = load_recipe(TINY, fast(tiny_random) + [
+        f"output_dir={run}", "trainable.mode=beta+lora", "train.max_steps=5", "lora.start_step=3",
+        "lora.warmup_steps=0", "schedule.warmup_steps=0", "optim.lr=0.05", "train.log_every=1",
+        "checkpoint.every=3", "checkpoint.keep=2", "eval.every=0"])
+    Trainer(recipe, log=lambda _line: None).train()
+    rows = [row for row in _metrics(run) if "loss" in row]
+    assert [row["beta_lr"] > 0 for row in rows] == [True] * 5
+    base = _load_model(tiny_random, plain=True).state_dict()
+    projections = [n for n in base if n.endswith(("in_proj.weight", "out_proj.weight"))]
+    at_3 = _load_model(run / "checkpoints" / "step-0000003" / "model").state_dict()
+    final = _load_model(run / "final").state_dict()
+    assert all(torch.equal(at_3[n], base[n]) for n in projections)  # the adapters had not moved yet
+    assert rows[2]["gain_geomean"] != pytest.approx(recipe.model.beta_init, rel=1e-3)  # beta had
+    assert any(not torch.equal(final[n], base[n]) for n in projections)  # then they did
+
+
 def _load_model(path: Path, plain: bool = False):
     from palimpsa.upgrade.convert.loading import load_mamba2
     from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM

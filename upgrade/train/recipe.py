@@ -158,6 +158,11 @@ class LoraSection(Section):
     target_modules: list[str] = Field(default_factory=lambda: ["in_proj", "out_proj"])
     layers: str | None = Field(None, description="layers that get adapters: all, a count or indices and ranges "
                                "(8, 3,11, 0-4); default: the upgraded layers, or every layer of a plain Mamba2")
+    start_step: int = Field(0, ge=0, description="the adapters' learning rate is 0 before this step, so that beta "
+                            "trains alone first; from it on they follow a schedule of their own (warmup_steps, "
+                            "then the run's decay over the steps left)")
+    warmup_steps: int | None = Field(None, ge=0, description="the adapters' warmup from start_step (default: "
+                                     "schedule.warmup_steps)")
 
     @field_validator("layers", mode="before")
     @classmethod
@@ -242,6 +247,11 @@ class Recipe(Section):
         if self.model.gradient_checkpointing and self.data.state_passing:
             raise ValueError("model.gradient_checkpointing cannot be combined with data.state_passing (the "
                              "recomputed forward would read the carried state after it was updated)")
+        if self.lora.start_step and self.trainable.mode not in ("beta+lora", "lora"):
+            raise ValueError(f"lora.start_step applies to LoRA adapters; trainable.mode {self.trainable.mode} has none")
+        if self.lora.start_step >= self.train.max_steps:
+            raise ValueError(f"lora.start_step ({self.lora.start_step}) must be below train.max_steps "
+                             f"({self.train.max_steps})")
         if self.trainable.mode == "patterns" and not self.trainable.patterns:
             raise ValueError("trainable.mode patterns needs trainable.patterns")
         if self.schedule.warmup_steps >= self.train.max_steps and self.schedule.type != "constant":

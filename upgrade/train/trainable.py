@@ -159,13 +159,31 @@ def parameter_groups(selection: TrainableSelection, recipe: Recipe) -> list[dict
     return groups
 
 
-def lr_factor(step: int, recipe: Recipe) -> float:
-    """Warmup (linear from 0) then cosine or linear decay to ``min_lr_ratio``, or constant."""
+def lr_factor(step: int, recipe: Recipe, start: int = 0, warmup: int | None = None) -> float:
+    """Warmup (linear from 0) then cosine or linear decay to ``min_lr_ratio``, or constant; a schedule that begins
+    at step ``start`` (0 before it) with its own ``warmup`` (default: the recipe's) and decays over the steps left."""
     schedule, total = recipe.schedule, recipe.train.max_steps
-    if step < schedule.warmup_steps:
-        return (step + 1) / schedule.warmup_steps
+    warmup = schedule.warmup_steps if warmup is None else warmup
+    if step < start:
+        return 0.0
+    step -= start
+    if step < warmup:
+        return (step + 1) / warmup
     if schedule.type == "constant":
         return 1.0
-    progress = min(1.0, (step - schedule.warmup_steps) / max(1, total - schedule.warmup_steps))
+    progress = min(1.0, (step - warmup) / max(1, total - start - warmup))
     shape = 0.5 * (1 + math.cos(math.pi * progress)) if schedule.type == "cosine" else 1 - progress
     return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * shape
+
+
+def group_lr_factors(groups: list[dict], recipe: Recipe) -> list:
+    """One schedule per optimizer group (``LambdaLR``'s list form): the run's, and for LoRA's groups the one that
+    begins at ``lora.start_step``."""
+    lora = recipe.lora
+
+    def factor(group: dict):
+        if group.get("name", "").startswith("lora") and lora.start_step:
+            return lambda step: lr_factor(step, recipe, lora.start_step, lora.warmup_steps)
+        return lambda step: lr_factor(step, recipe)
+
+    return [factor(group) for group in groups]

@@ -40,7 +40,7 @@ from .data import Prefetcher, build_data
 from .processes import cpu_data_parallel
 from .recipe import Recipe
 from .release import finish_final
-from .trainable import attach_lora, lr_factor, merged_state_dict, parameter_groups, select_trainable
+from .trainable import attach_lora, group_lr_factors, merged_state_dict, parameter_groups, select_trainable
 
 
 def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -180,9 +180,9 @@ class Trainer:
             self.log(line)
         self.stream, self.eval_batches = build_data(recipe.data, self.tokenizer, vocab_size=model.config.vocab_size)
         self.batches = self.stream  # where batches come from; train() puts a prefetching thread in front of it
-        optimizer = torch.optim.AdamW(parameter_groups(selection, recipe), betas=recipe.optim.betas,
-                                      eps=recipe.optim.eps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, recipe))
+        groups = parameter_groups(selection, recipe)
+        optimizer = torch.optim.AdamW(groups, betas=recipe.optim.betas, eps=recipe.optim.eps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, group_lr_factors(groups, recipe))
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         self.step, self.cache, self.last_good = 0, None, None
         if self.is_main:
@@ -213,7 +213,8 @@ class Trainer:
                 f"  processes   {self.processes_line()}\n"
                 f"  steps       {recipe.train.max_steps} ({recipe.schedule.type}, warmup "
                 f"{recipe.schedule.warmup_steps}, lr {recipe.optim.lr:g}, beta lr "
-                f"{recipe.optim.beta_lr or recipe.optim.lr:g})\n"
+                f"{recipe.optim.beta_lr or recipe.optim.lr:g}"
+                + (f", adapters from step {recipe.lora.start_step}" if recipe.lora.start_step else "") + ")\n"
                 + "".join(f"  note        {note}\n" for note in recipe.notes)
                 + f"  output      {recipe.output_dir}" + (" (resuming)" if self.resume else ""))
 
