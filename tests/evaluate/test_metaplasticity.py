@@ -192,6 +192,7 @@ def test_inspect_importance_sits_at_the_prior_after_an_upgrade_and_leaves_it_wit
         assert all(abs(m - 1) <= 1e-3 for m in heads["mean"]) and all(abs(q - 1) <= 1e-3 for q in heads["q50"])
         assert max(heads["share_above_2x_prior"]) == 0 and all(g == pytest.approx(1e-3) for g in heads["gain"])
         assert 0 < layer["summary"]["mean_excess"] <= 1e-3
+        assert layer["summary"]["needle_share_above_2x_prior_at_question"] == 0
 
     _set_gains(model, 50.0)
     large = inspect_importance(model, probe)
@@ -211,6 +212,8 @@ def test_inspect_importance_sits_at_the_prior_after_an_upgrade_and_leaves_it_wit
         summary = layer["summary"]
         assert summary["share_above_2x_prior"] > 0.05 and summary["mean_excess"] > 0.3
         assert summary["needle_importance"] > 1.1 and summary["needle_half_life_added"] > 0
+        for key in ("needle_share_above_2x_prior", "needle_share_above_2x_prior_at_question"):
+            assert 0 < summary[key] <= 1 + 1e-6 and all(0 <= v <= 1 + 1e-6 for v in layer["heads"][key])
         assert all(g == pytest.approx(50.0) for g in layer["heads"]["gain"])
         # beta / (1 - a) is the gain times the mean gate, 1/2 at init
         assert layer["heads"]["beta_per_forgetting"] == pytest.approx([25.0] * len(layer["heads"]["gain"]), rel=1e-4)

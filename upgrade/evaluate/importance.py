@@ -11,7 +11,8 @@ reports per layer and head:
   unit of forgetting averaged over the probe's tokens and channels;
 - Mamba2's memory horizon ``1 / mean(dt |A|)`` (tokens over which a write decays by e);
 - for the needle's cells (every cell weighted by how much the needle wrote into it, ``sum |v*_t k_t|`` over the
-  needle's tokens): their importance right after the needle and at the question, and the half-life the importance
+  needle's tokens): their importance right after the needle and at the question, the share of them (so weighted)
+  above ``2 I_prior`` at both times, and the half-life the importance
   adds to what they hold. With no later writes a cell's readout ``M / I`` after ``n`` tokens of decay ``A_n`` is
   ``mu_0 / (1 + (1 / A_n - 1) I_prior / I_0)``: it halves at ``ln(1 + I_0 / I_prior) / rate`` tokens against
   Mamba2's ``ln 2 / rate``, so the importance adds ``ln((1 + I_0 / I_prior) / 2) / rate`` tokens (``rate`` the
@@ -175,6 +176,10 @@ def _layer_statistics(mixer, hidden_states: torch.Tensor, needle: tuple[int, int
         head.update({
             "needle_importance": needle_importance.tolist(),
             "needle_importance_at_question": (weight * at_question).flatten(1).sum(1).tolist(),
+            # the needle's cells (weighted as above) whose importance is above 2 I_prior, after it and at the question
+            "needle_share_above_2x_prior": (weight * (after_needle[1][0].float() > 2 * prior)).flatten(1).sum(1)
+            .tolist(),
+            "needle_share_above_2x_prior_at_question": (weight * (at_question > 2 * prior)).flatten(1).sum(1).tolist(),
             "needle_half_life_added": (torch.log((1 + needle_importance / prior) / 2)
                                        / later_rate.clamp_min(1e-30)).tolist(),
             "beta_k2_needle": written[start:end].mean(0).tolist(),
@@ -201,6 +206,8 @@ def _summarise(head: dict, at_question: torch.Tensor, prior: float) -> dict:
     if "needle_importance" in head:
         row["needle_importance"] = sum(head["needle_importance"]) / len(head["needle_importance"])
         row["needle_half_life_added"] = sum(head["needle_half_life_added"]) / len(head["needle_half_life_added"])
+        for key in ("needle_share_above_2x_prior", "needle_share_above_2x_prior_at_question"):
+            row[key] = sum(head[key]) / len(head[key])
         other = torch.tensor(head["beta_k2_other"]).mean().item()
         row["needle_write_ratio"] = torch.tensor(head["beta_k2_needle"]).mean().item() / other if other > 0 \
             else math.nan
