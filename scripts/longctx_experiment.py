@@ -1,367 +1,1009 @@
-"""Does the Palimpsa upgrade lift long-context recall? A measured answer at small scale, on one GPU.
+"""Does metaplasticity help long-context recall? The protocol of docs/results/longctx-protocol.md, run in pieces.
 
-    python scripts/longctx_experiment.py --output docs/results
+    python scripts/longctx_experiment.py plan                      # the pieces, which are done, the next ones
+    python scripts/longctx_experiment.py run --minutes 9           # do pieces until 9 minutes are spent; again
+    python scripts/longctx_experiment.py report                    # docs/results/longctx.md, .json and plots
 
-The base is the embedded default model (a byte-level Mamba2 pretrained on 512-token rows, see
-upgrade/assets/tiny-mamba2/README.md). Three arms get the same fine-tuning budget (same steps, batches and data:
-standard-library text mixed with passkey, NIAH and MQAR-with-gap documents, rows of ``--train-length`` tokens):
+Every piece is one fine-tune, one evaluation or one importance probe. ``run`` takes the next pieces in the
+protocol's order and writes each result to the ledger (``--work``/ledger.json, with the per-prompt scores in
+``--work``/records/) as it lands. The ledger is small and meant to be committed: a device call starts from the
+repository and returns the ledger, so the experiment spreads over as many 10-minute calls and sessions as it
+needs. A fine-tuned model lives in ``--scratch`` only until its evaluations have landed (they run right after it,
+in the same call); a fine-tune is started only when the time left fits it (the slowest so far), and one cut by
+the deadline starts over in the next call.
 
-- ``palimpsa-beta``: ``--layers`` layers upgraded, only the beta parameters trained;
-- ``palimpsa-beta-lora``: the same upgrade, beta plus LoRA adapters on the upgraded layers' projections;
-- ``mamba2-full``: the plain Mamba2, every parameter trained.
-
-Each arm runs a 3-point learning-rate search; the point kept is the one with the lowest held-out NLL of the
-fine-tuning mixture (chosen before any test metric is looked at). The kept runs and the untouched base are then
-evaluated on identical seeded inputs: passkey, NIAH (single and multi-key) and MQAR with a haystack gap at 1x to
-16x the pretraining length, NLL against position on Python's ``pydoc_data.topics`` (never trained on), and NLL on
-windows of the pretraining length over that text. Writes ``longctx.json``, ``longctx.md`` and plots to
-``--output``.
-
-The bar (stated before running): an upgraded arm beats the equal-budget Mamba2 fine-tune on recall at >= 4x the
-pretraining length, with at most 1% NLL regression at the pretraining length (against the base).
+The order: the base's test evaluation; each arm's learning-rate grid at seed 0 with validation recall (extended
+by a factor 3 beyond an end until the chosen rate is inside; the treatment's grid waits for the control's choice,
+whose LoRA rate it shares); the other seeds at the chosen rates; the test evaluation of every trained model; the
+treatment again with beta scale 0 and its importance probe; the secondary arms; the ablations. ``report`` renders
+whatever has landed, marking what is missing, and states the verdict of the win criterion once the primary pair
+and its ablation are complete.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
+import os
 import platform
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "upgrade" / "assets" / "tiny-mamba2"
+BASE = ROOT / "upgrade" / "assets" / "recall-base"
+VALIDATION_TASKS = ("passkey", "niah_fwpkm", "mqar_gap_32", "repeat")
+RECALL_TASKS = ("passkey", "niah_fwpkm", "repeat", "mqar_gap_8", "mqar_gap_32", "mqar_gap_96",
+                "mqar_interference_32")
+PRIMARY = ("beta-lora", "mamba2-lora")
+TIMESCALES = ["*.dt_bias", "*.A_log", "*.mixer.D"]
+TIE = 0.01  # validation scores this close go to the smaller rate
+MAX_EXTENSIONS = 3
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What trains, and how its rates are chosen: ``grid`` names the rate searched (``lr`` or ``beta_lr``) and its
+    points; ``rates_from`` an arm whose chosen rates it takes without a search; ``lora_from`` the arm whose chosen
+    LoRA rate it shares (the treatment shares the control's, so the adapters are identical)."""
+
+    plain: bool
+    mode: str
+    seeds: int
+    grid: tuple[str, tuple[float, ...]] | None = None
+    lora_delay: float = 0.0
+    rates_from: str | None = None
+    lora_from: str | None = None
+    patterns: tuple[str, ...] = ()
+
+
 ARMS = {
-    # name: (recipe overrides, learning rates searched); beta+lora gives beta a 10x learning rate
-    "palimpsa-beta": ({"trainable": {"mode": "beta"}}, [3e-3, 1e-2, 3e-2]),
-    "palimpsa-beta-lora": ({"trainable": {"mode": "beta+lora"}, "lora": {"r": 8, "alpha": 16,
-                                                                          "target_modules": ["in_proj", "out_proj"]}},
-                           [3e-4, 1e-3, 3e-3]),
-    "mamba2-full": ({"trainable": {"mode": "all"}}, [1e-4, 3e-4, 1e-3]),
+    "mamba2-lora": Arm(True, "lora", 5, ("lr", (3e-4, 1e-3, 3e-3)), lora_delay=0.3),
+    "beta-lora": Arm(False, "beta+lora", 5, ("beta_lr", (3e-3, 1e-2, 3e-2)), lora_delay=0.3,
+                     lora_from="mamba2-lora"),
+    "beta": Arm(False, "beta", 3, ("beta_lr", (3e-3, 1e-2, 3e-2))),
+    "mamba2-timescales": Arm(True, "patterns", 3, ("lr", (1e-4, 3e-4, 1e-3)), patterns=tuple(TIMESCALES)),
+    "mamba2-full": Arm(True, "all", 3, ("lr", (1e-4, 3e-4, 1e-3))),
+    "beta-lora-concurrent": Arm(False, "beta+lora", 3, rates_from="beta-lora"),
+    "mamba2-lora-concurrent": Arm(True, "lora", 3, rates_from="mamba2-lora"),
 }
-RECALL_TASKS = ("passkey", "niah_single", "niah_multikey", "mqar_gap")
+# the treatment at its chosen rates, seed 0, with one thing changed (recipe overrides, dotted)
+ABLATIONS = {
+    "gain-init-1e-4": {"model.beta_init": 1e-4},
+    "gain-init-1e-2": {"model.beta_init": 1e-2},
+    "gain-linear-dt": {"beta_form": "linear-dt"},
+    "gate-rank-4": {"model.beta_rank": 4},
+    "gate-rank-64": {"model.beta_rank": 64},
+    "layers-half": {"layers": "half"},
+    "state-passing-off": {"data.state_passing": False},
+    "lora-delay-0.6": {"lora_delay": 0.6},
+}  # the LoRA delay at 0% is the secondary arm beta-lora-concurrent
 
 
-def recipe_for(arm: str, lr: float, args, output_dir: Path) -> dict:
-    overrides, _ = ARMS[arm]
-    recipe = {
-        "output_dir": str(output_dir),
-        # a recipe's relative paths are read from its own folder: a local base is written absolute
-        "model": {"path": str(Path(args.base).resolve()) if Path(args.base).exists() else args.base,
-                  "upgrade_layers": "none" if arm == "mamba2-full" else args.layers, "dtype": "float32"},
-        "data": {"sources": [{"type": "stdlib", "weight": 0.1},
-                             {"type": "synthetic", "task": "passkey", "documents": 20000, "weight": 1},
-                             {"type": "synthetic", "task": "niah", "documents": 20000, "weight": 1},
-                             {"type": "synthetic", "task": "mqar-gap", "documents": 20000, "weight": 1}],
-                 "seq_len": args.train_length, "batch_size": args.batch_size, "eval_documents": 8, "seed": 7},
-        "optim": {"lr": lr, "weight_decay": 0.0, "grad_clip": 1.0},
-        "schedule": {"type": "cosine", "warmup_steps": max(1, args.steps // 10), "min_lr_ratio": 0.1},
-        "train": {"max_steps": args.steps, "mixed_precision": "bf16" if torch.cuda.is_available() else "no",
-                  "log_every": max(1, args.steps // 10), "seed": 0},
-        "eval": {"every": 0, "batches": 4, "passkey_samples": 0},
-        "checkpoint": {"every": 0, "keep": 1},
-        "logging": {"tensorboard": False},
-        **overrides,
-    }
-    if arm == "palimpsa-beta-lora":
-        recipe["optim"]["beta_lr"] = min(1.0, 10 * lr)
-    return recipe
+@dataclass
+class Settings:
+    base: str = str(BASE)
+    steps: int = 600
+    batch_size: int = 16
+    train_length: int = 2048
+    pretrain_length: int = 512
+    per_bucket: int = 200
+    validation_per_task: int = 100
+    buckets: tuple = ((256, 512), (512, 1024), (1024, 2048), (2048, 4096), (4096, 8192))
+    nll_windows: int = 256
+    nll_multiple: int = 16
+    importance_distance: int = 4096
+    tasks: tuple = RECALL_TASKS
+    arms: tuple = tuple(ARMS)
+    ablations: tuple = tuple(ABLATIONS)
+    seeds: dict = field(default_factory=dict)  # arm -> count, overriding Arm.seeds
+    grids: dict = field(default_factory=dict)  # arm -> first grid points, overriding Arm.grid's
+    eval_batch: int = 16
+    resamples: int = 10_000
+
+    def seeds_of(self, arm: str) -> int:
+        return int(self.seeds.get(arm, ARMS[arm].seeds))
+
+    def grid_of(self, arm: str) -> list[float]:
+        return [float(x) for x in self.grids.get(arm, ARMS[arm].grid[1])]
+
+    def validation_buckets(self) -> list[tuple[int, int]]:
+        return [tuple(b) for b in self.buckets if b[1] <= self.train_length]
+
+    def beyond(self) -> list[int]:
+        return [i for i, b in enumerate(self.buckets) if b[0] >= self.train_length]
 
 
-def fine_tune(arm: str, lr: float, args, work: Path) -> dict:
-    from palimpsa.upgrade.cli.finetune_model import run as finetune
+# -- the ledger ----------------------------------------------------------------------------------------------------
 
-    output_dir = work / f"{arm}-lr{lr:g}"
-    output_dir.mkdir(parents=True, exist_ok=True)
-    recipe_path = output_dir.parent / f"{output_dir.name}.yaml"
-    recipe_path.write_text(yaml.safe_dump(recipe_for(arm, lr, args, output_dir), sort_keys=False))
-    started = time.perf_counter()
-    finetune([str(recipe_path)])
-    rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    final = [row for row in rows if "eval_nll" in row][-1]
-    losses = [row for row in rows if "loss" in row]
-    return {"arm": arm, "lr": lr, "eval_nll": final["eval_nll"], "final_loss": losses[-1]["loss"],
-            "tokens_per_s": losses[-1]["tokens_per_s"], "seconds": round(time.perf_counter() - started, 1),
-            "beta_gain_mean": losses[-1].get("gain_geomean"), "model": str(output_dir / "final")}
+class Ledger:
+    """``work/ledger.json``: the settings and every landed piece's result, rewritten atomically after each piece;
+    per-prompt records in ``work/records/<piece>.json``."""
 
+    def __init__(self, work: Path, settings: Settings | None = None):
+        self.work = work
+        self.path = work / "ledger.json"
+        if self.path.is_file():
+            data = json.loads(self.path.read_text())
+            stored = Settings(**{k: tuple(tuple(b) for b in v) if k == "buckets" else
+                                 (tuple(v) if isinstance(v, list) else v) for k, v in data["settings"].items()})
+            if settings is not None and _public(settings) != _public(stored):
+                changed = sorted(k for k in _public(settings) if _public(settings)[k] != _public(stored)[k])
+                raise SystemExit(f"longctx_experiment: {work} holds a run with other settings ({', '.join(changed)});"
+                                 " give the same options, or another --work")
+            self.settings, self.pieces = stored, data["pieces"]
+        else:
+            self.settings, self.pieces = settings or Settings(), {}
 
-@torch.no_grad()
-def nll_windows(model, ids: torch.Tensor, window: int, count: int, batch: int) -> float:
-    """Mean next-token NLL over ``count`` consecutive non-overlapping windows of ``window`` tokens, each from a
-    fresh state: what the model does at the pretraining length."""
-    import torch.nn.functional as F
+    def save(self) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.path, json.dumps({"settings": _public(self.settings), "pieces": self.pieces}, indent=1,
+                                            default=_json_default) + "\n")
 
-    device = next(model.parameters()).device
-    count = min(count, (ids.numel() - 1) // window)
-    rows = ids[: count * window].view(count, window)
-    total, tokens = 0.0, 0
-    for first in range(0, count, batch):
-        chunk = rows[first : first + batch].to(device)
-        logits = model(chunk).logits[:, :-1].float()
-        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1),
-                                 reduction="sum").item()
-        tokens += chunk[:, 1:].numel()
-    return total / tokens
+    def land(self, piece: str, result: dict, records: dict | None = None) -> None:
+        if records is not None:
+            path = self.work / "records" / (piece.replace("/", "__").replace("@", "_at_") + ".json")
+            _write_atomic(path, json.dumps(records, separators=(",", ":")) + "\n")
+            result = {**result, "records": str(path.relative_to(self.work))}
+        self.pieces[piece] = result
+        self.save()
 
-
-def evaluate(name: str, source: str, args, text_ids: torch.Tensor) -> dict:
-    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
-    from palimpsa.upgrade.evaluate.evaluation import EvalSettings, evaluate_model
-
-    model, tokenizer = load_model_and_tokenizer(source)
-    model = model.to(args.device).eval()
-    lengths = [args.pretrain_length * m for m in args.multiples]
-    settings = EvalSettings(tasks=["nll-position", "passkey", "niah", "mqar-gap"], lengths=lengths,
-                            per_cell=args.per_cell, seed=0, segment_length=args.train_length,
-                            nll_length=max(lengths), mqar_gap_pairs=args.mqar_pairs,
-                            train_length=args.pretrain_length, batch_size=args.eval_batch, device=args.device)
-    started = time.perf_counter()
-    result = evaluate_model(name, model, tokenizer, settings, text_ids[: max(lengths) + 1], progress=False)
-    result["nll_at_pretrain_length"] = nll_windows(model, text_ids, args.pretrain_length, args.nll_windows,
-                                                   args.eval_batch * 4)
-    result["recall_by_length"] = {
-        "passkey": result["passkey"]["by_length"], "niah_single": result["niah"]["single"]["by_length"],
-        "niah_multikey": result["niah"]["multikey"]["by_length"], "mqar_gap": result["mqar_gap"]["by_length"]}
-    depths = len(settings.depths)
-    result["recall_samples"] = {"passkey": args.per_cell * depths, "niah_single": args.per_cell * depths,
-                                "niah_multikey": args.per_cell * depths,
-                                "mqar_gap": 4 * args.per_cell * args.mqar_pairs}  # per length (mqar: queries)
-    result["parameters"] = sum(p.numel() for p in model.parameters())
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return result
+    def records(self, piece: str) -> dict:
+        return json.loads((self.work / self.pieces[piece]["records"]).read_text())
 
 
-def verdict(results: dict[str, dict], lengths: list[int], pretrain_length: int) -> dict:
-    """Mean recall over the four tasks at each length >= 4x, per model; the bar for each upgraded arm."""
-    far = [i for i, length in enumerate(lengths) if length >= 4 * pretrain_length]
-
-    def far_recall(result: dict) -> float:
-        values = [result["recall_by_length"][task][i] for task in RECALL_TASKS for i in far]
-        return sum(values) / len(values)
-
-    def far_recall_se(result: dict) -> float:
-        """Standard error of ``far_recall`` from the binomial variance of each (task, length) cell's accuracy
-        (its samples, or for MQAR its queries, taken as independent)."""
-        variance = sum(p * (1 - p) / result["recall_samples"][task]
-                       for task in RECALL_TASKS for p in (result["recall_by_length"][task][i] for i in far))
-        return math.sqrt(variance) / (len(RECALL_TASKS) * len(far))
-
-    base_nll = results["base"]["nll_at_pretrain_length"]
-    summary = {"far_lengths": [lengths[i] for i in far],
-               "far_recall": {name: far_recall(r) for name, r in results.items()},
-               "nll_regression_vs_base": {name: r["nll_at_pretrain_length"] / base_nll - 1
-                                          for name, r in results.items()}}
-    summary["far_recall_se"] = {name: far_recall_se(r) for name, r in results.items()}
-    baseline = summary["far_recall"].get("mamba2-full")
-    summary["bar"] = {}
-    for arm in (a for a in results if a.startswith("palimpsa")):
-        beats = baseline is not None and summary["far_recall"][arm] > baseline
-        nll_ok = summary["nll_regression_vs_base"][arm] <= 0.01
-        summary["bar"][arm] = {"beats_mamba2_recall_at_4x_plus": beats, "nll_within_1pct": nll_ok,
-                               "met": beats and nll_ok}
-        if baseline is not None:
-            spread = math.hypot(summary["far_recall_se"][arm], summary["far_recall_se"]["mamba2-full"])
-            z = (summary["far_recall"][arm] - baseline) / spread if spread else 0.0
-            summary["bar"][arm]["z_vs_mamba2"] = z  # difference in standard errors; |z| < 2: within noise
-    return summary
+def _public(settings: Settings) -> dict:
+    data = dict(settings.__dict__)
+    data["buckets"] = [list(b) for b in settings.buckets]
+    data["arms"], data["ablations"], data["tasks"] = list(settings.arms), list(settings.ablations), list(
+        settings.tasks)
+    return data
 
 
-def markdown(report: dict) -> str:
-    lengths, results = report["lengths"], report["results"]
-    names = list(results)
-    lines = ["# Does the Palimpsa upgrade lift long-context recall? (tiny model)", "",
-             f"Measured {report['date']} on {report['device_name']} by `scripts/longctx_experiment.py` "
-             f"({report['total_seconds']:.0f} s). Base: the embedded default model (byte-level Mamba2, "
-             f"{report['base_parameters'] / 1e6:.2f}M parameters, pretrained on {report['pretrain_length']}-token "
-             f"rows). Fine-tuning: {report['steps']} steps of {report['batch_size']} x {report['train_length']} "
-             f"tokens for every run; upgraded layers {report['upgraded_layers']}.", "",
-             "## The bar", "",
-             f"An upgraded arm must beat the equal-budget Mamba2 fine-tune on recall at >= 4x the pretraining length "
-             f"(mean of passkey, NIAH single, NIAH multi-key and MQAR-gap accuracy at "
-             f"{', '.join(str(x) for x in report['verdict']['far_lengths'])} tokens) with <= 1% NLL regression at "
-             f"the pretraining length (against the base).", "",
-             "| model | recall at >= 4x | NLL @ " + str(report["pretrain_length"]) + " (nats/byte) | vs base | bar |"
-             " difference from mamba2-full in standard errors |",
-             "|---|---|---|---|---|---|"]
-    se = report["verdict"]["far_recall_se"]
-    for name in names:
-        bar = report["verdict"]["bar"].get(name)
-        z = None if bar is None else bar.get("z_vs_mamba2")
-        recall = f"{report['verdict']['far_recall'][name]:.3f} ± {se[name]:.3f}"
-        lines.append(f"| {name} | {recall} | "
-                     f"{results[name]['nll_at_pretrain_length']:.4f} | "
-                     f"{100 * report['verdict']['nll_regression_vs_base'][name]:+.2f}% | "
-                     f"{'-' if bar is None else ('met' if bar['met'] else 'not met')} | "
-                     f"{'-' if z is None else f'{z:+.2f}'} |")
-    lines += ["", "## Recall by length", ""]
-    for task in RECALL_TASKS:
-        lines += [f"**{task}**", "", "| model | " + " | ".join(str(x) for x in lengths) + " |",
-                  "|---|" + "---|" * len(lengths)]
-        for name in names:
-            lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in results[name]["recall_by_length"][task])
-                         + " |")
-        lines.append("")
-    lines += ["## NLL against position (pydoc_data.topics, state carried)", "",
-              "| model | NLL within " + str(report["pretrain_length"]) + " | NLL beyond | all positions |",
-              "|---|---|---|---|"]
-    for name in names:
-        nll = results[name]["nll_position"]
-        lines.append(f"| {name} | {nll['within_train_length']:.4f} | {nll['beyond_train_length']:.4f} | "
-                     f"{nll['overall']:.4f} |")
-    lines += ["", "## Learning-rate search (kept: lowest held-out NLL of the fine-tuning mixture)", "",
-              "| arm | lr | held-out NLL | final train loss | mean beta gain | tokens/s | seconds | kept |",
-              "|---|---|---|---|---|---|---|---|"]
-    for run in report["runs"]:
-        kept = report["selected"][run["arm"]]["lr"] == run["lr"]
-        gain = "-" if run["beta_gain_mean"] is None else f"{run['beta_gain_mean']:.3g}"
-        lines.append(f"| {run['arm']} | {run['lr']:g} | {run['eval_nll']:.4f} | {run['final_loss']:.4f} | {gain} | "
-                     f"{run['tokens_per_s']:,.0f} | {run['seconds']:.0f} | {'yes' if kept else ''} |")
-    lines += ["", "Plots: `longctx_recall.png` (recall against length, one panel per task), "
-              "`longctx_nll_position.png`, `longctx_lr_search.png`.", ""]
-    return "\n".join(lines)
-
-
-def plots(report: dict, output: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from palimpsa.upgrade.evaluate.plots import plot_nll
-
-    lengths, results = report["lengths"], report["results"]
-    figure, axes = plt.subplots(1, len(RECALL_TASKS), figsize=(4.2 * len(RECALL_TASKS), 3.8), sharey=True)
-    for axis, task in zip(axes, RECALL_TASKS):
-        for name, result in results.items():
-            axis.plot(lengths, result["recall_by_length"][task], marker="o", label=name)
-        axis.axvline(report["pretrain_length"], color="grey", linestyle=":", linewidth=1)
-        axis.axvline(report["train_length"], color="grey", linestyle="--", linewidth=1)
-        axis.set_xscale("log", base=2)
-        axis.set_title(task)
-        axis.set_xlabel("context length (tokens)")
-        axis.set_ylim(-0.03, 1.03)
-        axis.grid(alpha=0.3)
-    axes[0].set_ylabel("accuracy")
-    axes[-1].legend(fontsize=8)
-    figure.suptitle("Recall against length (dotted: pretraining length, dashed: fine-tuning length)")
-    figure.tight_layout()
-    figure.savefig(output / "longctx_recall.png", dpi=120)
-    plt.close(figure)
-    plot_nll(list(results.values()), report["pretrain_length"], output / "longctx_nll_position.png")
-    figure, axis = plt.subplots(figsize=(6.4, 4.2))
-    for arm in ARMS:
-        runs = [r for r in report["runs"] if r["arm"] == arm]
-        if runs:
-            axis.plot([r["lr"] for r in runs], [r["eval_nll"] for r in runs], marker="o", label=arm)
-    axis.set_xscale("log")
-    axis.set_xlabel("learning rate")
-    axis.set_ylabel("held-out NLL of the fine-tuning mixture")
-    axis.grid(alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(output / "longctx_lr_search.png", dpi=120)
-    plt.close(figure)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", default=str(ROOT / "docs" / "results"), help="where longctx.* are written")
-    parser.add_argument("--work", default="runs/longctx", help="fine-tuning runs (kept for inspection)")
-    parser.add_argument("--base", default=str(BASE), help="the pretrained Mamba2")
-    parser.add_argument("--layers", default="2", help="layers to upgrade (a count or a list, as upgrade-model)")
-    parser.add_argument("--pretrain-length", type=int, default=512)
-    parser.add_argument("--train-length", type=int, default=2048, help="fine-tuning row length")
-    parser.add_argument("--multiples", default="1,2,4,8,16", help="evaluation lengths, in pretraining lengths")
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma list of arms")
-    parser.add_argument("--lrs", type=int, default=3, help="how many of each arm's learning rates to search")
-    parser.add_argument("--per-cell", type=int, default=4, help="passkey/NIAH samples per length x depth")
-    parser.add_argument("--mqar-pairs", type=int, default=8)
-    parser.add_argument("--nll-windows", type=int, default=256)
-    parser.add_argument("--eval-batch", type=int, default=16)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--render", metavar="JSON", help="only rewrite longctx.md and the plots from a longctx.json")
-    args = parser.parse_args(argv)
-    if args.render:
-        report = json.loads(Path(args.render).read_text())
-        for result in report["results"].values():  # reports written before the sample counts were recorded
-            depths = len(result["passkey"]["depths"])
-            result.setdefault("recall_samples", {
-                "passkey": report["per_cell"] * depths, "niah_single": report["per_cell"] * depths,
-                "niah_multikey": report["per_cell"] * depths,
-                "mqar_gap": 4 * report["per_cell"] * result["mqar_gap"]["pairs"]})
-        report["verdict"] = verdict(report["results"], report["lengths"], report["pretrain_length"])
-        output = Path(args.output)
-        output.mkdir(parents=True, exist_ok=True)
-        (output / "longctx.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
-        (output / "longctx.md").write_text(markdown(report))
-        plots(report, output)
-        return 0
-    args.multiples = [int(m) for m in args.multiples.split(",")]
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        raise SystemExit(f"longctx_experiment: unknown arm {unknown[0]!r}; choose from {', '.join(ARMS)}")
-    output, work = Path(args.output), Path(args.work)
-    output.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    runs = []
-    plan = [(arm, lr) for arm in arms for lr in ARMS[arm][1][: args.lrs]]
-    print(f"longctx_experiment: {len(plan)} fine-tuning runs of {args.steps} steps x {args.batch_size} x "
-          f"{args.train_length} tokens, then {len(arms) + 1} models evaluated at "
-          f"{[args.pretrain_length * m for m in args.multiples]} tokens", flush=True)
-    for index, (arm, lr) in enumerate(plan, 1):
-        print(f"[{index}/{len(plan)}] {arm} lr {lr:g}", flush=True)
-        runs.append(fine_tune(arm, lr, args, work))
-        print(f"  held-out NLL {runs[-1]['eval_nll']:.4f} in {runs[-1]['seconds']:.0f} s", flush=True)
-    selected = {arm: min((r for r in runs if r["arm"] == arm), key=lambda r: r["eval_nll"]) for arm in arms}
-
-    from palimpsa.upgrade.evaluate.tasks import default_long_text
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(args.base)
-    text_ids = tokenizer(default_long_text(), add_special_tokens=False, return_tensors="pt")["input_ids"][0]
-    needed = args.pretrain_length * max(args.multiples) + 1
-    if text_ids.numel() < needed:
-        raise SystemExit(f"longctx_experiment: pydoc_data.topics has {text_ids.numel()} tokens, fewer than {needed}")
-    results = {"base": evaluate("base", args.base, args, text_ids)}
-    print(f"evaluated base in {results['base']['seconds']:.0f} s", flush=True)
-    for arm, run in selected.items():
-        results[arm] = evaluate(arm, run["model"], args, text_ids)
-        print(f"evaluated {arm} (lr {run['lr']:g}) in {results[arm]['seconds']:.0f} s", flush=True)
-
-    lengths = [args.pretrain_length * m for m in args.multiples]
-    report = {
-        "date": time.strftime("%Y-%m-%d"), "device_name": torch.cuda.get_device_name() if args.device == "cuda"
-        else platform.processor() or "CPU", "python": platform.python_version(), "torch": torch.__version__,
-        "base": args.base, "base_parameters": results["base"]["parameters"],
-        "upgraded_layers": args.layers, "pretrain_length": args.pretrain_length, "train_length": args.train_length,
-        "steps": args.steps, "batch_size": args.batch_size, "lengths": lengths, "per_cell": args.per_cell,
-        "runs": runs, "selected": selected, "results": results,
-        "verdict": verdict(results, lengths, args.pretrain_length),
-        "command": " ".join(["python scripts/longctx_experiment.py", *(argv if argv is not None else sys.argv[1:])]),
-    }
-    report["total_seconds"] = round(time.perf_counter() - started, 1)
-    (output / "longctx.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
-    (output / "longctx.md").write_text(markdown(report))
-    plots(report, output)
-    print(markdown(report))
-    return 0
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".partial") as handle:
+        handle.write(text)
+    os.chmod(handle.name, 0o644)
+    os.replace(handle.name, path)
 
 
 def _json_default(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return str(value)
+
+
+# -- the plan: which piece comes next -----------------------------------------------------------------------------
+
+def chosen_rates(ledger: Ledger, arm: str) -> dict | None:
+    """The arm's rates once its search is complete (None before): the best validation recall of its grid as
+    :func:`grid_points` leaves it (ties within ``TIE`` to the smaller rate), or the rates of the arm it takes
+    them from."""
+    spec = ARMS[arm]
+    if spec.rates_from:
+        return chosen_rates(ledger, spec.rates_from)
+    points = grid_points(ledger, arm)
+    best = None if points is None else _best(ledger, arm, points)
+    return None if best is None else rates_for(ledger, arm, best)
+
+
+def _best(ledger: Ledger, arm: str, points: list[float]) -> float | None:
+    scores = [ledger.pieces.get(f"val/{arm}/{_rate_tag(arm, p)}/seed0", {}).get("recall") for p in points]
+    if any(s is None for s in scores):
+        return None
+    return min(p for p, s in zip(points, scores) if s >= max(scores) - TIE)
+
+
+def grid_points(ledger: Ledger, arm: str) -> list[float] | None:
+    """The arm's grid as it stands: the first points, extended by a factor 3 beyond an end while the best
+    validation recall sits at that end (at most ``MAX_EXTENSIONS`` times; never beyond a rate of 1). None while
+    the arm waits for another's choice (the LoRA rate it shares)."""
+    spec = ARMS[arm]
+    if spec.lora_from and chosen_rates(ledger, spec.lora_from) is None:
+        return None
+    points = sorted(ledger.settings.grid_of(arm))
+    for _ in range(MAX_EXTENSIONS):
+        best = _best(ledger, arm, points) if len(points) > 1 else None
+        if best is not None and best == points[0]:
+            points.insert(0, points[0] / 3)
+        elif best is not None and best == points[-1] and points[-1] * 3 <= 1:
+            points.append(points[-1] * 3)
+        else:
+            break
+    return points
+
+
+def rates_for(ledger: Ledger, arm: str, rate: float) -> dict:
+    spec = ARMS[arm]
+    name = spec.grid[0]
+    rates = {name: rate}
+    if spec.lora_from:
+        rates["lr"] = chosen_rates(ledger, spec.lora_from)["lr"]
+    if name == "beta_lr" and "lr" not in rates:
+        rates["lr"] = rate  # beta alone: the main rate is the gate's
+    return rates
+
+
+def _rate_tag(arm: str, rate: float) -> str:
+    return f"{ARMS[arm].grid[0]}{rate:.3g}"
+
+
+@dataclass
+class Piece:
+    name: str  # train/ARM/TAG/seedS, val/..., test/MODEL/seedS, importance/..., the ledger's key
+    kind: str  # train, val, test, importance
+    arm: str | None = None
+    seed: int = 0
+    rates: dict | None = None
+    ablation: str | None = None
+    beta_scale: float | None = None
+
+
+def next_pieces(ledger: Ledger) -> tuple[list[Piece], list[str]]:
+    """The pieces that can run now (in the protocol's order) and what waits on what."""
+    settings, done = ledger.settings, ledger.pieces
+    ready, waiting = [], []
+    if "test/base" not in done:
+        ready.append(Piece("test/base", "test"))
+
+    def trained(arm: str, tag: str, seed: int, rates: dict, ablation: str | None = None) -> str:
+        train = f"train/{arm}/{tag}/seed{seed}"
+        if train not in done:
+            ready.append(Piece(train, "train", arm, seed, rates, ablation))
+        return train
+
+    arms = [a for a in settings.arms if a in ARMS]
+    for arm in arms:  # the searches
+        spec = ARMS[arm]
+        if spec.grid is None:
+            continue
+        points = grid_points(ledger, arm)
+        if points is None:
+            waiting.append(f"{arm}'s search waits for {spec.lora_from}'s chosen rate")
+            continue
+        for rate in points:
+            tag = _rate_tag(arm, rate)
+            train = trained(arm, tag, 0, rates_for(ledger, arm, rate))
+            if train in done and f"val/{arm}/{tag}/seed0" not in done:
+                ready.append(Piece(f"val/{arm}/{tag}/seed0", "val", arm, 0, rates_for(ledger, arm, rate)))
+    for arm in arms:  # the seeds and their test evaluations
+        rates = chosen_rates(ledger, arm)
+        if rates is None:
+            waiting.append(f"{arm}'s seeds wait for its rates")
+            continue
+        tag = "chosen" if ARMS[arm].grid is None else _rate_tag(arm, rates[ARMS[arm].grid[0]])
+        for seed in range(settings.seeds_of(arm)):
+            train = trained(arm, tag, seed, rates)
+            if train not in done:
+                continue
+            if f"test/{arm}/seed{seed}" not in done:
+                ready.append(Piece(f"test/{arm}/seed{seed}", "test", arm, seed, rates))
+            if arm == "beta-lora":
+                if f"test/{arm}@beta0/seed{seed}" not in done:
+                    ready.append(Piece(f"test/{arm}@beta0/seed{seed}", "test", arm, seed, rates, beta_scale=0.0))
+                if f"importance/{arm}/seed{seed}" not in done:
+                    ready.append(Piece(f"importance/{arm}/seed{seed}", "importance", arm, seed, rates))
+    treatment = chosen_rates(ledger, "beta-lora") if "beta-lora" in arms else None
+    for ablation in settings.ablations:
+        if treatment is None:
+            waiting.append(f"ablation {ablation} waits for the treatment's rates")
+            continue
+        arm = f"ablation-{ablation}"
+        train = trained("beta-lora", f"ablation-{ablation}", 0, treatment, ablation)
+        if train in done and f"test/{arm}/seed0" not in done:
+            ready.append(Piece(f"test/{arm}/seed0", "test", "beta-lora", 0, treatment, ablation))
+    ready.sort(key=_order)
+    return ready, waiting
+
+
+def _order(piece: Piece) -> tuple:
+    """The base first; then the evaluations of models already trained (so that a model lives for one call only);
+    then fine-tunes: searches, then seeds, then ablations, the primary pair before the other arms."""
+    if piece.name == "test/base":
+        return (0,)
+    if piece.kind != "train":
+        return (1,)
+    stage = 3 if piece.ablation else (2 if piece.seed else 1)
+    return (2, stage, piece.arm not in PRIMARY, piece.seed)
+
+
+# -- recipes and fine-tunes ------------------------------------------------------------------------------------------
+
+def recipe_for(piece: Piece, settings: Settings, scratch: Path, device: str) -> dict:
+    spec = ARMS[piece.arm]
+    ablation = ABLATIONS.get(piece.ablation or "", {})
+    steps = settings.steps
+    base = str(Path(settings.base).resolve()) if Path(settings.base).exists() else settings.base
+    n_layer = _n_layer(settings.base)
+    layers = "none" if spec.plain else f"0-{n_layer - 1}"  # every layer
+    if ablation.get("layers") == "half":
+        layers = str(max(1, n_layer // 2))  # a count: spread over depth
+    model = {"path": base, "upgrade_layers": layers, "dtype": "float32"}
+    if ablation.get("beta_form") == "linear-dt":
+        model = {"path": str(linear_dt_model(settings.base, scratch)), "dtype": "float32"}
+    text = {"type": "stdlib", "weight": 0.13}  # a third of the tokens: stdlib files average ~20K, documents ~1.3K
+    tasks = [{"type": "synthetic", "task": task, "documents": 100_000, "weight": 1, "loss": "answer"}
+             for task in ("passkey", "niah-fwpkm", "repeat", "mqar-gap")]
+    recipe = {
+        "output_dir": str(scratch / piece.name.replace("/", "__")),
+        "model": model,
+        "data": {"sources": [text, *tasks], "seq_len": settings.train_length, "batch_size": settings.batch_size,
+                 "state_passing": True, "eval_documents": 4, "seed": 7 + piece.seed, "workers": 2},
+        "trainable": {"mode": spec.mode, **({"patterns": list(spec.patterns)} if spec.patterns else {})},
+        "optim": {"lr": piece.rates["lr"], "weight_decay": 0.0, "grad_clip": 1.0},
+        "schedule": {"type": "cosine", "warmup_steps": max(1, steps // 20), "min_lr_ratio": 0.1},
+        "train": {"max_steps": steps, "mixed_precision": "bf16" if device == "cuda" else "no", "seed": piece.seed,
+                  "log_every": max(1, steps // 30)},
+        "eval": {"every": 0, "batches": 2, "passkey_samples": 0, "importance": False},
+        "checkpoint": {"every": max(1, steps // 6), "keep": 1},
+        "logging": {"tensorboard": False},
+    }
+    if "beta_lr" in piece.rates:
+        recipe["optim"]["beta_lr"] = piece.rates["beta_lr"]
+    if "lora" in spec.mode:
+        delay = ablation.get("lora_delay", spec.lora_delay)
+        recipe["lora"] = {"r": 8, "alpha": 16, "target_modules": ["in_proj", "out_proj"], "layers": "all",
+                          "start_step": int(round(delay * steps)), "warmup_steps": max(1, steps // 20)}
+    for key, value in ablation.items():
+        if "." in key:
+            section, name = key.split(".")
+            recipe[section][name] = value
+    return recipe
+
+
+def _n_layer(base: str) -> int:
+    from palimpsa.upgrade.convert.checkpoint import load_checkpoint
+
+    return int(load_checkpoint(base).config.n_layer)
+
+
+def linear_dt_model(base: str, scratch: Path) -> Path:
+    """The base with every layer upgraded in the first format's gain parameterisation (``linear-dt``: a plain
+    per-head gain times dt), for the parameterisation ablation; written once under ``scratch``."""
+    import torch
+    from palimpsa.upgrade import PalimpsaForCausalLM, upgrade_model
+    from palimpsa.upgrade.convert.loading import load_tokenizer
+
+    folder = scratch / "models" / "linear-dt"
+    if (folder / "config.json").is_file():
+        return folder
+    upgraded = upgrade_model(base, f"0-{_n_layer(base) - 1}", verify=False, log=None)
+    config = copy.deepcopy(upgraded.config)
+    config.beta_form = "linear-dt"
+    model = PalimpsaForCausalLM(config)
+    state = {k: v for k, v in upgraded.state_dict().items() if not k.endswith("beta_log_gain")}
+    for index in config.upgraded_layers:
+        state[f"backbone.layers.{index}.mixer.beta_gain"] = torch.full((model.backbone.layers[index].mixer.nheads,),
+                                                                       float(config.beta_init))
+    model.load_state_dict(state, strict=True)
+    staging = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    load_tokenizer(base, base, required=True).save_pretrained(staging)
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return folder
+
+
+def fine_tune(piece: Piece, ledger: Ledger, scratch: Path, deadline: float, device: str) -> dict | None:
+    """Run (or resume, on the same machine) the piece's fine-tune until it ends or the deadline; its result once
+    complete."""
+    from palimpsa.upgrade.train.layout import latest_checkpoint
+
+    recipe = recipe_for(piece, ledger.settings, scratch, device)
+    run = Path(recipe["output_dir"])
+    if not (run / "final" / "config.json").is_file():
+        recipe_path = run.with_name(run.name + ".yaml")
+        import yaml
+
+        _write_atomic(recipe_path, yaml.safe_dump(recipe, sort_keys=False))
+        command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(recipe_path)]
+        if (run / "recipe.yaml").is_file() and latest_checkpoint(run) is not None:
+            command.append("--resume")
+        log = run.with_name(run.name + ".log")
+        with open(log, "a") as handle:
+            code = _run_until(command, deadline, handle)
+        if not (run / "final" / "config.json").is_file():
+            if time.monotonic() < deadline and code not in (0, None):
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                raise SystemExit(f"longctx_experiment: {piece.name} failed (exit {code}); {log}:\n  "
+                                 + "\n  ".join(tail))
+            return None
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    losses = [row for row in rows if "loss" in row]
+    return {"rates": piece.rates, "seed": piece.seed, "model": str(run / "final"),
+            "final_loss": losses[-1]["loss"], "tokens_per_s": losses[-1].get("tokens_per_s"),
+            "gain_geomean": losses[-1].get("gain_geomean"), "steps": losses[-1]["step"]}
+
+
+def _run_until(command: list[str], deadline: float, log) -> int | None:
+    """The command until it ends or the deadline passes; then Ctrl-C (the trainer stops at its next step and keeps
+    its last checkpoint), killed if still running a minute later. Its exit status (None when stopped)."""
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(1)
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        return None
+    return process.returncode
+
+
+# -- evaluations -------------------------------------------------------------------------------------------------
+
+def model_of(piece: Piece, ledger: Ledger) -> str:
+    if piece.name == "test/base":
+        return ledger.settings.base
+    tag = piece.name.split("/", 1)[1]
+    if piece.kind == "val":
+        return ledger.pieces["train/" + tag]["model"]
+    train = next(name for name in ledger.pieces if name.startswith("train/") and name.endswith(f"/seed{piece.seed}")
+                 and name.split("/")[1] == piece.arm and (
+                     (piece.ablation is None and "/ablation-" not in name)
+                     or name.split("/")[2] == f"ablation-{piece.ablation}"))
+    return ledger.pieces[train]["model"]
+
+
+def evaluate(piece: Piece, ledger: Ledger, device: str) -> tuple[dict, list[dict] | None]:
+    import torch
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+    from palimpsa.upgrade.evaluate.distance import VALIDATION_SEED, bucket_means, distance_suite, run_suite
+
+    settings = ledger.settings
+    model, tokenizer = load_model_and_tokenizer(model_of(piece, ledger))
+    model = model.to(device).eval()
+    if piece.beta_scale is not None:
+        model.set_beta_scale(piece.beta_scale)
+    started = time.perf_counter()
+    if piece.kind == "importance":
+        return importance(model, tokenizer, settings)
+    if piece.kind == "val":
+        buckets = settings.validation_buckets()
+        per_bucket = max(1, math.ceil(settings.validation_per_task / len(buckets)))
+        items = distance_suite(tokenizer, model.config.vocab_size, VALIDATION_TASKS, buckets, per_bucket,
+                               seed=VALIDATION_SEED)
+        records = run_suite(model, tokenizer, items, settings.eval_batch)
+        means = bucket_means(records, buckets)
+        recall = sum(sum(v for v in means[t] if v is not None) / len(means[t]) for t in VALIDATION_TASKS) / len(
+            VALIDATION_TASKS)
+        return {"recall": recall, "by_task": means, "rates": piece.rates,
+                "seconds": round(time.perf_counter() - started, 1)}, None
+    items = distance_suite(tokenizer, model.config.vocab_size, settings.tasks, settings.buckets,
+                           settings.per_bucket, seed=0)
+    records = run_suite(model, tokenizer, items, settings.eval_batch)
+    with torch.no_grad():
+        nll = nll_results(model, tokenizer, settings)
+    result = {"by_bucket": bucket_means(records, settings.buckets),
+              "part_by_bucket": bucket_means(records, settings.buckets, "part"), **nll,
+              "seed": piece.seed, "rates": piece.rates, "beta_scale": piece.beta_scale,
+              "seconds": round(time.perf_counter() - started, 1)}
+    return result, compact_records(records, items)
+
+
+def compact_records(records: list[dict], items) -> dict:
+    """Per task and bucket, each prompt's score as a whole count in the suite's order: answers right (0 or 1) or
+    MQAR queries right (``of`` the queries), and for NIAH and repeat the digits or characters right (``part_of``)."""
+    compact: dict = {}
+    for record, item in zip(records, items):
+        task, bucket, _ = record["key"].split("/")
+        cell = compact.setdefault(task, {}).setdefault(bucket, {"score": [], "of": 1})
+        if item.mqar is not None:
+            cell["of"] = len(item.mqar.targets)
+        cell["score"].append(round(record["score"] * cell["of"]))
+        if "part" in record:
+            cell["part_of"] = len(item.sample.answer)
+            cell.setdefault("part", []).append(round(record["part"] * cell["part_of"]))
+    return compact
+
+
+def nll_results(model, tokenizer, settings: Settings) -> dict:
+    """NLL at 1x (mean over windows of the pretraining length from a fresh state) and against position over
+    ``nll_multiple`` pretraining lengths of ``pydoc_data.topics`` with the state carried (per power-of-two bin)."""
+    import torch.nn.functional as F
+    from palimpsa.upgrade.evaluate.evaluation import nll_by_position
+    from palimpsa.upgrade.evaluate.tasks import default_long_text
+
+    device = next(model.parameters()).device
+    ids = tokenizer(default_long_text(), add_special_tokens=False, return_tensors="pt")["input_ids"][0]
+    window = settings.pretrain_length
+    count = min(settings.nll_windows, (ids.numel() - 1) // window)
+    rows = ids[: count * window].view(count, window)
+    total = 0.0
+    for first in range(0, count, 64):
+        chunk = rows[first : first + 64].to(device)
+        logits = model(chunk).logits[:, :-1].float()
+        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1), reduction="sum").item()
+    at_1x = total / (count * (window - 1))
+    length = min(ids.numel(), window * settings.nll_multiple + 1)
+    losses = nll_by_position(model, ids[:length], settings.train_length)
+    edges = [0] + [window * 2**i for i in range(int(math.log2(settings.nll_multiple)) + 1)]
+    bins = [[edges[i], min(edges[i + 1], losses.numel())] for i in range(len(edges) - 1) if edges[i] < losses.numel()]
+    return {"nll_1x": at_1x, "nll_by_position": [{"from": a, "to": b, "nll": losses[a:b].mean().item()}
+                                                 for a, b in bins]}
+
+
+def importance(model, tokenizer, settings: Settings) -> tuple[dict, dict]:
+    """``inspect-importance`` on a passkey prompt with its needle ``importance_distance`` tokens before the end:
+    the per-layer summary (for the ledger) and the whole report (per head, for the heatmap)."""
+    from palimpsa.upgrade.evaluate.importance import inspect_importance, task_probe
+
+    length = settings.importance_distance * 5 // 4
+    report = inspect_importance(model, task_probe(tokenizer, "passkey", length, depth=0.2, seed=0))
+    return {"probe": report["probe"], "layers": [{"layer": layer["layer"], **layer["summary"]}
+                                                 for layer in report["layers"]]}, report
+
+
+# -- statistics --------------------------------------------------------------------------------------------------
+
+def contrast(ledger: Ledger, treated: str, control: str, buckets: list[int], tasks=None,
+             resamples: int | None = None, seed: int = 0) -> dict | None:
+    """``treated`` minus ``control`` in mean recall over ``buckets`` (tasks weighted equally), paired by prompt and
+    by seed (seed i of one against seed i of the other). Per seed pair a paired bootstrap over prompts; the
+    estimate is the mean over seed pairs, its 95% interval from resampling seed pairs with replacement and the
+    prompts within each. None while a model's records are missing."""
+    import numpy as np
+
+    pairs = []
+    for seed in range(64):
+        a, b = _test_piece(ledger, treated, seed), _test_piece(ledger, control, seed)
+        if a is None or b is None:
+            break
+        pairs.append((a, b))
+    if not pairs:
+        return None
+    resamples = resamples or ledger.settings.resamples
+    tasks = tasks or ledger.settings.tasks
+    rng = np.random.default_rng(seed)
+    differences = []  # per seed pair, per task: the paired differences over the chosen buckets' prompts
+    for a, b in pairs:
+        left, right = _scores(ledger, a, buckets, tasks), _scores(ledger, b, buckets, tasks)
+        differences.append([left[t] - right[t] for t in tasks])
+    estimate = float(np.mean([np.mean([d.mean() for d in per_task]) for per_task in differences]))
+    draws = np.zeros(resamples)
+    for start in range(0, resamples, 1000):
+        count = min(1000, resamples - start)
+        chosen = rng.integers(0, len(pairs), size=(count, len(pairs)))
+        total = np.zeros(count)
+        for slot in range(len(pairs)):
+            per_seed = np.zeros(count)
+            for task_index in range(len(tasks)):
+                values = np.stack([differences[s][task_index] for s in range(len(pairs))])  # [seeds, prompts]
+                prompts = rng.integers(0, values.shape[1], size=(count, values.shape[1]))
+                per_seed += values[chosen[:, slot][:, None], prompts].mean(axis=1)
+            total += per_seed / len(tasks)
+        draws[start : start + count] = total / len(pairs)
+    low, high = np.quantile(draws, [0.025, 0.975])
+    return {"treated": treated, "control": control, "seeds": len(pairs), "estimate": estimate,
+            "interval": [float(low), float(high)], "buckets": buckets}
+
+
+def _test_piece(ledger: Ledger, model: str, seed: int) -> str | None:
+    name = f"test/{model}/seed{seed}" if model != "base" else "test/base"
+    return name if name in ledger.pieces else None
+
+
+def _scores(ledger: Ledger, piece: str, buckets: list[int], tasks) -> dict:
+    """Per task, the scores of the prompts in ``buckets`` in the suite's order (the same prompts in every model)."""
+    import numpy as np
+
+    settings = ledger.settings
+    records = ledger.records(piece)
+    scores = {}
+    for task in tasks:
+        cells = [records[task][f"{settings.buckets[b][0]}-{settings.buckets[b][1]}"] for b in buckets]
+        scores[task] = np.concatenate([np.array(c["score"], dtype=float) / c["of"] for c in cells])
+    return scores
+
+
+def verdict(ledger: Ledger) -> dict:
+    """The win criterion of the protocol on what has landed; ``decided`` once every part of it can be read."""
+    settings = ledger.settings
+    beyond = settings.beyond()
+    primary = contrast(ledger, "beta-lora", "mamba2-lora", beyond)
+    beta_off = contrast(ledger, "beta-lora@beta0", "mamba2-lora", beyond)
+    treated = [ledger.pieces[n] for n in ledger.pieces if n.startswith("test/beta-lora/seed")]
+    base = ledger.pieces.get("test/base")
+    layers: dict[int, list[float]] = {}
+    for name, piece in ledger.pieces.items():
+        if name.startswith("importance/beta-lora/"):
+            for layer in piece["layers"]:
+                layers.setdefault(layer["layer"], []).append(layer.get("needle_share_above_2x_prior_at_question",
+                                                                       0.0))
+    share = max((sum(v) / len(v) for v in layers.values()), default=None)
+    nll = (sum(p["nll_1x"] for p in treated) / len(treated) / base["nll_1x"] - 1) if treated and base else None
+    parts = {
+        "recall_gain": None if primary is None else primary["estimate"] >= 0.10 and primary["interval"][0] > 0,
+        "nll_within_1pct": None if nll is None else abs(nll) <= 0.01,
+        "vanishes_at_beta_0": None if beta_off is None else beta_off["interval"][0] <= 0,
+        "importance_used": None if share is None else share >= 0.10,
+    }
+    complete = (primary is not None and primary["seeds"] >= settings.seeds_of("beta-lora")
+                and beta_off is not None and share is not None)
+    return {"primary": primary, "beta_off": beta_off, "nll_1x_vs_base": nll, "needle_share_above_2x": share,
+            "parts": parts, "decided": complete,
+            "helps": complete and all(parts.values())}
+
+
+# -- the report --------------------------------------------------------------------------------------------------
+
+def report(ledger: Ledger, output: Path) -> dict:
+    settings = ledger.settings
+    models = ["base"] + [a for a in settings.arms if any(n.startswith(f"test/{a}/") for n in ledger.pieces)]
+    if any(n.startswith("test/beta-lora@beta0/") for n in ledger.pieces):
+        models.append("beta-lora@beta0")
+    models += [f"ablation-{a}" for a in settings.ablations if f"test/ablation-{a}/seed0" in ledger.pieces]
+    summary = {}
+    for name in models:
+        tests = [p for n, p in ledger.pieces.items() if (n == "test/base" if name == "base" else
+                                                        n.startswith(f"test/{name}/seed"))]
+        if tests:
+            summary[name] = _mean_over_seeds(tests, settings)
+    contrasts = {f"{a} - mamba2-lora": contrast(ledger, a, "mamba2-lora", settings.beyond())
+                 for a in models if a not in ("mamba2-lora",)}
+    contrasts = {k: v for k, v in contrasts.items() if v is not None}
+    state = {
+        "date": time.strftime("%Y-%m-%d"), "settings": _public(settings), "summary": summary,
+        "contrasts": contrasts, "verdict": verdict(ledger), "searches": _searches(ledger),
+        "missing": _missing(ledger), "python": platform.python_version(),
+    }
+    output.mkdir(parents=True, exist_ok=True)
+    _write_atomic(output / "longctx.json", json.dumps(state, indent=1, default=_json_default) + "\n")
+    plots(state, ledger, output)
+    _write_atomic(output / "longctx.md", markdown(state))
+    return state
+
+
+def _mean_over_seeds(tests: list[dict], settings: Settings) -> dict:
+    by_bucket = {}
+    for task in settings.tasks:
+        cells = [[t["by_bucket"].get(task, [None] * len(settings.buckets))[b] for t in tests]
+                 for b in range(len(settings.buckets))]
+        by_bucket[task] = [None if any(v is None for v in c) else sum(c) / len(c) for c in cells]
+    beyond = settings.beyond()
+    within = [i for i, b in enumerate(settings.buckets) if b[1] <= settings.train_length]
+
+    def mean_of(indices):
+        values = [by_bucket[t][i] for t in settings.tasks for i in indices if by_bucket[t][i] is not None]
+        return sum(values) / len(values) if values else None
+
+    parts = {t: [None if any(x["part_by_bucket"].get(t) is None for x in tests) else
+                 sum(x["part_by_bucket"][t][b] for x in tests) / len(tests) for b in range(len(settings.buckets))]
+             for t in ("niah_fwpkm", "repeat") if t in settings.tasks}
+    return {"seeds": len(tests), "by_bucket": by_bucket, "part_by_bucket": parts,
+            "recall_within": mean_of(within), "recall_beyond": mean_of(beyond),
+            "nll_1x": sum(t["nll_1x"] for t in tests) / len(tests),
+            "nll_by_position": tests[0]["nll_by_position"]}
+
+
+def _searches(ledger: Ledger) -> dict:
+    rows = {}
+    for name, piece in ledger.pieces.items():
+        if name.startswith("val/"):
+            _, arm, tag, _ = name.split("/")
+            rows.setdefault(arm, []).append({"tag": tag, "rates": piece["rates"], "recall": piece["recall"]})
+    for arm in rows:
+        chosen = chosen_rates(ledger, arm)
+        for row in rows[arm]:
+            row["chosen"] = chosen is not None and all(chosen.get(k) == v for k, v in row["rates"].items())
+    return rows
+
+
+def _missing(ledger: Ledger) -> list[str]:
+    ready, waiting = next_pieces(ledger)
+    return [p.name for p in ready] + waiting
+
+
+def markdown(state: dict) -> str:
+    settings, summary, verdict_ = state["settings"], state["summary"], state["verdict"]
+    buckets = [f"{a}-{b}" for a, b in settings["buckets"]]
+    beyond = [buckets[i] for i, (a, _) in enumerate(settings["buckets"]) if a >= settings["train_length"]]
+    lines = ["# Does metaplasticity help long-context recall?", "",
+             f"Rendered {state['date']} by `python scripts/longctx_experiment.py report` from the ledger of the "
+             "runs; the protocol, fixed before them: [longctx-protocol.md](longctx-protocol.md). Machine-readable: "
+             "[longctx.json](longctx.json).", ""]
+    if verdict_["decided"]:
+        answer = "yes" if verdict_["helps"] else "no at this scale"
+        lines += [f"**Verdict: {answer}.**", ""]
+    else:
+        lines += ["**Verdict: not yet decided** (the runs are not complete; what is missing is listed at the end).",
+                  ""]
+    primary = verdict_["primary"]
+    if primary:
+        lines += [f"Primary contrast, `beta-lora` minus `mamba2-lora`, mean recall beyond the fine-tuning distance "
+                  f"({', '.join(beyond)} tokens), {primary['seeds']} seed pairs: **{primary['estimate']:+.3f}** "
+                  f"(95% interval {primary['interval'][0]:+.3f} to {primary['interval'][1]:+.3f}).", ""]
+    lines += ["| part of the win criterion | measured | holds |", "|---|---|---|"]
+    parts = verdict_["parts"]
+
+    def holds(value):
+        return "-" if value is None else ("yes" if value else "no")
+
+    beta_off = verdict_["beta_off"]
+    share = verdict_["needle_share_above_2x"]
+    nll = verdict_["nll_1x_vs_base"]
+    gain = "-" if not primary else f"{primary['estimate']:+.3f}"
+    off = "-" if not beta_off else (f"{beta_off['estimate']:+.3f} ({beta_off['interval'][0]:+.3f} to "
+                                    f"{beta_off['interval'][1]:+.3f})")
+    lines += [
+        f"| recall gain >= 0.10, interval above 0 | {gain} | {holds(parts['recall_gain'])} |",
+        f"| NLL at 1x within 1% of the base | {'-' if nll is None else f'{100 * nll:+.2f}%'} | "
+        f"{holds(parts['nll_within_1pct'])} |",
+        f"| gain gone at beta scale 0 | {off} | {holds(parts['vanishes_at_beta_0'])} |",
+        f"| needle's cells above 2 I_prior >= 10% in a layer | {'-' if share is None else f'{share:.3f}'} | "
+        f"{holds(parts['importance_used'])} |", ""]
+    lines += ["## Recall by needle-to-question distance (mean over seeds)", "",
+              "![recall against distance](longctx/recall.png)", "",
+              "| model | seeds | recall within | recall beyond | NLL at 1x |", "|---|---|---|---|---|"]
+    for name, row in summary.items():
+        lines.append(f"| {name} | {row['seeds']} | {_fmt(row['recall_within'])} | {_fmt(row['recall_beyond'])} | "
+                     f"{row['nll_1x']:.4f} |")
+    lines.append("")
+    for task in settings["tasks"]:
+        lines += [f"**{task}**", "", "| model | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
+        for name, row in summary.items():
+            lines.append(f"| {name} | " + " | ".join(_fmt(v) for v in row["by_bucket"][task]) + " |")
+        lines.append("")
+    if state["contrasts"]:
+        lines += ["## Contrasts against `mamba2-lora` beyond the fine-tuning distance", "",
+                  "| model | seed pairs | difference | 95% interval |", "|---|---|---|---|"]
+        for c in state["contrasts"].values():
+            lines.append(f"| {c['treated']} | {c['seeds']} | {c['estimate']:+.3f} | "
+                         f"{c['interval'][0]:+.3f} to {c['interval'][1]:+.3f} |")
+        lines.append("")
+    if state["searches"]:
+        lines += ["## Learning-rate searches (seed 0, validation recall within the fine-tuning distance)", "",
+                  "| arm | rates | validation recall | chosen |", "|---|---|---|---|"]
+        for arm, rows in state["searches"].items():
+            for row in sorted(rows, key=lambda r: sorted(r["rates"].items())):
+                rates = ", ".join(f"{k} {v:g}" for k, v in sorted(row["rates"].items()))
+                lines.append(f"| {arm} | {rates} | {row['recall']:.3f} | {'yes' if row['chosen'] else ''} |")
+        lines.append("")
+    if state["missing"]:
+        lines += ["## Not yet run", ""] + [f"- {m}" for m in state["missing"]] + [""]
+    return "\n".join(lines)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def plots(state: dict, ledger: Ledger, output: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = output / "longctx"
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = state["settings"]
+    centers = [math.sqrt(a * b) for a, b in settings["buckets"]]
+    tasks = settings["tasks"]
+    figure, axes = plt.subplots(1, len(tasks), figsize=(3.4 * len(tasks), 3.6), sharey=True, squeeze=False)
+    axes = axes[0]
+    for axis, task in zip(axes, tasks):
+        for name, row in state["summary"].items():
+            if name.startswith("ablation-"):
+                continue
+            values = row["by_bucket"][task]
+            spread = _seed_spread(ledger, name, task)
+            axis.errorbar([c for c, v in zip(centers, values) if v is not None], [v for v in values if v is not None],
+                          yerr=[s for s, v in zip(spread, values) if v is not None] if spread else None,
+                          marker="o", markersize=3, capsize=2, label=name)
+        axis.axvline(settings["train_length"], color="grey", linestyle="--", linewidth=1)
+        axis.axvline(settings["pretrain_length"], color="grey", linestyle=":", linewidth=1)
+        axis.set_xscale("log", base=2)
+        axis.set_title(task, fontsize=9)
+        axis.set_xlabel("needle-to-question distance")
+        axis.set_ylim(-0.03, 1.03)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("recall (mean over seeds; bars: 95% of the seeds' spread)")
+    axes[-1].legend(fontsize=7)
+    figure.suptitle("Recall against distance (dotted: pretraining length, dashed: fine-tuning length)")
+    figure.tight_layout()
+    figure.savefig(folder / "recall.png", dpi=110)
+    plt.close(figure)
+    if "importance/beta-lora/seed0" in ledger.pieces:
+        from palimpsa.upgrade.evaluate.importance import plot_importance
+
+        plot_importance(ledger.records("importance/beta-lora/seed0"), folder / "importance-beta-lora-seed0.png")
+
+
+def _seed_spread(ledger: Ledger, name: str, task: str) -> list[float] | None:
+    """Per bucket, 1.96 standard errors of the mean over seeds (None with one seed)."""
+    tests = [p for n, p in ledger.pieces.items() if n.startswith(f"test/{name}/seed")]
+    if len(tests) < 2:
+        return None
+    spread = []
+    for b in range(len(ledger.settings.buckets)):
+        values = [t["by_bucket"][task][b] for t in tests if t["by_bucket"].get(task)]
+        mean = sum(values) / len(values)
+        variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+        spread.append(1.96 * math.sqrt(variance / len(values)))
+    return spread
+
+
+# -- the command -------------------------------------------------------------------------------------------------
+
+def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models: bool = False, log=print) -> int:
+    """Pieces in order until ``minutes`` are spent; the number that landed."""
+    deadline = time.monotonic() + 60 * minutes
+    landed = 0
+    while True:
+        ready, waiting = next_pieces(ledger)
+        if not ready:
+            log("longctx_experiment: nothing left to run" + (f" ({'; '.join(waiting)})" if waiting else ""))
+            break
+        piece = ready[0]
+        left, needs = deadline - time.monotonic(), _estimate(ledger, piece)
+        if left < needs:
+            log(f"longctx_experiment: {left / 60:.1f} min left, {piece.name} needs about {needs / 60:.1f}; "
+                "stopping here")
+            break
+        log(f"longctx_experiment: {piece.name} ({len(ready)} ready)")
+        started = time.perf_counter()
+        if piece.kind == "train":
+            result = fine_tune(piece, ledger, scratch, deadline, device)
+            if result is None:
+                log(f"longctx_experiment: {piece.name} cut at the deadline; it starts over in the next call")
+                break
+            ledger.land(piece.name, {**result, "seconds": round(time.perf_counter() - started, 1)})
+        else:
+            result, records = evaluate(piece, ledger, device)
+            ledger.land(piece.name, result, records)
+        landed += 1
+        log(f"longctx_experiment: {piece.name} landed in {time.perf_counter() - started:.0f} s")
+    if not keep_models:
+        prune(ledger)
+    return landed
+
+
+def _estimate(ledger: Ledger, piece: Piece) -> float:
+    """Seconds a piece is expected to take: the slowest of its kind so far with a margin (a fine-tune also counts
+    the evaluations that follow it); 0 for the first of its kind, which is tried."""
+    def slowest(kind: str) -> float:
+        return max((p.get("seconds", 0) for n, p in ledger.pieces.items() if n.startswith(kind + "/")), default=0)
+
+    if piece.kind == "train":
+        if not slowest("train"):
+            return 0.0
+        evaluations = slowest("val") if piece.seed == 0 and not piece.ablation else slowest("test")
+        return 1.1 * (slowest("train") + evaluations) + 10
+    seconds = slowest(piece.kind)
+    return 1.2 * seconds + 5 if seconds else 0.0
+
+
+def prune(ledger: Ledger) -> None:
+    """Delete the fine-tuned models whose evaluations have all landed (the ledger keeps their results)."""
+    ready, _ = next_pieces(ledger)
+    pending = {model_of(p, ledger) for p in ready if p.kind != "train" and p.name != "test/base"}
+    for name, piece in ledger.pieces.items():
+        model = Path(piece.get("model", ""))
+        if name.startswith("train/") and model.name == "final" and model.is_dir() and str(model) not in pending:
+            shutil.rmtree(model.parent, ignore_errors=True)
+
+
+def plan_text(ledger: Ledger) -> str:
+    ready, waiting = next_pieces(ledger)
+    done = sorted(ledger.pieces)
+    lines = [f"longctx_experiment: {len(done)} pieces landed in {ledger.work}"]
+    lines += [f"  done  {name}" for name in done]
+    lines += [f"  next  {piece.name}" for piece in ready]
+    lines += [f"  waits {line}" for line in waiting]
+    return "\n".join(lines)
+
+
+def settings_from(args) -> Settings:
+    def numbers(text: str) -> list[float]:
+        return [float(x) for x in text.split(",") if x]
+
+    settings = Settings()
+    for name in ("base", "steps", "batch_size", "train_length", "pretrain_length", "per_bucket",
+                 "validation_per_task", "nll_windows", "nll_multiple", "importance_distance", "eval_batch",
+                 "resamples"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(settings, name, value)
+    if args.buckets:
+        edges = [int(x) for x in args.buckets.split(",")]
+        settings.buckets = tuple(zip(edges[:-1], edges[1:]))
+    if args.tasks:
+        from palimpsa.upgrade.evaluate.distance import check_tasks
+
+        settings.tasks = tuple(t for t in args.tasks.split(",") if t)
+        try:
+            check_tasks(settings.tasks)
+        except ValueError as error:
+            raise SystemExit(f"longctx_experiment: --tasks: {error}") from None
+    if args.arms:
+        settings.arms = tuple(a for a in args.arms.split(",") if a)
+        unknown = [a for a in settings.arms if a not in ARMS]
+        if unknown:
+            raise SystemExit(f"longctx_experiment: unknown arm {unknown[0]!r}; the arms are {', '.join(ARMS)}")
+    if args.ablations is not None:
+        settings.ablations = tuple(a for a in args.ablations.split(",") if a)
+        unknown = [a for a in settings.ablations if a not in ABLATIONS]
+        if unknown:
+            raise SystemExit(f"longctx_experiment: unknown ablation {unknown[0]!r}; the ablations are "
+                             f"{', '.join(ABLATIONS)}")
+    for item in args.seeds or []:
+        arm, _, count = item.partition("=")
+        settings.seeds[arm] = int(count)
+    for item in args.grid or []:
+        arm, _, points = item.partition("=")
+        settings.grids[arm] = numbers(points)
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=("plan", "run", "report"))
+    parser.add_argument("--work", type=Path, default=ROOT / "docs" / "results" / "longctx-runs",
+                        help="the ledger and the per-prompt scores (small; committed)")
+    parser.add_argument("--scratch", type=Path, default=ROOT / "runs" / "longctx",
+                        help="the fine-tunes while they are needed")
+    parser.add_argument("--keep-models", action="store_true", help="keep fine-tuned models after their evaluations")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "results", help="where report writes")
+    parser.add_argument("--minutes", type=float, default=9.0, help="run: time for this call (default 9)")
+    parser.add_argument("--device", default=None, help="default: cuda when available")
+    group = parser.add_argument_group("settings (fixed by the first call on a --work; the protocol's by default)")
+    group.add_argument("--base", default=None, help=f"the pretrained base (default {BASE.relative_to(ROOT)})")
+    for name, kind in (("steps", int), ("batch-size", int), ("train-length", int), ("pretrain-length", int),
+                       ("per-bucket", int), ("validation-per-task", int), ("nll-windows", int),
+                       ("nll-multiple", int), ("importance-distance", int), ("eval-batch", int),
+                       ("resamples", int)):
+        group.add_argument(f"--{name}", type=kind, default=None)
+    group.add_argument("--buckets", default=None, help="distance bucket edges, comma list (default "
+                       "256,512,1024,2048,4096,8192)")
+    group.add_argument("--tasks", default=None, help=f"recall tasks, comma list (default {','.join(RECALL_TASKS)})")
+    group.add_argument("--arms", default=None, help=f"comma list (default all: {', '.join(ARMS)})")
+    group.add_argument("--ablations", default=None, help=f"comma list, empty for none (default all: "
+                       f"{', '.join(ABLATIONS)})")
+    group.add_argument("--seeds", action="append", metavar="ARM=N", help="seeds of an arm (repeatable)")
+    group.add_argument("--grid", action="append", metavar="ARM=R1,R2", help="an arm's first grid (repeatable)")
+    args = parser.parse_args(argv)
+    configured = any(getattr(args, n) is not None for n in (
+        "base", "steps", "batch_size", "train_length", "pretrain_length", "per_bucket", "validation_per_task",
+        "nll_windows", "nll_multiple", "importance_distance", "eval_batch", "resamples", "buckets", "tasks", "arms",
+        "ablations", "seeds", "grid"))
+    settings = settings_from(args)
+    if args.action == "run" and not (Path(settings.base) / "config.json").is_file() and not (
+            args.work / "ledger.json").is_file():
+        raise SystemExit(f"longctx_experiment: no base model at {settings.base}; pretrain it first "
+                         "(scripts/pretrain_base.py) or give --base")
+    ledger = Ledger(args.work, settings if (configured or not (args.work / "ledger.json").is_file()) else None)
+    if args.action == "plan":
+        print(plan_text(ledger))
+        return 0
+    if args.action == "report":
+        if not ledger.pieces:
+            raise SystemExit(f"longctx_experiment: nothing has landed in {args.work}; run first")
+        state = report(ledger, args.output)
+        print(f"longctx_experiment: wrote {args.output / 'longctx.md'} ({len(ledger.pieces)} pieces; verdict "
+              f"{'decided' if state['verdict']['decided'] else 'not yet decided'})")
+        return 0
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    ledger.save()
+    print(plan_text(ledger), flush=True)
+    landed = run(ledger, args.scratch, args.minutes, device, args.keep_models,
+                 log=lambda line: print(line, flush=True))
+    print(f"longctx_experiment: {landed} pieces landed this call", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,142 @@
+"""scripts/longctx_experiment.py, the protocol's runner: the learning-rate searches grow and choose as the protocol
+says, pieces come in its order, the paired statistics are right on constructed scores, and at toy size on the CPU
+the whole protocol runs across two calls (the first cut by its deadline), renders its report and prunes models."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+
+import numpy as np
+import pytest
+from checkpoints import EMBEDDED, ROOT
+
+
+@pytest.fixture(scope="module")
+def experiment():
+    spec = importlib.util.spec_from_file_location("longctx_experiment", ROOT / "scripts" / "longctx_experiment.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["longctx_experiment"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("longctx_experiment", None)
+
+
+def _ledger(experiment, tmp_path, **settings):
+    return experiment.Ledger(tmp_path / "work", experiment.Settings(**settings))
+
+
+def test_searches_grow_past_an_end_and_the_treatment_takes_the_controls_lora_rate(experiment, tmp_path):
+    ledger = _ledger(experiment, tmp_path, arms=("mamba2-lora", "beta-lora"), ablations=())
+    assert experiment.grid_points(ledger, "beta-lora") is None  # waits for the control's LoRA rate
+    ready, waiting = experiment.next_pieces(ledger)
+    assert [p.name for p in ready] == ["test/base", "train/mamba2-lora/lr0.0003/seed0",
+                                       "train/mamba2-lora/lr0.001/seed0", "train/mamba2-lora/lr0.003/seed0"]
+    assert any("beta-lora's search waits for mamba2-lora" in w for w in waiting)
+
+    def validated(arm, tag, recall):
+        ledger.pieces[f"train/{arm}/{tag}/seed0"] = {"model": "x"}
+        ledger.pieces[f"val/{arm}/{tag}/seed0"] = {"recall": recall, "rates": {}}
+
+    for tag, recall in (("lr0.0003", 0.2), ("lr0.001", 0.3), ("lr0.003", 0.5)):  # best at the top end
+        validated("mamba2-lora", tag, recall)
+    assert experiment.grid_points(ledger, "mamba2-lora") == pytest.approx([3e-4, 1e-3, 3e-3, 9e-3])
+    assert experiment.chosen_rates(ledger, "mamba2-lora") is None  # the new point runs first
+    validated("mamba2-lora", "lr0.009", 0.495)  # within the tie margin of 0.5: the smaller rate wins, inside
+    assert experiment.chosen_rates(ledger, "mamba2-lora") == {"lr": pytest.approx(3e-3)}
+    assert experiment.grid_points(ledger, "beta-lora") == pytest.approx([3e-3, 1e-2, 3e-2])
+    for tag, recall in (("beta_lr0.003", 0.6), ("beta_lr0.01", 0.6), ("beta_lr0.03", 0.6)):  # a flat grid
+        validated("beta-lora", tag, recall)
+    assert experiment.grid_points(ledger, "beta-lora")[0] == pytest.approx(1e-3)  # ties: the small end grows
+    validated("beta-lora", "beta_lr0.001", 0.1)
+    assert experiment.chosen_rates(ledger, "beta-lora") == {"beta_lr": pytest.approx(3e-3),
+                                                            "lr": pytest.approx(3e-3)}
+    ready, _ = experiment.next_pieces(ledger)
+    names = [p.name for p in ready]
+    # evaluations of trained models come first (a model lives for one call), then seeds, primary pair first
+    assert names[0] == "test/base" and names.index("test/mamba2-lora/seed0") < names.index(
+        "train/mamba2-lora/lr0.003/seed1")
+    assert "train/beta-lora/beta_lr0.003/seed4" in names and "train/mamba2-lora/lr0.003/seed4" in names
+    recipe = experiment.recipe_for(ready[names.index("train/beta-lora/beta_lr0.003/seed1")], ledger.settings
+                                   .__class__(base=str(EMBEDDED)), tmp_path, "cpu")
+    assert recipe["lora"]["start_step"] == 180 and recipe["lora"]["layers"] == "all"
+    assert recipe["optim"] == {"lr": pytest.approx(3e-3), "beta_lr": pytest.approx(3e-3), "weight_decay": 0.0,
+                               "grad_clip": 1.0}
+    assert recipe["model"]["upgrade_layers"] == "0-4" and recipe["data"]["seed"] == 8
+
+
+def _records(scores: dict[str, list[int]], bucket: str = "2048-4096") -> dict:
+    return {task: {bucket: {"score": values, "of": 1}} for task, values in scores.items()}
+
+
+def test_the_paired_contrast_on_constructed_scores(experiment, tmp_path):
+    ledger = _ledger(experiment, tmp_path, tasks=("passkey", "repeat"), resamples=2000)
+    rng = np.random.default_rng(0)
+    truth = {"passkey": 0.3, "repeat": 0.1}
+    for seed in range(4):
+        control = {t: rng.integers(0, 2, 200).tolist() for t in truth}
+        # the treatment answers what the control did, and turns a share of its misses into hits
+        treated = {t: [1 if v or rng.random() < truth[t] / 0.5 else 0 for v in values]
+                   for t, values in control.items()}
+        ledger.land(f"test/mamba2-lora/seed{seed}", {}, _records(control))
+        ledger.land(f"test/beta-lora/seed{seed}", {}, _records(treated))
+        ledger.land(f"test/beta-lora@beta0/seed{seed}", {}, _records(control))
+    buckets = [3]  # 2048-4096
+    result = experiment.contrast(ledger, "beta-lora", "mamba2-lora", buckets)
+    assert result["seeds"] == 4
+    assert result["interval"][0] < result["estimate"] < result["interval"][1]
+    assert result["interval"][0] > 0.1 and abs(result["estimate"] - 0.2) < 0.05
+    same = experiment.contrast(ledger, "beta-lora@beta0", "mamba2-lora", buckets)
+    assert same["estimate"] == 0 and same["interval"] == [0.0, 0.0]  # paired: identical answers differ by nothing
+    assert experiment.contrast(ledger, "beta", "mamba2-lora", buckets) is None
+
+
+def test_the_protocol_at_toy_size_across_two_calls(experiment, tmp_path, capsys):
+    work, scratch, output = tmp_path / "work", tmp_path / "scratch", tmp_path / "out"
+    options = ["--work", str(work), "--scratch", str(scratch), "--base", str(EMBEDDED), "--device", "cpu",
+               "--steps", "3", "--batch-size", "1", "--train-length", "256", "--pretrain-length", "128",
+               "--buckets", "128,256,512", "--tasks", "passkey,mqar_gap_8", "--per-bucket", "2",
+               "--validation-per-task", "2", "--nll-windows", "2", "--nll-multiple", "2",
+               "--importance-distance", "256", "--eval-batch", "4", "--resamples", "200",
+               "--arms", "mamba2-lora,beta-lora", "--ablations", "state-passing-off",
+               "--seeds", "mamba2-lora=1", "--seeds", "beta-lora=1", "--grid", "mamba2-lora=1e-3",
+               "--grid", "beta-lora=1e-2"]
+    module = experiment
+    assert module.main(["run", *options, "--minutes", "0.001"]) == 0  # the base's evaluation, then the deadline
+    first = json.loads((work / "ledger.json").read_text())
+    assert list(first["pieces"]) == ["test/base"]
+    assert "stopping here" in capsys.readouterr().out
+    ledger = module.Ledger(work)
+    cut = module.Piece("train/mamba2-lora/lr0.001/seed0", "train", "mamba2-lora", 0, {"lr": 1e-3})
+    assert module.fine_tune(cut, ledger, scratch, time.monotonic(), "cpu") is None  # stopped at its deadline
+    with pytest.raises(SystemExit, match="other settings \\(steps\\)"):
+        module.main(["run", *[o if o != "3" else "4" for o in options]])
+    assert module.main(["run", "--work", str(work), "--scratch", str(scratch), "--device", "cpu",
+                        "--minutes", "20"]) == 0  # the settings come from the ledger
+    pieces = json.loads((work / "ledger.json").read_text())["pieces"]
+    assert set(pieces) == {"test/base", "train/mamba2-lora/lr0.001/seed0", "val/mamba2-lora/lr0.001/seed0",
+                           "test/mamba2-lora/seed0", "train/beta-lora/beta_lr0.01/seed0",
+                           "val/beta-lora/beta_lr0.01/seed0", "test/beta-lora/seed0",
+                           "test/beta-lora@beta0/seed0", "importance/beta-lora/seed0",
+                           "train/beta-lora/ablation-state-passing-off/seed0",
+                           "test/ablation-state-passing-off/seed0"}
+    assert not list(scratch.glob("train__*/final"))  # every model pruned once evaluated
+    records = json.loads((work / pieces["test/beta-lora/seed0"]["records"]).read_text())
+    assert set(records) == {"passkey", "mqar_gap_8"} and len(records["passkey"]["128-256"]["score"]) == 2
+    assert records["mqar_gap_8"]["256-512"]["of"] == 8
+    assert pieces["test/beta-lora@beta0/seed0"]["beta_scale"] == 0.0
+    assert {"layer", "needle_share_above_2x_prior_at_question"} <= set(pieces["importance/beta-lora/seed0"]
+                                                                        ["layers"][0])
+    assert module.main(["report", "--work", str(work), "--output", str(output)]) == 0
+    state = json.loads((output / "longctx.json").read_text())
+    assert state["verdict"]["decided"] and state["verdict"]["primary"]["seeds"] == 1
+    assert set(state["summary"]) == {"base", "mamba2-lora", "beta-lora", "beta-lora@beta0",
+                                     "ablation-state-passing-off"}
+    text = (output / "longctx.md").read_text()
+    assert "**Verdict: " in text and "| beta-lora | 1 |" in text and "Not yet run" not in text
+    assert (output / "longctx" / "recall.png").stat().st_size > 0
+    assert (output / "longctx" / "importance-beta-lora-seed0.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="no base model at"):
+        module.main(["run", "--work", str(tmp_path / "other"), "--base", str(tmp_path / "missing")])
