@@ -375,7 +375,7 @@ def linear_dt_model(base: str, scratch: Path) -> Path:
     folder = scratch / "models" / "linear-dt"
     if (folder / "config.json").is_file():
         return folder
-    upgraded = upgrade_model(base, f"0-{_n_layer(base) - 1}", verify=False, log=None)
+    upgraded = upgrade_model(base, f"0-{_n_layer(base) - 1}", verify=False).model
     config = copy.deepcopy(upgraded.config)
     config.beta_form = "linear-dt"
     model = PalimpsaForCausalLM(config)
@@ -657,7 +657,7 @@ def report(ledger: Ledger, output: Path) -> dict:
     state = {
         "date": time.strftime("%Y-%m-%d"), "settings": _public(settings), "summary": summary,
         "contrasts": contrasts, "verdict": verdict(ledger), "searches": _searches(ledger),
-        "missing": _missing(ledger), "python": platform.python_version(),
+        "missing": _missing(ledger), "python": platform.python_version(), "machines": _machines(ledger),
     }
     output.mkdir(parents=True, exist_ok=True)
     _write_atomic(output / "longctx.json", json.dumps(state, indent=1, default=_json_default) + "\n")
@@ -701,6 +701,15 @@ def _searches(ledger: Ledger) -> dict:
     return rows
 
 
+def _machines(ledger: Ledger) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for piece in ledger.pieces.values():
+        if "device" in piece:
+            key = f"{piece['device']}, torch {piece.get('torch', '?')}"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def _missing(ledger: Ledger) -> list[str]:
     ready, waiting = next_pieces(ledger)
     return [p.name for p in ready] + waiting
@@ -714,6 +723,8 @@ def markdown(state: dict) -> str:
              f"Rendered {state['date']} by `python scripts/longctx_experiment.py report` from the ledger of the "
              "runs; the protocol, fixed before them: [longctx-protocol.md](longctx-protocol.md). Machine-readable: "
              "[longctx.json](longctx.json).", ""]
+    if state["machines"]:
+        lines += ["Pieces ran on: " + "; ".join(f"{m} ({n} pieces)" for m, n in state["machines"].items()) + ".", ""]
     if verdict_["decided"]:
         answer = "yes" if verdict_["helps"] else "no at this scale"
         lines += [f"**Verdict: {answer}.**", ""]
@@ -859,15 +870,23 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
             if result is None:
                 log(f"longctx_experiment: {piece.name} cut at the deadline; it starts over in the next call")
                 break
-            ledger.land(piece.name, {**result, "seconds": round(time.perf_counter() - started, 1)})
+            ledger.land(piece.name, {**result, "seconds": round(time.perf_counter() - started, 1), **_where(device)})
         else:
             result, records = evaluate(piece, ledger, device)
-            ledger.land(piece.name, result, records)
+            ledger.land(piece.name, {**result, **_where(device)}, records)
         landed += 1
         log(f"longctx_experiment: {piece.name} landed in {time.perf_counter() - started:.0f} s")
     if not keep_models:
         prune(ledger)
     return landed
+
+
+def _where(device: str) -> dict:
+    """Where and when a piece ran (the report lists the machines)."""
+    import torch
+
+    name = torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or "CPU")
+    return {"device": name, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}
 
 
 def _estimate(ledger: Ledger, piece: Piece) -> float:
@@ -903,6 +922,15 @@ def plan_text(ledger: Ledger) -> str:
     lines += [f"  next  {piece.name}" for piece in ready]
     lines += [f"  waits {line}" for line in waiting]
     return "\n".join(lines)
+
+
+def base_bar(base: str) -> bool | None:
+    """Whether the base met its recall bar, as ``scripts/pretrain_base.py`` recorded it (None: not recorded)."""
+    summary = Path(base) / "training" / "summary.json"
+    try:
+        return bool(json.loads(summary.read_text())["bar"]["met"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def settings_from(args) -> Settings:
@@ -956,6 +984,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, default=ROOT / "runs" / "longctx",
                         help="the fine-tunes while they are needed")
     parser.add_argument("--keep-models", action="store_true", help="keep fine-tuned models after their evaluations")
+    parser.add_argument("--allow-unmet-bar", action="store_true",
+                        help="run on a base whose recorded recall bar is not met (a trial, not the protocol)")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "results", help="where report writes")
     parser.add_argument("--minutes", type=float, default=9.0, help="run: time for this call (default 9)")
     parser.add_argument("--device", default=None, help="default: cuda when available")
@@ -985,6 +1015,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"longctx_experiment: no base model at {settings.base}; pretrain it first "
                          "(scripts/pretrain_base.py) or give --base")
     ledger = Ledger(args.work, settings if (configured or not (args.work / "ledger.json").is_file()) else None)
+    if args.action == "run":
+        bar = base_bar(ledger.settings.base)
+        if bar is False and not args.allow_unmet_bar:
+            raise SystemExit(f"longctx_experiment: the base {ledger.settings.base} does not meet its recall bar "
+                             "(training/summary.json); the protocol does not run on it (--allow-unmet-bar for a "
+                             "trial run)")
+        if bar is None:
+            print(f"longctx_experiment: note: {ledger.settings.base} records no recall bar "
+                  "(training/summary.json); a trial run, not the protocol's", flush=True)
     if args.action == "plan":
         print(plan_text(ledger))
         return 0

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 import time
 
 import numpy as np
 import pytest
+import torch
 from checkpoints import EMBEDDED, ROOT
 
 
@@ -136,7 +138,36 @@ def test_the_protocol_at_toy_size_across_two_calls(experiment, tmp_path, capsys)
                                      "ablation-state-passing-off"}
     text = (output / "longctx.md").read_text()
     assert "**Verdict: " in text and "| beta-lora | 1 |" in text and "Not yet run" not in text
+    assert "Pieces ran on: " in text and "(11 pieces)" in text
     assert (output / "longctx" / "recall.png").stat().st_size > 0
     assert (output / "longctx" / "importance-beta-lora-seed0.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="no base model at"):
         module.main(["run", "--work", str(tmp_path / "other"), "--base", str(tmp_path / "missing")])
+    unmet = tmp_path / "unmet"
+    shutil.copytree(EMBEDDED, unmet)
+    (unmet / "training").mkdir(exist_ok=True)
+    (unmet / "training" / "summary.json").write_text(json.dumps({"bar": {"met": False}}))
+    with pytest.raises(SystemExit, match="does not meet its recall bar"):
+        module.main(["run", "--work", str(tmp_path / "other"), "--base", str(unmet)])
+
+
+def test_the_parameterisation_ablation_starts_from_a_linear_dt_upgrade(experiment, tmp_path):
+    """gain-linear-dt: every layer upgraded in the first format (a plain per-head gain times dt) at the same initial
+    gain, the other weights the base's; its recipe trains it at beta_lr as that format was."""
+    from palimpsa.upgrade.convert.loading import load_mamba2
+    from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
+
+    folder = experiment.linear_dt_model(str(EMBEDDED), tmp_path)
+    model = PalimpsaForCausalLM.from_pretrained(str(folder))
+    assert model.config.beta_form == "linear-dt" and model.config.upgraded_layers == [0, 1, 2, 3, 4]
+    mixers = model.palimpsa_mixers()
+    assert all(m.gain().tolist() == pytest.approx([1e-3] * m.nheads) for m in mixers)
+    base = load_mamba2(EMBEDDED)[0].state_dict()
+    state = model.state_dict()
+    assert all(torch.equal(state[name], tensor) for name, tensor in base.items())
+    assert experiment.linear_dt_model(str(EMBEDDED), tmp_path) == folder  # written once
+    ledger = _ledger(experiment, tmp_path, base=str(EMBEDDED))
+    piece = experiment.Piece("train/beta-lora/ablation-gain-linear-dt/seed0", "train", "beta-lora", 0,
+                             {"lr": 1e-3, "beta_lr": 1e-2}, "gain-linear-dt")
+    recipe = experiment.recipe_for(piece, ledger.settings, tmp_path, "cpu")
+    assert recipe["model"] == {"path": str(folder), "dtype": "float32"}
