@@ -87,7 +87,7 @@ def pack(run_dir: Path, folder: Path) -> None:
     import torch
     from palimpsa.upgrade.io.shards import save_state_dict_sharded
     from palimpsa.upgrade.train.layout import latest_checkpoint
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
@@ -95,8 +95,11 @@ def pack(run_dir: Path, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     save_state_dict_sharded(load_file(checkpoint / "state" / "model.safetensors"), folder, 14 * 10**6, progress=False)
     optimizer = torch.load(checkpoint / "state" / "optimizer.bin", map_location="cpu", weights_only=False)
-    save_file({str(i): s["exp_avg_sq"].to(torch.bfloat16).contiguous() for i, s in optimizer["state"].items()},
-              folder / "exp_avg_sq.safetensors")
+    # in shards too: a larger base's second moments exceed what a device call returns in one file
+    (folder / "exp_avg_sq").mkdir(exist_ok=True)
+    save_state_dict_sharded({str(i): s["exp_avg_sq"].to(torch.bfloat16).contiguous()
+                             for i, s in optimizer["state"].items()}, folder / "exp_avg_sq", 14 * 10**6,
+                            progress=False)
     torch.save({"param_groups": optimizer["param_groups"],
                 "steps": {str(i): s["step"] for i, s in optimizer["state"].items()}}, folder / "optimizer_meta.pt")
     with tarfile.open(folder / "small.tgz", "w:gz") as tar:
@@ -130,7 +133,11 @@ def unpack(folder: Path, run_dir: Path) -> None:
             shutil.move(staging / name, run_dir / name)
     save_file(packed_weights(folder), checkpoint / "state" / "model.safetensors", metadata={"format": "pt"})
     meta = torch.load(folder / "optimizer_meta.pt", map_location="cpu", weights_only=False)
-    second = load_file(folder / "exp_avg_sq.safetensors")
+    if (folder / "exp_avg_sq.safetensors").is_file():  # packs written before the moments were sharded
+        second = load_file(folder / "exp_avg_sq.safetensors")
+    else:
+        second = {k: v for shard in sorted((folder / "exp_avg_sq").glob("model*.safetensors"))
+                  for k, v in load_file(shard).items()}
     state = {int(i): {"step": meta["steps"][i], "exp_avg": torch.zeros_like(v, dtype=torch.float32),
                       "exp_avg_sq": v.float()} for i, v in second.items()}
     torch.save({"state": state, "param_groups": meta["param_groups"]}, checkpoint / "state" / "optimizer.bin")
@@ -248,8 +255,9 @@ def bar_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def ship(run_dir: Path, output: Path, report: dict, summary: dict) -> None:
-    """The final model as a bf16 mamba_ssm checkpoint in safetensors shards of at most 15 MB, with card and log."""
+def ship(run_dir: Path, output: Path, report: dict, summary: dict, metrics: Path | None = None) -> None:
+    """The final model as a bf16 mamba_ssm checkpoint in safetensors shards of at most 15 MB, with card and log
+    (``metrics``: the whole training log when it is not the run's own, as for a curriculum)."""
     import torch
     from palimpsa.upgrade.export.export import export_model
     from palimpsa.upgrade.io.manifest import file_manifest
@@ -273,7 +281,7 @@ def ship(run_dir: Path, output: Path, report: dict, summary: dict) -> None:
             shutil.copy2(run_dir / "final" / name, staging / name)
         log = staging / "training"
         log.mkdir()
-        shutil.copy2(run_dir / "metrics.jsonl", log / "metrics.jsonl")
+        shutil.copy2(metrics or run_dir / "metrics.jsonl", log / "metrics.jsonl")
         shutil.copy2(run_dir / "recipe.yaml", log / "recipe.yaml")
         (log / "summary.json").write_text(json.dumps({**summary, "bar": report}, indent=2) + "\n")
         (staging / "README.md").write_text(card(config, report, summary))
@@ -288,7 +296,15 @@ def ship(run_dir: Path, output: Path, report: dict, summary: dict) -> None:
 
 def card(config: dict, report: dict, summary: dict) -> str:
     ssm = config["ssm_cfg"]
-    return f"""# recall-base: a 5.8M-parameter byte-level Mamba2 that recalls within its training length
+    how = summary.get("training") or (
+        f"Pretrained from scratch by `scripts/pretrain_base.py` with `recipes/pretrain-base.yaml`: {summary['steps']} "
+        f"steps of 64 x 512 tokens ({summary['tokens'] / 1e9:.2f}B tokens), about a third the Python standard "
+        "library's source and two thirds synthetic recall documents (passkey, NIAH in the FwPKM form over "
+        "standard-library docstrings, repeat-after-gap, MQAR with 4-64 pairs, MQAR with a gap) with the loss on "
+        f"every token, answers weighing 4; bf16, AdamW, cosine schedule; {summary['train_seconds'] / 60:.1f} minutes "
+        f"on {summary['device']}.")
+    size = f"{summary['parameters'] / 1e6:.1f}M"
+    return f"""# recall-base: a {size}-parameter byte-level Mamba2 that recalls within its training length
 
 The base of the long-context experiment (`docs/results/longctx-protocol.md`). Mamba2, d_model {config['d_model']},
 {config['n_layer']} layers, d_state {ssm['d_state']}, headdim {ssm['headdim']}, expand {ssm['expand']},
@@ -297,11 +313,7 @@ The base of the long-context experiment (`docs/results/longctx-protocol.md`). Ma
 it lives in the repository (`upgrade/assets/recall-base`) for the experiment and for users who want a small
 model that recalls.
 
-Pretrained from scratch by `scripts/pretrain_base.py` with `recipes/pretrain-base.yaml`: {summary['steps']} steps
-of 64 x 512 tokens ({summary['tokens'] / 1e9:.2f}B tokens), about a third the Python standard library's source and
-two thirds synthetic recall documents (passkey, NIAH in the FwPKM form over standard-library docstrings,
-repeat-after-gap, MQAR with 4-64 pairs, MQAR with a gap) with the loss on every token, answers weighing 4; bf16,
-AdamW, cosine schedule; {summary['train_seconds'] / 60:.1f} minutes on {summary['device']}.
+{how}
 
 ## Recall (the bar: at least {BAR:.2f} on each task at 1x)
 

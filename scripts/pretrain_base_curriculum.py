@@ -1,0 +1,323 @@
+"""Pretrain the long-context base through a curriculum of stages, in pieces that fit device calls; then check its
+recall bar and ship it (as scripts/pretrain_base.py does for one recipe).
+
+    python scripts/pretrain_base_curriculum.py recipes/pretrain-base-curriculum.yaml --minutes 9 \\
+        --pack runs/pack --unpack runs/pack        # call again until it says the base is written
+
+The races of 2026-11-24 (docs/bench/pretrain-base-2026-11-24/curriculum/) found that the base's recall tasks do
+not emerge from one mixture: MQAR starts only in a phase of easy MQAR alone, NIAH in the FwPKM form only in a phase
+of easy NIAH alone, and an annealed rate at the end lifts repeat-after-gap. A curriculum file names the stages:
+
+    recipe: pretrain-base.yaml              # the base recipe (relative to this file)
+    overrides: [model.scratch.d_model=512]  # for every stage (KEY=VALUE, as on the finetune-model command line)
+    lr: 1.0e-3                              # every stage's constant rate unless it gives its own
+    stages:
+      - {variant: continue, steps: 9000, lr: 2.0e-3, warmup: 300}   # the mixture, from scratch
+      - {variant: mqar-small, steps: 1000}                           # then from the stage before, fresh AdamW
+      - {variant: anneal, steps: 1200}                               # cosine to 2% over its steps
+
+A stage's ``variant`` is one of pretrain_base_variants.py's (``continue`` is the recipe's mixture). The first stage
+starts from scratch; every later one from the stage before's final weights with a fresh optimizer, its rate held
+constant after ``warmup`` steps (100 by default), except ``anneal``, whose rate decays along a cosine over its
+steps. A stage cut by ``--minutes`` resumes from its last checkpoint (every 250 steps). ``--pack DIR`` writes where
+the curriculum stands in a form that a device call returns (the stage's checkpoint as pretrain_base.py packs it,
+the stages done, their logs); ``--unpack DIR`` goes on from it on a fresh machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pretrain_base  # noqa: E402  (the scripts folder is not a package)
+import pretrain_base_variants  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = "curriculum.json"
+
+
+def load_curriculum(path: Path) -> dict:
+    """The curriculum file, checked: every stage names a known variant and a positive number of steps."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise SystemExit(f"pretrain_base_curriculum: cannot read {path}: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("stages"), list) or not data["stages"]:
+        raise SystemExit(f"pretrain_base_curriculum: {path} has no stages; give a list under 'stages'")
+    known = pretrain_base_variants.MQAR_VARIANTS
+    for index, stage in enumerate(data["stages"]):
+        if not isinstance(stage, dict) or stage.get("variant") not in known:
+            raise SystemExit(f"pretrain_base_curriculum: stage {index} of {path}: variant must be one of "
+                             f"{', '.join(known)}")
+        steps = stage.get("steps")
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise SystemExit(f"pretrain_base_curriculum: stage {index} of {path}: steps must be a whole number >= 1")
+        if stage["variant"] == "anneal" and steps < 100:
+            raise SystemExit(f"pretrain_base_curriculum: stage {index} of {path}: an anneal needs >= 100 steps")
+    data["recipe"] = str((path.parent / data.get("recipe", "pretrain-base.yaml")).resolve())
+    data.setdefault("overrides", [])
+    data.setdefault("lr", 1e-3)
+    return data
+
+
+def stage_recipe(curriculum: dict, index: int, init: Path | None, workers: int) -> dict:
+    """The recipe of stage ``index``: the base recipe with the curriculum's overrides, the stage's variant, steps,
+    rate and warmup; from ``init`` (a model directory) for every stage but the first."""
+    from palimpsa.upgrade.train.recipe import load_recipe
+
+    stage = curriculum["stages"][index]
+    base = load_recipe(Path(curriculum["recipe"]), list(curriculum["overrides"])).model_dump(mode="json")
+    lr = float(stage.get("lr", curriculum["lr"]))
+    recipe = pretrain_base_variants.variant_recipe(base, stage["variant"], workers, init, lr,
+                                                   anneal_steps=max(100, stage["steps"]))
+    recipe["train"]["max_steps"] = stage["steps"]
+    if stage["variant"] != "anneal":
+        recipe["optim"]["lr"] = lr
+        recipe["schedule"] = {"type": "constant", "warmup_steps": int(stage.get("warmup", 100 if init else 300))}
+    return recipe
+
+
+class Curriculum:
+    """Where a curriculum stands in ``run_dir``: ``curriculum.json`` (the stage under way, the stages done and
+    their summaries) and one run folder per stage (``stage-N-variant``)."""
+
+    def __init__(self, curriculum: dict, run_dir: Path):
+        self.curriculum, self.run_dir = curriculum, run_dir
+        path = run_dir / STATE
+        self.state = json.loads(path.read_text()) if path.is_file() else {"stage": 0, "done": []}
+
+    def save(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / STATE).write_text(json.dumps(self.state, indent=2) + "\n")
+
+    def stage_dir(self, index: int) -> Path:
+        return self.run_dir / f"stage-{index}-{self.curriculum['stages'][index]['variant']}"
+
+    @property
+    def finished(self) -> bool:
+        return self.state["stage"] >= len(self.curriculum["stages"])
+
+    def init_of(self, index: int) -> Path | None:
+        """The weights stage ``index`` starts from: the stage before's final model directory (rebuilt from its
+        packed weights on a fresh machine)."""
+        if index == 0:
+            return None
+        before = self.stage_dir(index - 1)
+        if (before / "final" / "config.json").is_file():
+            return before / "final"
+        rebuilt = self.run_dir / f"stage-{index - 1}-weights"
+        if (rebuilt / "config.json").is_file():
+            return rebuilt
+        raise SystemExit(f"pretrain_base_curriculum: stage {index - 1}'s weights are missing from {self.run_dir}; "
+                         "--unpack the folder that the last call packed")
+
+    def advance(self, deadline: float, workers: int) -> None:
+        """Train stage after stage until the curriculum ends or the deadline passes."""
+        from palimpsa.upgrade.train.layout import latest_checkpoint
+
+        self.save()
+        while not self.finished and time.monotonic() < deadline:
+            index = self.state["stage"]
+            run = self.stage_dir(index)
+            recipe_path = self.run_dir / f"stage-{index}.yaml"
+            recipe_path.write_text(yaml.safe_dump(stage_recipe(self.curriculum, index, self.init_of(index), workers),
+                                                  sort_keys=False))
+            command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(recipe_path),
+                       f"output_dir={run}"]
+            if (run / "recipe.yaml").is_file() and latest_checkpoint(run) is not None:
+                command.append("--resume")
+            stage = self.curriculum["stages"][index]
+            print(f"pretrain_base_curriculum: stage {index} ({stage['variant']}, {stage['steps']} steps)"
+                  + (" resumed" if "--resume" in command else ""), flush=True)
+            with open(self.run_dir / f"stage-{index}.log", "a") as log:
+                pretrain_base.run_until(command, deadline, log)
+            if not (run / "final" / "config.json").is_file():
+                checkpoint = latest_checkpoint(run)
+                step = json.loads((checkpoint / "trainer_state.json").read_text())["step"] if checkpoint else 0
+                if time.monotonic() < deadline:
+                    tail = (self.run_dir / f"stage-{index}.log").read_text(errors="replace").strip().splitlines()[-3:]
+                    raise SystemExit(f"pretrain_base_curriculum: stage {index} stopped at step {step} before its "
+                                     "end; " + " / ".join(tail))
+                print(f"pretrain_base_curriculum: stage {index} paused at step {step}; call again to go on",
+                      flush=True)
+                return
+            rows = _metrics(run)
+            self.state["done"].append({"stage": index, "variant": stage["variant"], "steps": stage["steps"],
+                                       "train_seconds": sum(pretrain_base._seconds(rows)),
+                                       "tokens": stage["steps"] * _tokens_per_step(run)})
+            self.state["stage"] = index + 1
+            self.save()
+
+    def metrics(self) -> list[dict]:
+        """Every stage's log rows, with ``stage`` and the curriculum's running ``step``."""
+        rows, offset = [], 0
+        for index in range(min(self.state["stage"] + 1, len(self.curriculum["stages"]))):
+            run = self.stage_dir(index)
+            stored = self.run_dir / f"stage-{index}-metrics.jsonl"
+            source = run / "metrics.jsonl" if (run / "metrics.jsonl").is_file() else stored
+            if not source.is_file():
+                continue
+            for row in (json.loads(line) for line in source.read_text().splitlines() if line.strip()):
+                rows.append({**row, "stage": index, "step": offset + row["step"]})
+            offset += self.curriculum["stages"][index]["steps"]
+        return rows
+
+    def pack(self, folder: Path) -> None:
+        """The curriculum's state, the finished stages' logs, and the stage under way: its newest checkpoint, or,
+        before it has one, the weights it starts from."""
+        from palimpsa.upgrade.train.layout import latest_checkpoint
+
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        (folder / STATE).write_text(json.dumps(self.state, indent=2) + "\n")
+        for index in range(len(self.curriculum["stages"])):
+            metrics = self.stage_dir(index) / "metrics.jsonl"
+            if metrics.is_file() and index < self.state["stage"]:
+                shutil.copy2(metrics, folder / f"stage-{index}-metrics.jsonl")
+            elif (self.run_dir / f"stage-{index}-metrics.jsonl").is_file():
+                shutil.copy2(self.run_dir / f"stage-{index}-metrics.jsonl", folder)
+        index = self.state["stage"]
+        if self.finished:
+            last = self.stage_dir(index - 1)
+            pretrain_base.pack(last, folder / "final-stage")
+        elif latest_checkpoint(self.stage_dir(index)) is not None:
+            pretrain_base.pack(self.stage_dir(index), folder / "stage")
+        elif index > 0:
+            init = self.init_of(index)
+            from palimpsa.upgrade.io.shards import save_state_dict_sharded
+            from safetensors.torch import load_file
+
+            weights = {}
+            for shard in sorted(init.glob("model*.safetensors")):
+                weights.update(load_file(shard))
+            (folder / "init").mkdir()
+            save_state_dict_sharded(weights, folder / "init", 14 * 10**6, progress=False)
+        print(f"pretrain_base_curriculum: packed stage {index} of {len(self.curriculum['stages'])} into {folder}",
+              flush=True)
+
+    def scratch_recipe(self) -> Path:
+        """The first stage's recipe (the model's dimensions), written where the run keeps it."""
+        path = self.run_dir / "stage-0.yaml"
+        if not path.is_file():
+            path.write_text(yaml.safe_dump(stage_recipe(self.curriculum, 0, None, 1), sort_keys=False))
+        return path
+
+    def unpack(self, folder: Path) -> None:
+        """Go on from ``pack``'s folder (a fresh machine): the state, the logs, and the stage's checkpoint or the
+        weights it starts from."""
+        self.state = json.loads((folder / STATE).read_text())
+        self.save()
+        for metrics in folder.glob("stage-*-metrics.jsonl"):
+            shutil.copy2(metrics, self.run_dir / metrics.name)
+        index = self.state["stage"]
+        if (folder / "final-stage").is_dir():
+            pretrain_base.unpack(folder / "final-stage", self.stage_dir(index - 1))
+            _final_from_checkpoint(self.stage_dir(index - 1), self.scratch_recipe())
+        elif (folder / "stage").is_dir():
+            pretrain_base.unpack(folder / "stage", self.stage_dir(index))
+        elif (folder / "init").is_dir():
+            pretrain_base.model_from_pack(folder / "init", self.run_dir / f"stage-{index - 1}-weights",
+                                          self.scratch_recipe())
+        print(f"pretrain_base_curriculum: unpacked {folder} (stage {index})", flush=True)
+
+
+def _final_from_checkpoint(run: Path, scratch_recipe: Path) -> None:
+    """``run/final`` from its newest checkpoint's weights (an unpacked finished stage has its state, not its
+    model directory)."""
+    from palimpsa.upgrade.train.layout import latest_checkpoint
+
+    checkpoint = latest_checkpoint(run)
+    folder = run / "final-weights"
+    folder.mkdir(exist_ok=True)
+    shutil.copy2(checkpoint / "state" / "model.safetensors", folder / "model.safetensors")
+    pretrain_base.model_from_pack(folder, run / "final", scratch_recipe)
+    shutil.rmtree(folder)
+
+
+def _metrics(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def _tokens_per_step(run: Path) -> int:
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+    return recipe["data"]["batch_size"] * recipe["data"]["seq_len"] * recipe["train"].get("grad_accum", 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("curriculum", type=Path, help="the curriculum file (see below)")
+    parser.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "pretrain-base-curriculum")
+    parser.add_argument("--output", type=Path, default=ROOT / "upgrade" / "assets" / "recall-base")
+    parser.add_argument("--minutes", type=float, default=9.0, help="training time this call (default 9)")
+    parser.add_argument("--workers", type=int, default=3, help="data.workers of every stage (default 3)")
+    parser.add_argument("--samples", type=int, default=40, help="prompts per task and length for the bar")
+    parser.add_argument("--device", default=None, help="default: cuda when available")
+    parser.add_argument("--pack", type=Path, default=None, metavar="DIR", help="after training, write where the "
+                        "curriculum stands to DIR in a form a device call returns")
+    parser.add_argument("--unpack", type=Path, default=None, metavar="DIR",
+                        help="first go on from DIR (written by --pack) when the run folder holds nothing yet")
+    parser.add_argument("--plan", action="store_true", help="print the stages and where the curriculum stands")
+    args = parser.parse_args(argv)
+    curriculum = load_curriculum(args.curriculum)
+    state = Curriculum(curriculum, args.run_dir)
+    if args.unpack and not (args.run_dir / STATE).is_file():
+        if (args.unpack / STATE).is_file():
+            state.unpack(args.unpack)
+        else:
+            print(f"pretrain_base_curriculum: {args.unpack} holds no packed curriculum; starting afresh", flush=True)
+    stages = curriculum["stages"]
+    print(f"pretrain_base_curriculum: {len(stages)} stages, " + " -> ".join(
+        f"{s['variant']} ({s['steps']})" for s in stages) + f"; at stage {state.state['stage']}", flush=True)
+    if args.plan:
+        return 0
+    started = time.perf_counter()
+    state.save()
+    state.advance(time.monotonic() + 60 * args.minutes, args.workers)
+    if args.pack:
+        state.pack(args.pack)
+    if not state.finished:
+        return 0
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    last = state.stage_dir(len(stages) - 1)
+    report = pretrain_base.evaluate_bar(last / "final", args.samples, device)
+    print(pretrain_base.bar_table(report), flush=True)
+    rows = state.metrics()
+    log = args.run_dir / "metrics.jsonl"
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(last / "final", need_tokenizer=False)
+    done = state.state["done"]
+    tokens = sum(d["tokens"] for d in done)
+    config = json.loads((last / "final" / "config.json").read_text())
+    summary = {"steps": sum(d["steps"] for d in done), "tokens": tokens,
+               "train_seconds": sum(d["train_seconds"] for d in done),
+               "parameters": sum(p.numel() for p in model.parameters()), "padded_vocab": config["vocab_size"],
+               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "stages": done,
+               "curriculum": {k: v for k, v in curriculum.items() if k != "recipe"},
+               "training": f"Pretrained from scratch by `scripts/pretrain_base_curriculum.py` ({args.curriculum.name}"
+               f"): {len(done)} stages, " + ", then ".join(f"{d['variant']} for {d['steps']} steps" for d in done)
+               + f" ({tokens / 1e9:.2f}B tokens in all); each stage after the first from the one before with a "
+               "fresh AdamW; byte-level documents of `recipes/pretrain-base.yaml`'s mixture (a third the standard "
+               "library's source, two thirds synthetic recall) or the stage's variant of it; bf16; "
+               f"{sum(d['train_seconds'] for d in done) / 60:.1f} minutes of training."}
+    pretrain_base.ship(last, args.output, report, summary, metrics=log)
+    print(f"pretrain_base_curriculum: wrote {args.output} (bar {'met' if report['met'] else 'NOT met'}) in "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

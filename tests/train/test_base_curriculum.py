@@ -1,0 +1,127 @@
+"""scripts/pretrain_base_curriculum.py at toy size on the CPU: stages run in order, each after the first from the
+one before with a fresh optimizer; a curriculum moves to a fresh machine between stages and after its end through
+--pack / --unpack with its weights bit for bit; the finished base ships with its bar and the whole log; bad
+curriculum files are one-line refusals."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+import yaml
+from checkpoints import ROOT
+
+TOY = ["model.scratch.d_model=32", "model.scratch.n_layer=2", "model.scratch.d_state=8", "model.scratch.headdim=8",
+       "data.seq_len=64", "data.batch_size=2", "train.mixed_precision=no", "eval.batches=1",
+       "eval.passkey_samples=0", "logging.tensorboard=false", "train.log_every=1"]
+
+
+@pytest.fixture(scope="module")
+def curriculum_module():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location("pretrain_base_curriculum",
+                                                      ROOT / "scripts" / "pretrain_base_curriculum.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return module
+
+
+def _write(tmp_path, stages, name="curriculum.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"recipe": str(ROOT / "recipes" / "pretrain-base.yaml"), "overrides": TOY,
+                                    "lr": 3e-3, "stages": stages}))
+    return path
+
+
+def _weights(run):
+    from safetensors.torch import load_file
+
+    return {k: v for shard in sorted((run / "final").glob("model*.safetensors")) for k, v in load_file(shard).items()}
+
+
+def test_stages_in_order_across_fresh_machines(curriculum_module, tmp_path):
+    module = curriculum_module
+    first = module.load_curriculum(_write(tmp_path, [{"variant": "continue", "steps": 3}]))
+    two = module.load_curriculum(_write(tmp_path, [{"variant": "continue", "steps": 3},
+                                                   {"variant": "mqar-small", "steps": 2, "lr": 1e-3}], "two.yaml"))
+    recipe = module.stage_recipe(two, 1, tmp_path / "init", workers=0)
+    assert recipe["train"]["max_steps"] == 2 and recipe["optim"]["lr"] == 1e-3
+    assert recipe["schedule"] == {"type": "constant", "warmup_steps": 100}
+    assert recipe["model"]["path"] == str(tmp_path / "init") and recipe["model"]["upgrade_layers"] == "none"
+    assert [s["task"] for s in recipe["data"]["sources"] if s.get("task")] == ["mqar"]  # MQAR alone, 2-16 pairs
+    anneal = module.stage_recipe({**two, "stages": [{"variant": "anneal", "steps": 150}]}, 0, None, 0)
+    assert anneal["schedule"]["type"] == "cosine" and anneal["train"]["max_steps"] == 150
+
+    # stage 0 on machine A; A packs between stages (the next stage has no checkpoint yet)
+    run_a = tmp_path / "a"
+    state = module.Curriculum(first, run_a)
+    state.advance(float("inf"), workers=0)
+    assert state.finished and state.state["done"][0]["steps"] == 3
+    stage0 = _weights(state.stage_dir(0))
+    between = module.Curriculum(two, run_a)  # the longer curriculum at its stage 1
+    between.pack(tmp_path / "pack")
+    assert (tmp_path / "pack" / "init").is_dir()
+
+    # machine B goes on from the pack: stage 1 starts from stage 0's weights, bit for bit
+    run_b = tmp_path / "b"
+    resumed = module.Curriculum(two, run_b)
+    resumed.unpack(tmp_path / "pack")
+    init = resumed.init_of(1)
+    from safetensors.torch import load_file
+
+    rebuilt = {k: v for s in sorted(init.glob("model*.safetensors")) for k, v in load_file(s).items()}
+    assert all(torch.equal(rebuilt[k], stage0[k]) for k in stage0 if k in rebuilt) and len(rebuilt) >= len(stage0) - 1
+    resumed.advance(float("inf"), workers=0)
+    assert resumed.finished and [d["variant"] for d in resumed.state["done"]] == ["continue", "mqar-small"]
+    rows = resumed.metrics()
+    assert [(r["stage"], r["step"]) for r in rows if "loss" in r] == [(0, 1), (0, 2), (0, 3), (1, 4), (1, 5)]
+    stage1 = _weights(resumed.stage_dir(1))
+    assert any(not torch.equal(stage1[k], stage0[k]) for k in stage0 if k in stage1)  # stage 1 trained
+
+    # after the end, machine C rebuilds the final model from the pack
+    resumed.pack(tmp_path / "done")
+    run_c = tmp_path / "c"
+    finished = module.Curriculum(two, run_c)
+    finished.unpack(tmp_path / "done")
+    assert finished.finished
+    final = _weights(finished.stage_dir(1))
+    assert all(torch.equal(final[k], stage1[k]) for k in stage1 if k in final)
+    # and the optimizer's second moments travelled (in bf16, in shards), so a stage cut mid-way can go on
+    from palimpsa.upgrade.train.layout import latest_checkpoint
+
+    assert list((tmp_path / "done" / "final-stage" / "exp_avg_sq").glob("model*.safetensors"))
+    moments = [torch.load(latest_checkpoint(run) / "state" / "optimizer.bin", weights_only=False)["state"]
+               for run in (resumed.stage_dir(1), finished.stage_dir(1))]
+    assert moments[0].keys() == moments[1].keys()
+    assert all(torch.equal(moments[0][i]["exp_avg_sq"].bfloat16().float(), moments[1][i]["exp_avg_sq"])
+               for i in moments[0])
+
+
+def test_the_command_ships_the_base_and_refuses_bad_files(curriculum_module, tmp_path, monkeypatch):
+    module = curriculum_module
+    import pretrain_base
+
+    monkeypatch.setattr(pretrain_base, "LENGTHS", [96, 192])
+    path = _write(tmp_path, [{"variant": "continue", "steps": 2}, {"variant": "mqar-small", "steps": 2}])
+    out = tmp_path / "base"
+    assert module.main([str(path), "--run-dir", str(tmp_path / "run"), "--output", str(out), "--workers", "0",
+                        "--samples", "2", "--device", "cpu", "--pack", str(tmp_path / "pack")]) == 0
+    summary = json.loads((out / "training" / "summary.json").read_text())
+    assert summary["steps"] == 4 and [s["variant"] for s in summary["stages"]] == ["continue", "mqar-small"]
+    assert set(summary["bar"]["accuracy"]) == set(pretrain_base.TASKS)
+    log = [json.loads(line) for line in (out / "training" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4]
+    card = (out / "README.md").read_text()
+    assert "pretrain_base_curriculum.py" in card and "continue for 2 steps, then mqar-small for 2 steps" in card
+    assert json.loads((out / "config.json").read_text())["d_model"] == 32
+    for stages, message in (([], "has no stages"), ([{"variant": "nope", "steps": 2}], "variant must be one of"),
+                            ([{"variant": "continue", "steps": 0}], "steps must be a whole number"),
+                            ([{"variant": "anneal", "steps": 50}], "an anneal needs >= 100 steps")):
+        with pytest.raises(SystemExit, match=message):
+            module.load_curriculum(_write(tmp_path, stages, "bad.yaml"))
