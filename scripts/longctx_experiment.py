@@ -29,13 +29,14 @@ import math
 import os
 import platform
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pretrain_base import run_until  # noqa: E402  (the scripts folder is not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "upgrade" / "assets" / "recall-base"
@@ -89,7 +90,7 @@ ABLATIONS = {
 
 @dataclass
 class Settings:
-    base: str = str(BASE)
+    base: str = str(BASE.relative_to(ROOT))  # inside the repository: relative to it (the ledger is committed)
     steps: int = 600
     batch_size: int = 16
     train_length: int = 2048
@@ -107,6 +108,10 @@ class Settings:
     grids: dict = field(default_factory=dict)  # arm -> first grid points, overriding Arm.grid's
     eval_batch: int = 16
     resamples: int = 10_000
+
+    def base_path(self) -> str:
+        """The base as a path to load (a relative one is the repository's)."""
+        return str(ROOT / self.base) if not Path(self.base).is_absolute() else self.base
 
     def seeds_of(self, arm: str) -> int:
         return int(self.seeds.get(arm, ARMS[arm].seeds))
@@ -196,7 +201,7 @@ def chosen_rates(ledger: Ledger, arm: str) -> dict | None:
 
 
 def _best(ledger: Ledger, arm: str, points: list[float]) -> float | None:
-    scores = [ledger.pieces.get(f"val/{arm}/{_rate_tag(arm, p)}/seed0", {}).get("recall") for p in points]
+    scores = [_score(ledger, arm, p) for p in points]
     if any(s is None for s in scores):
         return None
     return min(p for p, s in zip(points, scores) if s >= max(scores) - TIE)
@@ -211,14 +216,22 @@ def grid_points(ledger: Ledger, arm: str) -> list[float] | None:
         return None
     points = sorted(ledger.settings.grid_of(arm))
     for _ in range(MAX_EXTENSIONS):
-        best = _best(ledger, arm, points) if len(points) > 1 else None
-        if best is not None and best == points[0]:
+        scores = [_score(ledger, arm, p) for p in points]
+        if len(points) < 2 or any(v is None for v in scores):
+            break
+        # an end that beats its neighbour by more than the tie margin: the best rate may lie beyond it (a flat
+        # grid, nothing learned anywhere, is not extended)
+        if scores[0] > scores[1] + TIE and scores[0] >= max(scores):
             points.insert(0, points[0] / 3)
-        elif best is not None and best == points[-1] and points[-1] * 3 <= 1:
+        elif scores[-1] > scores[-2] + TIE and scores[-1] >= max(scores) and points[-1] * 3 <= 1:
             points.append(points[-1] * 3)
         else:
             break
     return points
+
+
+def _score(ledger: Ledger, arm: str, rate: float) -> float | None:
+    return ledger.pieces.get(f"val/{arm}/{_rate_tag(arm, rate)}/seed0", {}).get("recall")
 
 
 def rates_for(ledger: Ledger, arm: str, rate: float) -> dict:
@@ -245,6 +258,7 @@ class Piece:
     rates: dict | None = None
     ablation: str | None = None
     beta_scale: float | None = None
+    train: str | None = None  # an evaluation's fine-tune (the ledger key of the model it evaluates)
 
 
 def next_pieces(ledger: Ledger) -> tuple[list[Piece], list[str]]:
@@ -273,7 +287,8 @@ def next_pieces(ledger: Ledger) -> tuple[list[Piece], list[str]]:
             tag = _rate_tag(arm, rate)
             train = trained(arm, tag, 0, rates_for(ledger, arm, rate))
             if train in done and f"val/{arm}/{tag}/seed0" not in done:
-                ready.append(Piece(f"val/{arm}/{tag}/seed0", "val", arm, 0, rates_for(ledger, arm, rate)))
+                ready.append(Piece(f"val/{arm}/{tag}/seed0", "val", arm, 0, rates_for(ledger, arm, rate),
+                                   train=train))
     for arm in arms:  # the seeds and their test evaluations
         rates = chosen_rates(ledger, arm)
         if rates is None:
@@ -285,12 +300,13 @@ def next_pieces(ledger: Ledger) -> tuple[list[Piece], list[str]]:
             if train not in done:
                 continue
             if f"test/{arm}/seed{seed}" not in done:
-                ready.append(Piece(f"test/{arm}/seed{seed}", "test", arm, seed, rates))
+                ready.append(Piece(f"test/{arm}/seed{seed}", "test", arm, seed, rates, train=train))
             if arm == "beta-lora":
                 if f"test/{arm}@beta0/seed{seed}" not in done:
-                    ready.append(Piece(f"test/{arm}@beta0/seed{seed}", "test", arm, seed, rates, beta_scale=0.0))
+                    ready.append(Piece(f"test/{arm}@beta0/seed{seed}", "test", arm, seed, rates, beta_scale=0.0,
+                                       train=train))
                 if f"importance/{arm}/seed{seed}" not in done:
-                    ready.append(Piece(f"importance/{arm}/seed{seed}", "importance", arm, seed, rates))
+                    ready.append(Piece(f"importance/{arm}/seed{seed}", "importance", arm, seed, rates, train=train))
     treatment = chosen_rates(ledger, "beta-lora") if "beta-lora" in arms else None
     for ablation in settings.ablations:
         if treatment is None:
@@ -299,7 +315,7 @@ def next_pieces(ledger: Ledger) -> tuple[list[Piece], list[str]]:
         arm = f"ablation-{ablation}"
         train = trained("beta-lora", f"ablation-{ablation}", 0, treatment, ablation)
         if train in done and f"test/{arm}/seed0" not in done:
-            ready.append(Piece(f"test/{arm}/seed0", "test", "beta-lora", 0, treatment, ablation))
+            ready.append(Piece(f"test/{arm}/seed0", "test", "beta-lora", 0, treatment, ablation, train=train))
     ready.sort(key=_order)
     return ready, waiting
 
@@ -321,14 +337,14 @@ def recipe_for(piece: Piece, settings: Settings, scratch: Path, device: str) -> 
     spec = ARMS[piece.arm]
     ablation = ABLATIONS.get(piece.ablation or "", {})
     steps = settings.steps
-    base = str(Path(settings.base).resolve()) if Path(settings.base).exists() else settings.base
-    n_layer = _n_layer(settings.base)
+    base = settings.base_path()
+    n_layer = _n_layer(base)
     layers = "none" if spec.plain else f"0-{n_layer - 1}"  # every layer
     if ablation.get("layers") == "half":
         layers = str(max(1, n_layer // 2))  # a count: spread over depth
     model = {"path": base, "upgrade_layers": layers, "dtype": "float32"}
     if ablation.get("beta_form") == "linear-dt":
-        model = {"path": str(linear_dt_model(settings.base, scratch)), "dtype": "float32"}
+        model = {"path": str(linear_dt_model(base, scratch)), "dtype": "float32"}
     text = {"type": "stdlib", "weight": 0.13}  # a third of the tokens: stdlib files average ~20K, documents ~1.3K
     tasks = [{"type": "synthetic", "task": task, "documents": 100_000, "weight": 1, "loss": "answer"}
              for task in ("passkey", "niah-fwpkm", "repeat", "mqar-gap")]
@@ -410,7 +426,7 @@ def fine_tune(piece: Piece, ledger: Ledger, scratch: Path, deadline: float, devi
             command.append("--resume")
         log = run.with_name(run.name + ".log")
         with open(log, "a") as handle:
-            code = _run_until(command, deadline, handle)
+            code = run_until(command, deadline, handle)
         if not (run / "final" / "config.json").is_file():
             if time.monotonic() < deadline and code not in (0, None):
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
@@ -424,37 +440,11 @@ def fine_tune(piece: Piece, ledger: Ledger, scratch: Path, deadline: float, devi
             "gain_geomean": losses[-1].get("gain_geomean"), "steps": losses[-1]["step"]}
 
 
-def _run_until(command: list[str], deadline: float, log) -> int | None:
-    """The command until it ends or the deadline passes; then Ctrl-C (the trainer stops at its next step and keeps
-    its last checkpoint), killed if still running a minute later. Its exit status (None when stopped)."""
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    while process.poll() is None and time.monotonic() < deadline:
-        time.sleep(1)
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        return None
-    return process.returncode
-
-
 # -- evaluations -------------------------------------------------------------------------------------------------
 
 def model_of(piece: Piece, ledger: Ledger) -> str:
-    if piece.name == "test/base":
-        return ledger.settings.base
-    tag = piece.name.split("/", 1)[1]
-    if piece.kind == "val":
-        return ledger.pieces["train/" + tag]["model"]
-    train = next(name for name in ledger.pieces if name.startswith("train/") and name.endswith(f"/seed{piece.seed}")
-                 and name.split("/")[1] == piece.arm and (
-                     (piece.ablation is None and "/ablation-" not in name)
-                     or name.split("/")[2] == f"ablation-{piece.ablation}"))
-    return ledger.pieces[train]["model"]
+    """The model an evaluation piece evaluates: the base, or the fine-tune it names."""
+    return ledger.settings.base_path() if piece.train is None else ledger.pieces[piece.train]["model"]
 
 
 def evaluate(piece: Piece, ledger: Ledger, device: str) -> tuple[dict, list[dict] | None]:
@@ -630,8 +620,9 @@ def verdict(ledger: Ledger) -> dict:
         "vanishes_at_beta_0": None if beta_off is None else beta_off["interval"][0] <= 0,
         "importance_used": None if share is None else share >= 0.10,
     }
-    complete = (primary is not None and primary["seeds"] >= settings.seeds_of("beta-lora")
-                and beta_off is not None and share is not None)
+    seeds = settings.seeds_of("beta-lora")
+    complete = (primary is not None and primary["seeds"] >= seeds and beta_off is not None
+                and beta_off["seeds"] >= seeds and min((len(v) for v in layers.values()), default=0) >= seeds)
     return {"primary": primary, "beta_off": beta_off, "nll_1x_vs_base": nll, "needle_share_above_2x": share,
             "parts": parts, "decided": complete,
             "helps": complete and all(parts.values())}
@@ -863,6 +854,12 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
             log(f"longctx_experiment: {left / 60:.1f} min left, {piece.name} needs about {needs / 60:.1f}; "
                 "stopping here")
             break
+        if piece.train and not (Path(model_of(piece, ledger)) / "config.json").is_file():
+            # its machine is gone (models live in --scratch): the fine-tune is seeded, so it runs again
+            log(f"longctx_experiment: {piece.train}'s model is not in {scratch}; it trains again")
+            del ledger.pieces[piece.train]
+            ledger.save()
+            continue
         log(f"longctx_experiment: {piece.name} ({len(ready)} ready)")
         started = time.perf_counter()
         if piece.kind == "train":
@@ -898,19 +895,31 @@ def _estimate(ledger: Ledger, piece: Piece) -> float:
     if piece.kind == "train":
         if not slowest("train"):
             return 0.0
-        evaluations = slowest("val") if piece.seed == 0 and not piece.ablation else slowest("test")
+        search = piece.seed == 0 and not piece.ablation and ARMS[piece.arm].grid is not None
+        if search:
+            evaluations = slowest("val")
+        elif piece.arm == "beta-lora" and not piece.ablation:  # test, test at beta scale 0, importance
+            evaluations = 2 * slowest("test") + slowest("importance")
+        else:
+            evaluations = slowest("test")
         return 1.1 * (slowest("train") + evaluations) + 10
     seconds = slowest(piece.kind)
     return 1.2 * seconds + 5 if seconds else 0.0
 
 
 def prune(ledger: Ledger) -> None:
-    """Delete the fine-tuned models whose evaluations have all landed (the ledger keeps their results)."""
+    """Delete the fine-tuned models that no evaluation will need: every evaluation of theirs has landed, and a
+    search's seed-0 model only once its arm's choice is made (the chosen one's test comes after the search)."""
     ready, _ = next_pieces(ledger)
-    pending = {model_of(p, ledger) for p in ready if p.kind != "train" and p.name != "test/base"}
+    pending = {p.train for p in ready if p.train}
     for name, piece in ledger.pieces.items():
         model = Path(piece.get("model", ""))
-        if name.startswith("train/") and model.name == "final" and model.is_dir() and str(model) not in pending:
+        if not (name.startswith("train/") and model.name == "final" and model.is_dir()) or name in pending:
+            continue
+        _, arm, tag, seed = name.split("/")
+        searching = (seed == "seed0" and not tag.startswith(("ablation-", "chosen")) and ARMS[arm].grid is not None
+                     and chosen_rates(ledger, arm) is None)
+        if not searching:
             shutil.rmtree(model.parent, ignore_errors=True)
 
 
@@ -944,6 +953,9 @@ def settings_from(args) -> Settings:
         value = getattr(args, name)
         if value is not None:
             setattr(settings, name, value)
+    if args.base is not None and Path(args.base).exists():  # a local base: relative to the repository if inside it
+        resolved = Path(args.base).resolve()
+        settings.base = str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(resolved)
     if args.buckets:
         edges = [int(x) for x in args.buckets.split(",")]
         settings.buckets = tuple(zip(edges[:-1], edges[1:]))
@@ -1010,13 +1022,13 @@ def main(argv: list[str] | None = None) -> int:
         "nll_windows", "nll_multiple", "importance_distance", "eval_batch", "resamples", "buckets", "tasks", "arms",
         "ablations", "seeds", "grid"))
     settings = settings_from(args)
-    if args.action == "run" and not (Path(settings.base) / "config.json").is_file() and not (
+    if args.action == "run" and not (Path(settings.base_path()) / "config.json").is_file() and not (
             args.work / "ledger.json").is_file():
         raise SystemExit(f"longctx_experiment: no base model at {settings.base}; pretrain it first "
                          "(scripts/pretrain_base.py) or give --base")
     ledger = Ledger(args.work, settings if (configured or not (args.work / "ledger.json").is_file()) else None)
     if args.action == "run":
-        bar = base_bar(ledger.settings.base)
+        bar = base_bar(ledger.settings.base_path())
         if bar is False and not args.allow_unmet_bar:
             raise SystemExit(f"longctx_experiment: the base {ledger.settings.base} does not meet its recall bar "
                              "(training/summary.json); the protocol does not run on it (--allow-unmet-bar for a "

@@ -59,19 +59,23 @@ def train(args) -> bool:
     return done
 
 
-def run_until(command: list[str], deadline: float, log=None) -> None:
+def run_until(command: list[str], deadline: float, log=None) -> int | None:
     """Run ``command`` until it ends or ``time.monotonic()`` passes ``deadline``; then interrupt it as Ctrl-C does
-    (the trainer stops cleanly and keeps its last checkpoint), killing it if it has not ended 2 minutes later."""
+    (the trainer stops cleanly and keeps its last checkpoint), killing it if it has not ended 2 minutes later.
+    Its exit status, or None when it was stopped at the deadline."""
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     while process.poll() is None and time.monotonic() < deadline:
-        time.sleep(2)
+        time.sleep(1)
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
             process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
+        return None
+    return process.returncode
 
 
 SMALL_STATE = ("scheduler.bin", "random_states_0.pkl")
@@ -93,10 +97,14 @@ def pack(run_dir: Path, folder: Path) -> None:
     if checkpoint is None:
         raise SystemExit(f"pretrain_base: {run_dir} has no checkpoint to pack")
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in [*folder.glob("model*.safetensors"), *folder.glob("model.safetensors.index.json")]:
+        stale.unlink()  # an earlier pack's shards (another count of them) would mix in
     save_state_dict_sharded(load_file(checkpoint / "state" / "model.safetensors"), folder, 14 * 10**6, progress=False)
     optimizer = torch.load(checkpoint / "state" / "optimizer.bin", map_location="cpu", weights_only=False)
     # in shards too: a larger base's second moments exceed what a device call returns in one file
-    (folder / "exp_avg_sq").mkdir(exist_ok=True)
+    (folder / "exp_avg_sq.safetensors").unlink(missing_ok=True)  # an older pack's single file would shadow them
+    shutil.rmtree(folder / "exp_avg_sq", ignore_errors=True)
+    (folder / "exp_avg_sq").mkdir()
     save_state_dict_sharded({str(i): s["exp_avg_sq"].to(torch.bfloat16).contiguous()
                              for i, s in optimizer["state"].items()}, folder / "exp_avg_sq", 14 * 10**6,
                             progress=False)
@@ -133,11 +141,11 @@ def unpack(folder: Path, run_dir: Path) -> None:
             shutil.move(staging / name, run_dir / name)
     save_file(packed_weights(folder), checkpoint / "state" / "model.safetensors", metadata={"format": "pt"})
     meta = torch.load(folder / "optimizer_meta.pt", map_location="cpu", weights_only=False)
-    if (folder / "exp_avg_sq.safetensors").is_file():  # packs written before the moments were sharded
-        second = load_file(folder / "exp_avg_sq.safetensors")
-    else:
+    if (folder / "exp_avg_sq").is_dir():
         second = {k: v for shard in sorted((folder / "exp_avg_sq").glob("model*.safetensors"))
                   for k, v in load_file(shard).items()}
+    else:  # packs written before the moments were sharded
+        second = load_file(folder / "exp_avg_sq.safetensors")
     state = {int(i): {"step": meta["steps"][i], "exp_avg": torch.zeros_like(v, dtype=torch.float32),
                       "exp_avg_sq": v.float()} for i, v in second.items()}
     torch.save({"state": state, "param_groups": meta["param_groups"]}, checkpoint / "state" / "optimizer.bin")

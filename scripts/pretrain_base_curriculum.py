@@ -1,7 +1,7 @@
 """Pretrain the long-context base through a curriculum of stages, in pieces that fit device calls; then check its
 recall bar and ship it (as scripts/pretrain_base.py does for one recipe).
 
-    python scripts/pretrain_base_curriculum.py recipes/pretrain-base-curriculum.yaml --minutes 9 \\
+    python scripts/pretrain_base_curriculum.py recipes/curricula/base-13m.yaml --minutes 9 \\
         --pack runs/pack --unpack runs/pack        # call again until it says the base is written
 
 The races of 2026-11-24 (docs/bench/pretrain-base-2026-11-24/curriculum/) found that the base's recall tasks do
@@ -41,6 +41,7 @@ import pretrain_base_variants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = "curriculum.json"
+PIECE = 15 * 10**6  # bytes of one piece of a pack
 
 
 def load_curriculum(path: Path) -> dict:
@@ -78,6 +79,7 @@ def stage_recipe(curriculum: dict, index: int, init: Path | None, workers: int) 
     recipe = pretrain_base_variants.variant_recipe(base, stage["variant"], workers, init, lr,
                                                    anneal_steps=max(100, stage["steps"]))
     recipe["train"]["max_steps"] = stage["steps"]
+    recipe["data"]["seed"] = int(recipe["data"].get("seed", 0)) + index  # each stage new documents, not a replay
     if stage["variant"] != "anneal":
         recipe["optim"]["lr"] = lr
         recipe["schedule"] = {"type": "constant", "warmup_steps": int(stage.get("warmup", 100 if init else 300))}
@@ -105,16 +107,13 @@ class Curriculum:
         return self.state["stage"] >= len(self.curriculum["stages"])
 
     def init_of(self, index: int) -> Path | None:
-        """The weights stage ``index`` starts from: the stage before's final model directory (rebuilt from its
-        packed weights on a fresh machine)."""
+        """The weights stage ``index`` starts from: the stage before's final model directory (on a fresh machine,
+        rebuilt there by ``unpack``)."""
         if index == 0:
             return None
         before = self.stage_dir(index - 1)
         if (before / "final" / "config.json").is_file():
             return before / "final"
-        rebuilt = self.run_dir / f"stage-{index - 1}-weights"
-        if (rebuilt / "config.json").is_file():
-            return rebuilt
         raise SystemExit(f"pretrain_base_curriculum: stage {index - 1}'s weights are missing from {self.run_dir}; "
                          "--unpack the folder that the last call packed")
 
@@ -132,6 +131,7 @@ class Curriculum:
             command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(recipe_path),
                        f"output_dir={run}"]
             if (run / "recipe.yaml").is_file() and latest_checkpoint(run) is not None:
+                _reconcile(run, recipe_path)
                 command.append("--resume")
             stage = self.curriculum["stages"][index]
             print(f"pretrain_base_curriculum: stage {index} ({stage['variant']}, {stage['steps']} steps)"
@@ -169,13 +169,38 @@ class Curriculum:
             offset += self.curriculum["stages"][index]["steps"]
         return rows
 
-    def pack(self, folder: Path) -> None:
-        """The curriculum's state, the finished stages' logs, and the stage under way: its newest checkpoint, or,
-        before it has one, the weights it starts from."""
+    def pack(self, target: Path) -> None:
+        """The curriculum's state, the finished stages' logs, and the stage under way (its newest checkpoint, or,
+        before it has one, the weights it starts from), as ``target/pack.tar.NNN``: one tar cut into pieces of at
+        most 15 MB, the most a device call returns in one file (a 13.9M base's pack is about 85 MB)."""
+        import tarfile
+        import tempfile
+
+        with tempfile.TemporaryDirectory(dir=self.run_dir) as scratch:
+            folder = Path(scratch) / "pack"
+            self._pack_into(folder)
+            staging = target.with_name(target.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            whole = Path(scratch) / "pack.tar"
+            with tarfile.open(whole, "w") as tar:
+                tar.add(folder, arcname="pack")
+            with open(whole, "rb") as source:
+                for number in range(1000):
+                    piece = source.read(PIECE)
+                    if not piece:
+                        break
+                    (staging / f"pack.tar.{number:03d}").write_bytes(piece)
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        count = len(list(target.glob("pack.tar.*")))
+        print(f"pretrain_base_curriculum: packed stage {self.state['stage']} of {len(self.curriculum['stages'])} "
+              f"into {target} ({count} pieces)", flush=True)
+
+    def _pack_into(self, folder: Path) -> None:
         from palimpsa.upgrade.train.layout import latest_checkpoint
 
-        if folder.exists():
-            shutil.rmtree(folder)
         folder.mkdir(parents=True)
         (folder / STATE).write_text(json.dumps(self.state, indent=2) + "\n")
         for index in range(len(self.curriculum["stages"])):
@@ -200,8 +225,7 @@ class Curriculum:
                 weights.update(load_file(shard))
             (folder / "init").mkdir()
             save_state_dict_sharded(weights, folder / "init", 14 * 10**6, progress=False)
-        print(f"pretrain_base_curriculum: packed stage {index} of {len(self.curriculum['stages'])} into {folder}",
-              flush=True)
+
 
     def scratch_recipe(self) -> Path:
         """The first stage's recipe (the model's dimensions), written where the run keeps it."""
@@ -210,9 +234,24 @@ class Curriculum:
             path.write_text(yaml.safe_dump(stage_recipe(self.curriculum, 0, None, 1), sort_keys=False))
         return path
 
-    def unpack(self, folder: Path) -> None:
-        """Go on from ``pack``'s folder (a fresh machine): the state, the logs, and the stage's checkpoint or the
-        weights it starts from."""
+    def unpack(self, source: Path) -> None:
+        """Go on from what ``pack`` wrote to ``source`` (a fresh machine): the state, the logs, and the stage's
+        checkpoint or the weights it starts from."""
+        import tarfile
+        import tempfile
+
+        pieces = sorted(source.glob("pack.tar.*"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.run_dir) as scratch:
+            whole = Path(scratch) / "pack.tar"
+            with open(whole, "wb") as out:
+                for piece in pieces:
+                    out.write(piece.read_bytes())
+            with tarfile.open(whole) as tar:
+                tar.extractall(scratch, filter="data")
+            self._unpack_from(Path(scratch) / "pack")
+
+    def _unpack_from(self, folder: Path) -> None:
         self.state = json.loads((folder / STATE).read_text())
         self.save()
         for metrics in folder.glob("stage-*-metrics.jsonl"):
@@ -223,10 +262,39 @@ class Curriculum:
             _final_from_checkpoint(self.stage_dir(index - 1), self.scratch_recipe())
         elif (folder / "stage").is_dir():
             pretrain_base.unpack(folder / "stage", self.stage_dir(index))
+            if index > 0:  # the stage's recipe names the weights it started from: its checkpoint's stand in for
+                # them (the resumed run loads the checkpoint's weights over whatever it starts from)
+                pretrain_base.model_from_pack(folder / "stage", self.stage_dir(index - 1) / "final",
+                                              self.scratch_recipe())
         elif (folder / "init").is_dir():
-            pretrain_base.model_from_pack(folder / "init", self.run_dir / f"stage-{index - 1}-weights",
+            pretrain_base.model_from_pack(folder / "init", self.stage_dir(index - 1) / "final",
                                           self.scratch_recipe())
         print(f"pretrain_base_curriculum: unpacked {folder} (stage {index})", flush=True)
+
+
+def _reconcile(run: Path, recipe_path: Path) -> None:
+    """A stage resumed on another machine: its saved recipe names that machine's paths (the run folder, the
+    weights it started from) and data workers. Those may differ and are taken from here; anything else differing
+    means the curriculum changed under the stage, which is refused."""
+    from palimpsa.upgrade.train.recipe import load_recipe
+
+    here = load_recipe(recipe_path, [f"output_dir={run}"])
+    saved = yaml.safe_load((run / "recipe.yaml").read_text())
+    mine = here.model_dump(mode="json")
+
+    def comparable(recipe: dict) -> dict:
+        recipe = json.loads(json.dumps(recipe))
+        recipe.pop("output_dir", None)
+        recipe.get("model", {}).pop("path", None)
+        recipe.get("data", {}).pop("workers", None)
+        return recipe
+
+    a, b = comparable(mine), comparable(saved)
+    if a != b:
+        differs = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        raise SystemExit(f"pretrain_base_curriculum: the curriculum changed under the stage in {run} ({differs}); "
+                         "restore the curriculum file, or start a new --run-dir")
+    (run / "recipe.yaml").write_text(here.to_yaml())
 
 
 def _final_from_checkpoint(run: Path, scratch_recipe: Path) -> None:
@@ -271,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     curriculum = load_curriculum(args.curriculum)
     state = Curriculum(curriculum, args.run_dir)
     if args.unpack and not (args.run_dir / STATE).is_file():
-        if (args.unpack / STATE).is_file():
+        if list(args.unpack.glob("pack.tar.*")):
             state.unpack(args.unpack)
         else:
             print(f"pretrain_base_curriculum: {args.unpack} holds no packed curriculum; starting afresh", flush=True)

@@ -49,14 +49,16 @@ def test_searches_grow_past_an_end_and_the_treatment_takes_the_controls_lora_rat
     validated("mamba2-lora", "lr0.009", 0.495)  # within the tie margin of 0.5: the smaller rate wins, inside
     assert experiment.chosen_rates(ledger, "mamba2-lora") == {"lr": pytest.approx(3e-3)}
     assert experiment.grid_points(ledger, "beta-lora") == pytest.approx([3e-3, 1e-2, 3e-2])
-    for tag, recall in (("beta_lr0.003", 0.6), ("beta_lr0.01", 0.6), ("beta_lr0.03", 0.6)):  # a flat grid
+    for tag, recall in (("beta_lr0.003", 0.7), ("beta_lr0.01", 0.5), ("beta_lr0.03", 0.4)):  # best at the bottom
         validated("beta-lora", tag, recall)
-    assert experiment.grid_points(ledger, "beta-lora")[0] == pytest.approx(1e-3)  # ties: the small end grows
+    assert experiment.grid_points(ledger, "beta-lora")[0] == pytest.approx(1e-3)  # the small end grows
     validated("beta-lora", "beta_lr0.001", 0.1)
     assert experiment.chosen_rates(ledger, "beta-lora") == {"beta_lr": pytest.approx(3e-3),
                                                             "lr": pytest.approx(3e-3)}
     ready, _ = experiment.next_pieces(ledger)
     names = [p.name for p in ready]
+    # seed 0's test evaluates the chosen rate's model, not the first grid point's
+    assert next(p for p in ready if p.name == "test/mamba2-lora/seed0").train == "train/mamba2-lora/lr0.003/seed0"
     # evaluations of trained models come first (a model lives for one call), then seeds, primary pair first
     assert names[0] == "test/base" and names.index("test/mamba2-lora/seed0") < names.index(
         "train/mamba2-lora/lr0.003/seed1")
@@ -67,6 +69,40 @@ def test_searches_grow_past_an_end_and_the_treatment_takes_the_controls_lora_rat
     assert recipe["optim"] == {"lr": pytest.approx(3e-3), "beta_lr": pytest.approx(3e-3), "weight_decay": 0.0,
                                "grad_clip": 1.0}
     assert recipe["model"]["upgrade_layers"] == "0-4" and recipe["data"]["seed"] == 8
+
+
+def test_a_flat_search_is_not_extended_and_takes_the_smallest_rate(experiment, tmp_path):
+    ledger = _ledger(experiment, tmp_path, arms=("beta",), ablations=())
+    for tag in ("beta_lr0.003", "beta_lr0.01", "beta_lr0.03"):
+        ledger.pieces[f"val/beta/{tag}/seed0"] = {"recall": 0.0, "rates": {}}
+    assert experiment.grid_points(ledger, "beta") == pytest.approx([3e-3, 1e-2, 3e-2])
+    assert experiment.chosen_rates(ledger, "beta") == {"beta_lr": pytest.approx(3e-3), "lr": pytest.approx(3e-3)}
+
+
+def test_models_live_until_no_evaluation_needs_them(experiment, tmp_path):
+    """prune keeps a search's seed-0 models until the choice is made, then drops the others and keeps the chosen
+    one for its test; an evaluation whose model is gone (another machine) sends its fine-tune back to the queue."""
+    ledger = _ledger(experiment, tmp_path, arms=("mamba2-lora",), ablations=(), grids={"mamba2-lora": [1e-3, 3e-3]})
+    ledger.pieces["test/base"] = {}
+    models = {}
+    for tag in ("lr0.001", "lr0.003"):
+        final = tmp_path / "scratch" / tag / "final"
+        final.mkdir(parents=True)
+        (final / "config.json").write_text("{}")
+        models[tag] = final
+        ledger.pieces[f"train/mamba2-lora/{tag}/seed0"] = {"model": str(final), "seconds": 1e6}
+    ledger.pieces["val/mamba2-lora/lr0.001/seed0"] = {"recall": 0.5, "rates": {}}
+    experiment.prune(ledger)
+    assert all(m.is_dir() for m in models.values())  # the search is not over: both stay
+    ledger.pieces["val/mamba2-lora/lr0.003/seed0"] = {"recall": 0.495, "rates": {}}  # a tie: the smaller
+    experiment.prune(ledger)
+    assert models["lr0.001"].is_dir() and not models["lr0.003"].parent.exists()  # the chosen one waits for its test
+
+    shutil.rmtree(models["lr0.001"])  # a fresh machine: the chosen model is gone
+    lines = []
+    assert experiment.run(ledger, tmp_path / "scratch", 0.05, "cpu", log=lines.append) == 0
+    assert "train/mamba2-lora/lr0.001/seed0" not in ledger.pieces  # it trains again (first, it is seed 0)
+    assert any("trains again" in line for line in lines) and any("stopping here" in line for line in lines)
 
 
 def _records(scores: dict[str, list[int]], bucket: str = "2048-4096") -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 
 import pytest
@@ -66,7 +67,7 @@ def test_stages_in_order_across_fresh_machines(curriculum_module, tmp_path):
     stage0 = _weights(state.stage_dir(0))
     between = module.Curriculum(two, run_a)  # the longer curriculum at its stage 1
     between.pack(tmp_path / "pack")
-    assert (tmp_path / "pack" / "init").is_dir()
+    assert "pack/init" in _packed(tmp_path / "pack")
 
     # machine B goes on from the pack: stage 1 starts from stage 0's weights, bit for bit
     run_b = tmp_path / "b"
@@ -95,12 +96,67 @@ def test_stages_in_order_across_fresh_machines(curriculum_module, tmp_path):
     # and the optimizer's second moments travelled (in bf16, in shards), so a stage cut mid-way can go on
     from palimpsa.upgrade.train.layout import latest_checkpoint
 
-    assert list((tmp_path / "done" / "final-stage" / "exp_avg_sq").glob("model*.safetensors"))
+    assert any(n.startswith("pack/final-stage/exp_avg_sq/model") for n in _packed(tmp_path / "done"))
     moments = [torch.load(latest_checkpoint(run) / "state" / "optimizer.bin", weights_only=False)["state"]
                for run in (resumed.stage_dir(1), finished.stage_dir(1))]
     assert moments[0].keys() == moments[1].keys()
     assert all(torch.equal(moments[0][i]["exp_avg_sq"].bfloat16().float(), moments[1][i]["exp_avg_sq"])
                for i in moments[0])
+
+
+def _packed(folder):
+    """The names in a pack (its pieces, joined)."""
+    import io
+    import tarfile
+
+    pieces = sorted(folder.glob("pack.tar.*"))
+    assert pieces and all(p.stat().st_size <= 15 * 10**6 for p in pieces)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in pieces))) as tar:
+        return tar.getnames()
+
+
+def test_a_stage_cut_midway_goes_on_on_another_machine(curriculum_module, tmp_path, monkeypatch):
+    """Stage 1 paused at a checkpoint, packed in pieces (cut small here), resumed elsewhere: the machine it moves
+    to has neither stage 0's weights nor stage 1's start, and finishes stage 1 from its checkpoint."""
+    module = curriculum_module
+    monkeypatch.setattr(module, "PIECE", 20_000)  # several pieces, as a larger base's pack has
+    two = module.load_curriculum(_write(tmp_path, [{"variant": "continue", "steps": 2},
+                                                   {"variant": "mqar-small", "steps": 4}]))
+    state = module.Curriculum(two, tmp_path / "a")
+    state.advance(float("inf"), workers=0)
+    stage1 = state.stage_dir(1)
+    # as if the call had ended after step 2 of stage 1: its final model and later checkpoints gone
+    from palimpsa.upgrade.train.layout import complete_checkpoints
+
+    shutil.rmtree(stage1 / "final")
+    for checkpoint in complete_checkpoints(stage1):
+        shutil.rmtree(checkpoint)
+    state.state = {"stage": 1, "done": state.state["done"][:1]}
+    state.save()
+    paused = tmp_path / "paused"
+    shutil.copytree(stage1, paused)  # keep a copy to make the mid-stage checkpoint from
+    recipe = yaml.safe_load((stage1 / "recipe.yaml").read_text())
+    recipe["checkpoint"]["every"] = 2
+    recipe["train"]["max_steps"] = 2  # a two-step run of stage 1's recipe leaves the checkpoint at step 2
+    recipe["output_dir"] = str(tmp_path / "two-steps")
+    (tmp_path / "two-steps.yaml").write_text(yaml.safe_dump(recipe))
+    from palimpsa.upgrade.train.recipe import load_recipe
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    Trainer(load_recipe(tmp_path / "two-steps.yaml"), log=lambda _line: None).train()
+    shutil.rmtree(stage1)
+    shutil.copytree(tmp_path / "two-steps", stage1, ignore=shutil.ignore_patterns("final"))
+    (stage1 / "recipe.yaml").write_text((paused / "recipe.yaml").read_text())  # the stage's own recipe (4 steps)
+    state.pack(tmp_path / "pack")
+    names = _packed(tmp_path / "pack")
+    assert len(list((tmp_path / "pack").glob("pack.tar.*"))) > 1 and "pack/stage" in names
+    moved = module.Curriculum(two, tmp_path / "b")
+    moved.unpack(tmp_path / "pack")
+    moved.advance(float("inf"), workers=0)
+    assert moved.finished
+    rows = [r for r in moved.metrics() if "loss" in r and r["stage"] == 1]
+    assert [r["step"] for r in rows] == [3, 4, 5, 6]  # steps 1-2 of stage 1 before the move, 3-4 after
+    assert "resumed from" in (tmp_path / "b" / "stage-1.log").read_text()
 
 
 def test_the_command_ships_the_base_and_refuses_bad_files(curriculum_module, tmp_path, monkeypatch):

@@ -325,8 +325,13 @@ def test_lora_can_start_late_with_a_schedule_of_its_own(tmp_path, tiny_random):
     assert beta(0) == pytest.approx(0.1) and beta(9) == lora(44) == pytest.approx(1.0)
     assert lora(0) == lora(39) == 0.0 and lora(40) == pytest.approx(0.2)
     assert lora(45 + 55 // 2) == pytest.approx(0.5, abs=0.03) and lora(100) == pytest.approx(0.0)
+    own_warmup = load_recipe(TINY, ["trainable.mode=beta+lora", "train.max_steps=100", "schedule.warmup_steps=10",
+                                    "lora.warmup_steps=5"])
+    beta, lora = group_lr_factors([{"name": "beta"}, {"name": "lora"}], own_warmup)
+    assert beta(0) == pytest.approx(0.1) and lora(0) == pytest.approx(0.2)  # honoured without a late start too
     for bad, message in ((["trainable.mode=beta", "lora.start_step=5"], "applies to LoRA adapters"),
-                         (["trainable.mode=lora", "lora.start_step=30", "train.max_steps=30"], "must be below")):
+                         (["trainable.mode=lora", "lora.start_step=25", "lora.warmup_steps=5",
+                           "train.max_steps=30"], r"start_step \+ lora.warmup_steps \(30\) must be below")):
         with pytest.raises(PalimpsaError, match=message):
             load_recipe(TINY, bad)
 

@@ -249,8 +249,9 @@ class Recipe(Section):
                              "recomputed forward would read the carried state after it was updated)")
         if self.lora.start_step and self.trainable.mode not in ("beta+lora", "lora"):
             raise ValueError(f"lora.start_step applies to LoRA adapters; trainable.mode {self.trainable.mode} has none")
-        if self.lora.start_step >= self.train.max_steps:
-            raise ValueError(f"lora.start_step ({self.lora.start_step}) must be below train.max_steps "
+        late = self.lora.start_step + (self.lora.warmup_steps or 0)
+        if self.lora.start_step and late >= self.train.max_steps:
+            raise ValueError(f"lora.start_step + lora.warmup_steps ({late}) must be below train.max_steps "
                              f"({self.train.max_steps})")
         if self.trainable.mode == "patterns" and not self.trainable.patterns:
             raise ValueError("trainable.mode patterns needs trainable.patterns")

@@ -182,7 +182,7 @@ def group_lr_factors(groups: list[dict], recipe: Recipe) -> list:
     lora = recipe.lora
 
     def factor(group: dict):
-        if group.get("name", "").startswith("lora") and lora.start_step:
+        if group.get("name", "").startswith("lora") and (lora.start_step or lora.warmup_steps is not None):
             return lambda step: lr_factor(step, recipe, lora.start_step, lora.warmup_steps)
         return lambda step: lr_factor(step, recipe)
 

@@ -313,6 +313,12 @@ class Trainer:
                     raise NonFiniteLoss(f"loss became {loss.item()} at step {self.step + 1}; stopped, {where}. Lower "
                                         "optim.lr or optim.beta_lr, or set optim.grad_clip")
                 accelerator.backward(loss)
+                if accelerator.sync_gradients and self.step < recipe.lora.start_step:
+                    # adapters that start late get no gradient before their start: none in the clipping norm,
+                    # none in Adam's moments (their rate is 0 then too)
+                    for name, parameter in self.model.named_parameters():
+                        if "lora_" in name:
+                            parameter.grad = None
                 if accelerator.sync_gradients and recipe.optim.grad_clip:
                     grad_norm = accelerator.clip_grad_norm_(trainable, recipe.optim.grad_clip)
                 self.optimizer.step()
