@@ -12,6 +12,11 @@ needs. A fine-tuned model lives in ``--scratch`` only until its evaluations have
 in the same call); a fine-tune is started only when the time left fits it (the slowest so far), and one cut by
 the deadline starts over in the next call.
 
+On a lent GPU, one call (the ledger returns as one file; unpack it over the repository and commit it):
+
+    python scripts/longctx_experiment.py run --minutes 8.5 && \
+        tar czf $OUT/longctx-runs.tgz docs/results/longctx-runs
+
 The order: the base's test evaluation; each arm's learning-rate grid at seed 0 with validation recall (extended
 by a factor 3 beyond an end until the chosen rate is inside; the treatment's grid waits for the control's choice,
 whose LoRA rate it shares); the other seeds at the chosen rates; the test evaluation of every trained model; the
@@ -956,8 +961,18 @@ def settings_from(args) -> Settings:
     if args.base is not None and Path(args.base).exists():  # a local base: relative to the repository if inside it
         resolved = Path(args.base).resolve()
         settings.base = str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(resolved)
+    for name in ("steps", "batch_size", "train_length", "pretrain_length", "per_bucket", "validation_per_task",
+                 "nll_windows", "nll_multiple", "importance_distance", "eval_batch", "resamples"):
+        if getattr(settings, name) < 1:
+            raise SystemExit(f"longctx_experiment: --{name.replace('_', '-')} must be at least 1")
     if args.buckets:
-        edges = [int(x) for x in args.buckets.split(",")]
+        try:
+            edges = [int(x) for x in args.buckets.split(",")]
+        except ValueError:
+            edges = []
+        if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 1:
+            raise SystemExit(f"longctx_experiment: --buckets {args.buckets!r}: give rising token counts, at least "
+                             "two (256,512,1024 makes two buckets)")
         settings.buckets = tuple(zip(edges[:-1], edges[1:]))
     if args.tasks:
         from palimpsa.upgrade.evaluate.distance import check_tasks
@@ -978,19 +993,37 @@ def settings_from(args) -> Settings:
         if unknown:
             raise SystemExit(f"longctx_experiment: unknown ablation {unknown[0]!r}; the ablations are "
                              f"{', '.join(ABLATIONS)}")
-    for item in args.seeds or []:
-        arm, _, count = item.partition("=")
-        settings.seeds[arm] = int(count)
-    for item in args.grid or []:
-        arm, _, points = item.partition("=")
-        settings.grids[arm] = numbers(points)
+    for option, items in (("--seeds", args.seeds or []), ("--grid", args.grid or [])):
+        for item in items:
+            arm, _, value = item.partition("=")
+            try:
+                if arm not in ARMS:
+                    raise ValueError
+                if option == "--seeds":
+                    settings.seeds[arm] = int(value)
+                    if settings.seeds[arm] < 1:
+                        raise ValueError
+                else:
+                    settings.grids[arm] = numbers(value)
+                    if not settings.grids[arm] or not all(0 < r <= 1 for r in settings.grids[arm]):
+                        raise ValueError
+            except ValueError:
+                example = "beta-lora=5" if option == "--seeds" else "beta-lora=3e-3,1e-2,3e-2 (rates in (0, 1])"
+                raise SystemExit(f"longctx_experiment: {option} {item!r}: give ARM=VALUE with an arm of "
+                                 f"{', '.join(ARMS)}, e.g. {example}") from None
+    for task in settings.tasks:
+        if task.startswith("mqar") and 2 * int(task.rsplit("_", 1)[1]) >= settings.buckets[0][1]:
+            raise SystemExit(f"longctx_experiment: {task}'s pairs take more tokens than the first bucket "
+                             f"{settings.buckets[0][0]}-{settings.buckets[0][1]} holds; fewer pairs or larger buckets")
     return settings
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("plan", "run", "report"))
+    parser.add_argument("action", choices=("plan", "run", "report"),
+                        help="plan: what is done and what comes next; run: the next pieces for --minutes; report: "
+                        "render longctx.md, .json and plots into --output")
     parser.add_argument("--work", type=Path, default=ROOT / "docs" / "results" / "longctx-runs",
                         help="the ledger and the per-prompt scores (small; committed)")
     parser.add_argument("--scratch", type=Path, default=ROOT / "runs" / "longctx",
@@ -1007,7 +1040,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("per-bucket", int), ("validation-per-task", int), ("nll-windows", int),
                        ("nll-multiple", int), ("importance-distance", int), ("eval-batch", int),
                        ("resamples", int)):
-        group.add_argument(f"--{name}", type=kind, default=None)
+        group.add_argument(f"--{name}", type=kind, default=None,
+                           help=f"default {getattr(Settings(), name.replace('-', '_'))}")
     group.add_argument("--buckets", default=None, help="distance bucket edges, comma list (default "
                        "256,512,1024,2048,4096,8192)")
     group.add_argument("--tasks", default=None, help=f"recall tasks, comma list (default {','.join(RECALL_TASKS)})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import sys
 import time
@@ -207,3 +208,19 @@ def test_the_parameterisation_ablation_starts_from_a_linear_dt_upgrade(experimen
                              {"lr": 1e-3, "beta_lr": 1e-2}, "gain-linear-dt")
     recipe = experiment.recipe_for(piece, ledger.settings, tmp_path, "cpu")
     assert recipe["model"] == {"path": str(folder), "dtype": "float32"}
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--seeds", "foo"], "--seeds 'foo': give ARM=VALUE"),
+    (["--grid", "beta=abc"], "--grid 'beta=abc': give ARM=VALUE"),
+    (["--buckets", "512,256"], "give rising token counts"),
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--arms", "nope"], "unknown arm 'nope'"),
+    (["--ablations", "nope"], "unknown ablation 'nope'"),
+    (["--tasks", "passkey,x"], "unknown distance task 'x'"),
+    (["--buckets", "64,128,256"], "mqar_gap_96's pairs take more tokens than the first bucket 64-128"),
+])
+def test_bad_settings_are_one_line_refusals_before_any_work(experiment, tmp_path, options, message):
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        experiment.main(["plan", "--work", str(tmp_path / "work"), *options])
+    assert not (tmp_path / "work").exists()
