@@ -482,7 +482,8 @@ def evaluate(piece: Piece, ledger: Ledger, device: str) -> tuple[dict, list[dict
     with torch.no_grad():
         nll = nll_results(model, tokenizer, settings)
     result = {"by_bucket": bucket_means(records, settings.buckets),
-              "part_by_bucket": bucket_means(records, settings.buckets, "part"), **nll,
+              "part_by_bucket": bucket_means(records, settings.buckets, "part"),
+              "stale_by_bucket": bucket_means(records, settings.buckets, "stale"), **nll,
               "seed": piece.seed, "rates": piece.rates, "beta_scale": piece.beta_scale,
               "seconds": round(time.perf_counter() - started, 1)}
     return result, compact_records(records, items)
@@ -501,6 +502,8 @@ def compact_records(records: list[dict], items) -> dict:
         if "part" in record:
             cell["part_of"] = len(item.sample.answer)
             cell.setdefault("part", []).append(round(record["part"] * cell["part_of"]))
+        if "stale" in record:  # interference: queries answered with the overwritten value
+            cell.setdefault("stale", []).append(round(record["stale"] * cell["of"]))
     return compact
 
 

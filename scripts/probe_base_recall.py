@@ -4,10 +4,14 @@ character, and where in the string the first error falls).
 
     python scripts/probe_base_recall.py docs/bench/pretrain-base-2026-11-24/curriculum/weights
     python scripts/probe_base_recall.py runs/pretrain-base/model --samples 80 --json probe.json
+    python scripts/probe_base_recall.py MODEL --by-distance 256,512,1024 --samples 10   # the protocol's suite
 
 MODEL is a model directory (``save_pretrained``'s) or a folder of packed weights (``pretrain_base.py --pack``,
 ``pretrain_base_variants.py --keep-best``), rebuilt with recipes/pretrain-base.yaml's model. The prompts are the bar's
 (``pretrain_base.evaluate_bar``): the held-out pydoc haystack at 1x (512 tokens), with seeds of their own.
+``--by-distance EDGES`` instead runs the long-context protocol's suite (``palimpsa.upgrade.evaluate.distance``, every
+task, ``--samples`` prompts per task and bucket, a seed that is neither the protocol's test nor its validation seed)
+and prints the mean score (and per digit or character) per task and bucket.
 """
 
 from __future__ import annotations
@@ -69,7 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=512, help="prompt length in tokens (default 512, 1x)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: cuda if present")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--by-distance", default=None, metavar="EDGES",
+                        help="bucket edges in tokens (256,512,1024): the protocol's distance suite instead")
     args = parser.parse_args(argv)
+    edges = None
+    if args.by_distance:
+        try:
+            edges = [int(x) for x in args.by_distance.split(",")]
+        except ValueError:
+            edges = []
+        if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 200:
+            raise SystemExit(f"probe_base_recall: --by-distance {args.by_distance!r}: give rising token counts from "
+                             "200 up, at least two (256,512,1024)")
     if args.samples < 5 or args.length < 64:
         raise SystemExit("probe_base_recall: --samples needs at least 5 and --length at least 64")
     if args.json and not args.json.parent.is_dir():
@@ -96,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             folder = pretrain_base.model_from_pack(args.model, Path(scratch) / "model")
         model, tokenizer = load_model_and_tokenizer(folder)
     model = model.to(device).eval()
+    if edges:
+        return by_distance(model, tokenizer, list(zip(edges[:-1], edges[1:])), args)
     text = " ".join(default_long_text().split())
     seed = 20_000_003  # neither the bar's seeds nor the training documents'
     with torch.no_grad():
@@ -112,6 +129,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"model": str(args.model), "length": args.length, "niah_fwpkm": niah,
                                          "repeat": repeat}, indent=2) + "\n")
+    return 0
+
+
+def by_distance(model, tokenizer, buckets: list[tuple[int, int]], args) -> int:
+    import torch
+    from palimpsa.upgrade.evaluate.distance import TASKS, bucket_means, distance_suite, run_suite
+
+    tasks = [t for t in TASKS if not t.startswith("mqar") or 2 * int(t.rsplit("_", 1)[1]) < buckets[0][1]]
+    items = distance_suite(tokenizer, model.config.vocab_size, tasks, buckets, args.samples, seed=2_000_003)
+    with torch.no_grad():
+        records = run_suite(model, tokenizer, items, batch_size=16)
+    scores, parts = bucket_means(records, buckets), bucket_means(records, buckets, "part")
+    stale = bucket_means(records, buckets, "stale")
+    labels = [f"{a}-{b}" for a, b in buckets]
+    print(f"recall by needle-to-question distance ({args.samples} prompts per cell; in brackets per digit or "
+          "character)")
+    print("  task                  " + "".join(f"{label:>16}" for label in labels))
+    for task in tasks:
+        cells = [f"{v:.2f}" + (f" ({parts[task][i]:.2f})" if task in parts else "")
+                 for i, v in enumerate(scores[task])]
+        print(f"  {task:22}" + "".join(f"{c:>16}" for c in cells))
+    for task, values in stale.items():
+        print(f"  {task + ': old value':22}" + "".join(f"{v:>16.2f}" for v in values))
+    if args.json:
+        args.json.write_text(json.dumps({"model": str(args.model), "buckets": buckets, "samples": args.samples,
+                                         "score": scores, "part": parts, "stale": stale}, indent=2) + "\n")
     return 0
 
 

@@ -111,6 +111,7 @@ def test_the_suite_runs_on_a_model_and_batched_mqar_equals_one_at_a_time(tokeniz
     assert [r["key"] for r in records] == [i.key for i in items]
     for record in records:
         assert 0 <= record["score"] <= 1 and ("part" in record) == (record["task"] in ("niah_fwpkm", "repeat"))
+        assert ("stale" in record) == (record["task"] == "mqar_interference_8")
     mqar = [i.mqar for i in items if i.mqar is not None]
     batched = mqar_scores(model, mqar, batch_size=3)
     single = [mqar_accuracy(model, [sample])[sample.pairs] for sample in mqar]
@@ -129,3 +130,8 @@ def test_the_suite_runs_on_a_model_and_batched_mqar_equals_one_at_a_time(tokeniz
             return type("Output", (), {"logits": logits})
 
     assert mqar_scores(Oracle(), [sample], batch_size=1) == [1.0]
+    overwritten = next(i.mqar for i in items if i.task == "mqar_interference_8")
+    stale = []
+    assert mqar_scores(Oracle(), [overwritten, sample], batch_size=2, stale=stale) == [1.0, 1.0]
+    assert stale == [0.0, None]  # the newest value, never the overwritten one; no stale count without an overwrite
+    assert len(overwritten.stale) == 8 and not set(overwritten.stale) & set(overwritten.targets)

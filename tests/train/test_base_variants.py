@@ -5,6 +5,7 @@ write."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 
 import pytest
@@ -156,3 +157,17 @@ def test_probe_refuses_a_missing_model_folder(tmp_path):
         probe.main([str(tmp_path), "--samples", "0"])
     with pytest.raises(SystemExit, match="does not exist"):
         probe.main([str(tmp_path), "--json", str(tmp_path / "no" / "probe.json")])
+
+
+def test_probe_by_distance_prints_the_protocols_suite(tmp_path, capsys):
+    probe = _script("probe_base_recall")
+    out = tmp_path / "distance.json"
+    assert probe.main([str(ROOT / "upgrade" / "assets" / "tiny-mamba2"), "--by-distance", "256,512", "--samples", "5",
+                       "--device", "cpu", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["buckets"] == [[256, 512]] and set(report["score"]) == {
+        "passkey", "niah_fwpkm", "repeat", "mqar_gap_8", "mqar_gap_32", "mqar_gap_96", "mqar_interference_32"}
+    assert set(report["part"]) == {"niah_fwpkm", "repeat"}
+    assert "mqar_interference_32" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="give rising token counts from 200 up"):
+        probe.main([str(tmp_path), "--by-distance", "512"])

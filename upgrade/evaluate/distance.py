@@ -14,7 +14,7 @@ recorded. The formats are the training documents' (:mod:`.tasks`), with the answ
 - ``mqar_gap_N``: N key-value pairs, a gap, every key queried; the distance runs from the first pair to the first
   query; the score is the share of queries answered (argmax);
 - ``mqar_interference_N``: pairs A, then the same keys with new values (pairs B), a gap, every key queried for its
-  newest value; the distance runs from the first pair of B.
+  newest value; the distance runs from the first pair of B; ``stale`` counts the answers that are A's values.
 
 Every prompt is a pure function of the seed, the task, the bucket and its index, so a suite is the same for every
 model, and validation and test suites differ only in their seeds (:data:`VALIDATION_SEED` and up for validation).
@@ -186,7 +186,11 @@ def mqar_item(pools: tuple[list[int], list[int], list[int]], rng: random.Random,
     offset = rng.randrange(len(filler))
     ids.extend(filler[(offset + i) % len(filler)] for i in range(gap))
     measured = len(ids) - first + 1  # through the first queried key
-    return _queried(ids, keys, values, rng.sample(range(pairs), pairs)), measured
+    asked = rng.sample(range(pairs), pairs)
+    sample = _queried(ids, keys, values, asked)
+    if interference:
+        sample.stale = [old[i] for i in asked]
+    return sample, measured
 
 
 def distance_suite(tokenizer, vocab_size: int | None, tasks=TASKS, buckets=BUCKETS, per_bucket: int = 200,
@@ -249,12 +253,15 @@ def score_text(task: str, completion: str, answer: str) -> dict[str, float]:
 
 
 @torch.no_grad()
-def mqar_scores(model, samples: list[MQARSample], batch_size: int) -> list[float]:
+def mqar_scores(model, samples: list[MQARSample], batch_size: int, stale: list | None = None) -> list[float]:
     """Per sample, the share of its queries whose value is the argmax: batches right-padded (a causal model's
-    outputs before the padding do not depend on it), the longest first."""
+    outputs before the padding do not depend on it), the longest first. With a ``stale`` list, an interference
+    sample's share of queries answered with the overwritten value is put at its index (None for the others)."""
     device = next(model.parameters()).device
     order = sorted(range(len(samples)), key=lambda i: -len(samples[i].input_ids))
     scores = [0.0] * len(samples)
+    if stale is not None:
+        stale[:] = [None] * len(samples)
     for first in range(0, len(order), batch_size):
         chunk = order[first : first + batch_size]
         width = len(samples[chunk[0]].input_ids)
@@ -265,12 +272,14 @@ def mqar_scores(model, samples: list[MQARSample], batch_size: int) -> list[float
         for row, i in enumerate(chunk):
             predicted = logits[row, samples[i].target_positions].argmax(-1).cpu().tolist()
             scores[i] = sum(p == t for p, t in zip(predicted, samples[i].targets)) / len(samples[i].targets)
+            if stale is not None and samples[i].stale is not None:
+                stale[i] = sum(p == t for p, t in zip(predicted, samples[i].stale)) / len(samples[i].stale)
     return scores
 
 
 def run_suite(model, tokenizer, items: list[Item], batch_size: int = 16, progress: bool = False) -> list[dict]:
-    """One record per item, in the suite's order: ``key``, ``task``, ``bucket``, ``distance``, ``score`` and, for
-    NIAH and repeat, ``part``."""
+    """One record per item, in the suite's order: ``key``, ``task``, ``bucket``, ``distance``, ``score``; for NIAH
+    and repeat ``part``, for MQAR interference ``stale`` (the share answered with the overwritten value)."""
     from .evaluation import greedy_answers
 
     records: list[dict | None] = [None] * len(items)
@@ -281,8 +290,9 @@ def run_suite(model, tokenizer, items: list[Item], batch_size: int = 16, progres
             records[i] = score_text(items[i].task, completion, items[i].sample.answer)
     ids = [i for i, item in enumerate(items) if item.mqar is not None]
     if ids:
-        for i, score in zip(ids, mqar_scores(model, [items[i].mqar for i in ids], batch_size)):
-            records[i] = {"score": score}
+        stale: list = []
+        for i, score, old in zip(ids, mqar_scores(model, [items[i].mqar for i in ids], batch_size, stale), stale):
+            records[i] = {"score": score} if old is None else {"score": score, "stale": old}
     return [{"key": item.key, "task": item.task, "bucket": item.bucket, "distance": item.distance, **record}
             for item, record in zip(items, records)]
 

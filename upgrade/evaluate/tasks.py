@@ -117,6 +117,7 @@ class MQARSample:
     target_positions: list[int]  # positions whose next token is a queried value
     targets: list[int]
     pairs: int
+    stale: list[int] | None = None  # interference: each query's value written first (now overwritten)
 
 
 def mqar_samples(vocab_size: int, pairs_list: list[int], queries: int, per_setting: int, seed: int,
