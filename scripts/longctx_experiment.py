@@ -555,8 +555,8 @@ def contrast(ledger: Ledger, treated: str, control: str, buckets: list[int], tas
     import numpy as np
 
     pairs = []
-    for seed in range(64):
-        a, b = _test_piece(ledger, treated, seed), _test_piece(ledger, control, seed)
+    for index in range(64):
+        a, b = _test_piece(ledger, treated, index), _test_piece(ledger, control, index)
         if a is None or b is None:
             break
         pairs.append((a, b))
