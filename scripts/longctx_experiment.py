@@ -678,10 +678,13 @@ def _mean_over_seeds(tests: list[dict], settings: Settings) -> dict:
         values = [by_bucket[t][i] for t in settings.tasks for i in indices if by_bucket[t][i] is not None]
         return sum(values) / len(values) if values else None
 
-    parts = {t: [None if any(x["part_by_bucket"].get(t) is None for x in tests) else
-                 sum(x["part_by_bucket"][t][b] for x in tests) / len(tests) for b in range(len(settings.buckets))]
-             for t in ("niah_fwpkm", "repeat") if t in settings.tasks}
-    return {"seeds": len(tests), "by_bucket": by_bucket, "part_by_bucket": parts,
+    def averaged(key: str, task: str) -> list[float | None]:
+        return [None if any(x.get(key, {}).get(task) is None or x[key][task][b] is None for x in tests) else
+                sum(x[key][task][b] for x in tests) / len(tests) for b in range(len(settings.buckets))]
+
+    parts = {t: averaged("part_by_bucket", t) for t in ("niah_fwpkm", "repeat") if t in settings.tasks}
+    stale = {t: averaged("stale_by_bucket", t) for t in settings.tasks if t.startswith("mqar_interference")}
+    return {"seeds": len(tests), "by_bucket": by_bucket, "part_by_bucket": parts, "stale_by_bucket": stale,
             "recall_within": mean_of(within), "recall_beyond": mean_of(beyond),
             "nll_1x": sum(t["nll_1x"] for t in tests) / len(tests),
             "nll_by_position": tests[0]["nll_by_position"]}
@@ -762,10 +765,15 @@ def markdown(state: dict) -> str:
                      f"{row['nll_1x']:.4f} |")
     lines.append("")
     for task in settings["tasks"]:
-        lines += [f"**{task}**", "", "| model | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
-        for name, row in summary.items():
-            lines.append(f"| {name} | " + " | ".join(_fmt(v) for v in row["by_bucket"][task]) + " |")
-        lines.append("")
+        for title, key in ((f"**{task}**", "by_bucket"),
+                           (f"{task}, per {'digit' if task == 'niah_fwpkm' else 'character'}", "part_by_bucket"),
+                           (f"{task}, answered with the overwritten value", "stale_by_bucket")):
+            rows = [(name, row[key][task]) for name, row in summary.items() if task in row.get(key, {})]
+            if not rows:
+                continue
+            lines += [title, "", "| model | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
+            lines += [f"| {name} | " + " | ".join(_fmt(v) for v in values) + " |" for name, values in rows]
+            lines.append("")
     if state["contrasts"]:
         lines += ["## Contrasts against `mamba2-lora` beyond the fine-tuning distance", "",
                   "| model | seed pairs | difference | 95% interval |", "|---|---|---|---|"]

@@ -136,7 +136,7 @@ def test_the_protocol_at_toy_size_across_two_calls(experiment, tmp_path, capsys)
     work, scratch, output = tmp_path / "work", tmp_path / "scratch", tmp_path / "out"
     options = ["--work", str(work), "--scratch", str(scratch), "--base", str(EMBEDDED), "--device", "cpu",
                "--steps", "3", "--batch-size", "1", "--train-length", "256", "--pretrain-length", "128",
-               "--buckets", "128,256,512", "--tasks", "passkey,mqar_gap_8", "--per-bucket", "2",
+               "--buckets", "128,256,512", "--tasks", "passkey,mqar_interference_8", "--per-bucket", "2",
                "--validation-per-task", "2", "--nll-windows", "2", "--nll-multiple", "2",
                "--importance-distance", "256", "--eval-batch", "4", "--resamples", "200",
                "--arms", "mamba2-lora,beta-lora", "--ablations", "state-passing-off",
@@ -163,8 +163,9 @@ def test_the_protocol_at_toy_size_across_two_calls(experiment, tmp_path, capsys)
                            "test/ablation-state-passing-off/seed0"}
     assert not list(scratch.glob("train__*/final"))  # every model pruned once evaluated
     records = json.loads((work / pieces["test/beta-lora/seed0"]["records"]).read_text())
-    assert set(records) == {"passkey", "mqar_gap_8"} and len(records["passkey"]["128-256"]["score"]) == 2
-    assert records["mqar_gap_8"]["256-512"]["of"] == 8
+    assert set(records) == {"passkey", "mqar_interference_8"} and len(records["passkey"]["128-256"]["score"]) == 2
+    assert records["mqar_interference_8"]["256-512"]["of"] == 8
+    assert len(records["mqar_interference_8"]["256-512"]["stale"]) == 2
     assert pieces["test/beta-lora@beta0/seed0"]["beta_scale"] == 0.0
     assert {"layer", "needle_share_above_2x_prior_at_question"} <= set(pieces["importance/beta-lora/seed0"]
                                                                         ["layers"][0])
@@ -176,6 +177,7 @@ def test_the_protocol_at_toy_size_across_two_calls(experiment, tmp_path, capsys)
     text = (output / "longctx.md").read_text()
     assert "**Verdict: " in text and "| beta-lora | 1 |" in text and "Not yet run" not in text
     assert "Pieces ran on: " in text and "(11 pieces)" in text
+    assert "mqar_interference_8, answered with the overwritten value" in text
     assert (output / "longctx" / "recall.png").stat().st_size > 0
     assert (output / "longctx" / "importance-beta-lora-seed0.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="no base model at"):
