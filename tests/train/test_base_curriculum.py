@@ -176,6 +176,18 @@ def test_the_command_ships_the_base_and_refuses_bad_files(curriculum_module, tmp
     card = (out / "README.md").read_text()
     assert "pretrain_base_curriculum.py" in card and "continue for 2 steps, then mqar-small for 2 steps" in card
     assert json.loads((out / "config.json").read_text())["d_model"] == 32
+    # a fresh machine given the finished curriculum's pack ships the same base
+    again = tmp_path / "again"
+    assert module.main([str(path), "--run-dir", str(tmp_path / "run-b"), "--output", str(again), "--workers", "0",
+                        "--samples", "2", "--device", "cpu", "--unpack", str(tmp_path / "pack")]) == 0
+    from safetensors.torch import load_file
+
+    def shipped(folder):
+        return {k: v for f in sorted(folder.glob("model*.safetensors")) for k, v in load_file(f).items()}
+
+    first, second = shipped(out), shipped(again)
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+    assert json.loads((again / "training" / "summary.json").read_text())["steps"] == 4
     for stages, message in (([], "has no stages"), ([{"variant": "nope", "steps": 2}], "variant must be one of"),
                             ([{"variant": "continue", "steps": 0}], "steps must be a whole number"),
                             ([{"variant": "anneal", "steps": 50}], "an anneal needs >= 100 steps")):
