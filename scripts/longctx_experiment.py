@@ -977,14 +977,12 @@ def settings_from(args) -> Settings:
         if getattr(settings, name) < 1:
             raise SystemExit(f"longctx_experiment: --{name.replace('_', '-')} must be at least 1")
     if args.buckets:
+        from palimpsa.upgrade.evaluate.distance import parse_buckets
+
         try:
-            edges = [int(x) for x in args.buckets.split(",")]
-        except ValueError:
-            edges = []
-        if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 1:
-            raise SystemExit(f"longctx_experiment: --buckets {args.buckets!r}: give rising token counts, at least "
-                             "two (256,512,1024 makes two buckets)")
-        settings.buckets = tuple(zip(edges[:-1], edges[1:]))
+            settings.buckets = tuple(parse_buckets(args.buckets))
+        except ValueError as error:
+            raise SystemExit(f"longctx_experiment: --buckets {error}") from None
     if args.tasks:
         from palimpsa.upgrade.evaluate.distance import check_tasks
 

@@ -76,15 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--by-distance", default=None, metavar="EDGES",
                         help="bucket edges in tokens (256,512,1024): the protocol's distance suite instead")
     args = parser.parse_args(argv)
-    edges = None
+    buckets = None
     if args.by_distance:
+        from palimpsa.upgrade.evaluate.distance import parse_buckets
+
         try:
-            edges = [int(x) for x in args.by_distance.split(",")]
-        except ValueError:
-            edges = []
-        if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 200:
-            raise SystemExit(f"probe_base_recall: --by-distance {args.by_distance!r}: give rising token counts from "
-                             "200 up, at least two (256,512,1024)")
+            buckets = parse_buckets(args.by_distance, lowest=200)
+        except ValueError as error:
+            raise SystemExit(f"probe_base_recall: --by-distance {error}") from None
     if args.samples < 5 or args.length < 64:
         raise SystemExit("probe_base_recall: --samples needs at least 5 and --length at least 64")
     if args.json and not args.json.parent.is_dir():
@@ -111,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             folder = pretrain_base.model_from_pack(args.model, Path(scratch) / "model")
         model, tokenizer = load_model_and_tokenizer(folder)
     model = model.to(device).eval()
-    if edges:
-        return by_distance(model, tokenizer, list(zip(edges[:-1], edges[1:])), args)
+    if buckets:
+        return by_distance(model, tokenizer, buckets, args)
     text = " ".join(default_long_text().split())
     seed = 20_000_003  # neither the bar's seeds nor the training documents'
     with torch.no_grad():

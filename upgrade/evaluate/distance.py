@@ -64,6 +64,19 @@ class Item:
     key: str = field(default="")  # task/bucket/index: the same prompt across models
 
 
+def parse_buckets(text: str, lowest: int = 1) -> list[tuple[int, int]]:
+    """Buckets from comma-separated rising edges in tokens (``256,512,1024``: two buckets), the first at least
+    ``lowest``; a ValueError that says what to give otherwise."""
+    try:
+        edges = [int(x) for x in text.split(",")]
+    except ValueError:
+        edges = []
+    if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < lowest:
+        raise ValueError(f"{text!r}: give rising token counts from {lowest} up, at least two (256,512,1024 makes two "
+                         "buckets)")
+    return list(zip(edges[:-1], edges[1:]))
+
+
 def _mqar_pairs(task: str) -> int:
     return int(task.rsplit("_", 1)[1])
 
