@@ -14,8 +14,8 @@ the deadline starts over in the next call.
 
 On a lent GPU, one call (the ledger returns as one file; unpack it over the repository and commit it):
 
-    python scripts/longctx_experiment.py run --minutes 8.5 && \
-        tar czf $OUT/longctx-runs.tgz docs/results/longctx-runs
+    python scripts/longctx_experiment.py run --minutes 8; \\
+        tar czf $OUT/longctx-runs.tgz docs/results/longctx-runs    # ';': what landed returns after a failure too
 
 The order: the base's test evaluation; each arm's learning-rate grid at seed 0 with validation recall (extended
 by a factor 3 beyond an end until the chosen rate is inside; the treatment's grid waits for the control's choice,
@@ -222,13 +222,14 @@ def grid_points(ledger: Ledger, arm: str) -> list[float] | None:
     points = sorted(ledger.settings.grid_of(arm))
     for _ in range(MAX_EXTENSIONS):
         scores = [_score(ledger, arm, p) for p in points]
-        if len(points) < 2 or any(v is None for v in scores):
+        best = _best(ledger, arm, points) if len(points) > 1 else None
+        if best is None:
             break
-        # an end that beats its neighbour by more than the tie margin: the best rate may lie beyond it (a flat
-        # grid, nothing learned anywhere, is not extended)
-        if scores[0] > scores[1] + TIE and scores[0] >= max(scores):
+        # the chosen rate at an end that beats its neighbour by more than the tie margin: the best rate may lie
+        # beyond it (a flat grid, nothing learned anywhere, is not extended)
+        if best == points[0] and scores[0] > scores[1] + TIE:
             points.insert(0, points[0] / 3)
-        elif scores[-1] > scores[-2] + TIE and scores[-1] >= max(scores) and points[-1] * 3 <= 1:
+        elif best == points[-1] and scores[-1] > scores[-2] + TIE and points[-1] * 3 <= 1:
             points.append(points[-1] * 3)
         else:
             break
@@ -431,7 +432,7 @@ def fine_tune(piece: Piece, ledger: Ledger, scratch: Path, deadline: float, devi
             command.append("--resume")
         log = run.with_name(run.name + ".log")
         with open(log, "a") as handle:
-            code = run_until(command, deadline, handle)
+            code = run_until(command, deadline, handle, grace=30)  # a cut fine-tune starts over anyway
         if not (run / "final" / "config.json").is_file():
             if time.monotonic() < deadline and code not in (0, None):
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
@@ -630,7 +631,8 @@ def verdict(ledger: Ledger) -> dict:
     }
     seeds = settings.seeds_of("beta-lora")
     complete = (primary is not None and primary["seeds"] >= seeds and beta_off is not None
-                and beta_off["seeds"] >= seeds and min((len(v) for v in layers.values()), default=0) >= seeds)
+                and beta_off["seeds"] >= seeds and min((len(v) for v in layers.values()), default=0) >= seeds
+                and all(value is not None for value in parts.values()))
     return {"primary": primary, "beta_off": beta_off, "nll_1x_vs_base": nll, "needle_share_above_2x": share,
             "parts": parts, "decided": complete,
             "helps": complete and all(parts.values())}
@@ -911,7 +913,8 @@ def _estimate(ledger: Ledger, piece: Piece) -> float:
     if piece.kind == "train":
         if not slowest("train"):
             return 0.0
-        search = piece.seed == 0 and not piece.ablation and ARMS[piece.arm].grid is not None
+        search = (piece.seed == 0 and not piece.ablation and ARMS[piece.arm].grid is not None
+                  and chosen_rates(ledger, piece.arm) is None)  # else a chosen model trained again: its tests follow
         if search:
             evaluations = slowest("val")
         elif piece.arm == "beta-lora" and not piece.ablation:  # test, test at beta scale 0, importance
@@ -1020,7 +1023,15 @@ def settings_from(args) -> Settings:
                 example = "beta-lora=5" if option == "--seeds" else "beta-lora=3e-3,1e-2,3e-2 (rates in (0, 1])"
                 raise SystemExit(f"longctx_experiment: {option} {item!r}: give ARM=VALUE with an arm of "
                                  f"{', '.join(ARMS)}, e.g. {example}") from None
-    for task in settings.tasks:
+    if not settings.validation_buckets() or not settings.beyond():
+        raise SystemExit(f"longctx_experiment: the buckets {[list(b) for b in settings.buckets]} need one within the "
+                         f"fine-tuning length {settings.train_length} (validation) and one from it on (the contrast)")
+    for arm in settings.grids:
+        if ARMS[arm].grid is None:
+            raise SystemExit(f"longctx_experiment: --grid {arm}: that arm takes {ARMS[arm].rates_from}'s rates and "
+                             "searches none")
+        settings.grids[arm] = sorted(set(settings.grids[arm]))
+    for task in (*settings.tasks, *VALIDATION_TASKS):
         if task.startswith("mqar") and 2 * int(task.rsplit("_", 1)[1]) >= settings.buckets[0][1]:
             raise SystemExit(f"longctx_experiment: {task}'s pairs take more tokens than the first bucket "
                              f"{settings.buckets[0][0]}-{settings.buckets[0][1]} holds; fewer pairs or larger buckets")

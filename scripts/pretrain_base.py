@@ -59,10 +59,10 @@ def train(args) -> bool:
     return done
 
 
-def run_until(command: list[str], deadline: float, log=None) -> int | None:
+def run_until(command: list[str], deadline: float, log=None, grace: float = 120) -> int | None:
     """Run ``command`` until it ends or ``time.monotonic()`` passes ``deadline``; then interrupt it as Ctrl-C does
-    (the trainer stops cleanly and keeps its last checkpoint), killing it if it has not ended 2 minutes later.
-    Its exit status, or None when it was stopped at the deadline."""
+    (the trainer stops cleanly and keeps its last checkpoint), killing it if it has not ended ``grace`` seconds
+    later. Its exit status, or None when it was stopped at the deadline."""
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     while process.poll() is None and time.monotonic() < deadline:
@@ -70,7 +70,7 @@ def run_until(command: list[str], deadline: float, log=None) -> int | None:
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
-            process.wait(timeout=120)
+            process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()

@@ -79,7 +79,8 @@ def stage_recipe(curriculum: dict, index: int, init: Path | None, workers: int) 
     recipe = pretrain_base_variants.variant_recipe(base, stage["variant"], workers, init, lr,
                                                    anneal_steps=max(100, stage["steps"]))
     recipe["train"]["max_steps"] = stage["steps"]
-    recipe["data"]["seed"] = int(recipe["data"].get("seed", 0)) + index  # each stage new documents, not a replay
+    # data.seed stays the recipe's in every stage: it also picks the held-out files of the eval NLL, which must
+    # stay held out; a later stage of the same data replays the first one's documents (the races did too)
     if stage["variant"] != "anneal":
         recipe["optim"]["lr"] = lr
         recipe["schedule"] = {"type": "constant", "warmup_steps": int(stage.get("warmup", 100 if init else 300))}
@@ -125,6 +126,12 @@ class Curriculum:
         while not self.finished and time.monotonic() < deadline:
             index = self.state["stage"]
             run = self.stage_dir(index)
+            needs = self.estimate(index)
+            if latest_checkpoint(run) is None and needs > deadline - time.monotonic():
+                # a stage that cannot end in this call starts in the next: packs between stages are small
+                print(f"pretrain_base_curriculum: stage {index} needs about {needs / 60:.1f} min, more than is "
+                      "left; it starts in the next call", flush=True)
+                return
             recipe_path = self.run_dir / f"stage-{index}.yaml"
             recipe_path.write_text(yaml.safe_dump(stage_recipe(self.curriculum, index, self.init_of(index), workers),
                                                   sort_keys=False))
@@ -154,6 +161,14 @@ class Curriculum:
                                        "tokens": stage["steps"] * _tokens_per_step(run)})
             self.state["stage"] = index + 1
             self.save()
+
+    def estimate(self, index: int) -> float:
+        """Seconds stage ``index`` is expected to take: its steps at the slowest rate of the stages done, plus a
+        start of 2 minutes (0 before any stage has run: the first is tried)."""
+        done = [d for d in self.state["done"] if d["steps"] and d["train_seconds"]]
+        if not done:
+            return 0.0
+        return self.curriculum["stages"][index]["steps"] * max(d["train_seconds"] / d["steps"] for d in done) + 120
 
     def metrics(self) -> list[dict]:
         """Every stage's log rows, with ``stage`` and the curriculum's running ``step``."""
@@ -210,21 +225,16 @@ class Curriculum:
             elif (self.run_dir / f"stage-{index}-metrics.jsonl").is_file():
                 shutil.copy2(self.run_dir / f"stage-{index}-metrics.jsonl", folder)
         index = self.state["stage"]
-        if self.finished:
+        if self.finished:  # the base: its weights (shipped in bf16 anyway) and the last stage's recipe
             last = self.stage_dir(index - 1)
-            pretrain_base.pack(last, folder / "final-stage")
+            _bf16_weights(last / "final", folder / "final")
+            shutil.copy2(last / "recipe.yaml", folder / "final" / "recipe.yaml")
         elif latest_checkpoint(self.stage_dir(index)) is not None:
+            # mid-stage: the float32 weights and Adam's second moments, 6 bytes a parameter (a 5.8M base's 35 MB
+            # fits a device call beside the repository; a 13.9M base's 84 MB does not: end its calls at a stage)
             pretrain_base.pack(self.stage_dir(index), folder / "stage")
-        elif index > 0:
-            init = self.init_of(index)
-            from palimpsa.upgrade.io.shards import save_state_dict_sharded
-            from safetensors.torch import load_file
-
-            weights = {}
-            for shard in sorted(init.glob("model*.safetensors")):
-                weights.update(load_file(shard))
-            (folder / "init").mkdir()
-            save_state_dict_sharded(weights, folder / "init", 14 * 10**6, progress=False)
+        elif index > 0:  # between stages: the next starts with a fresh optimizer from these weights, in bf16
+            _bf16_weights(self.init_of(index), folder / "init")
 
 
     def scratch_recipe(self) -> Path:
@@ -257,9 +267,10 @@ class Curriculum:
         for metrics in folder.glob("stage-*-metrics.jsonl"):
             shutil.copy2(metrics, self.run_dir / metrics.name)
         index = self.state["stage"]
-        if (folder / "final-stage").is_dir():
-            pretrain_base.unpack(folder / "final-stage", self.stage_dir(index - 1))
-            _final_from_checkpoint(self.stage_dir(index - 1), self.scratch_recipe())
+        if (folder / "final").is_dir():
+            last = self.stage_dir(index - 1)
+            pretrain_base.model_from_pack(folder / "final", last / "final", self.scratch_recipe())
+            shutil.copy2(folder / "final" / "recipe.yaml", last / "recipe.yaml")
         elif (folder / "stage").is_dir():
             pretrain_base.unpack(folder / "stage", self.stage_dir(index))
             if index > 0:  # the stage's recipe names the weights it started from: its checkpoint's stand in for
@@ -280,6 +291,10 @@ def _reconcile(run: Path, recipe_path: Path) -> None:
 
     here = load_recipe(recipe_path, [f"output_dir={run}"])
     saved = yaml.safe_load((run / "recipe.yaml").read_text())
+    try:  # a recipe saved before a field was added: compared with the field's default, as the trainer does
+        saved = type(here).model_validate(saved).model_dump(mode="json")
+    except ValueError:
+        pass
     mine = here.model_dump(mode="json")
 
     def comparable(recipe: dict) -> dict:
@@ -297,17 +312,18 @@ def _reconcile(run: Path, recipe_path: Path) -> None:
     (run / "recipe.yaml").write_text(here.to_yaml())
 
 
-def _final_from_checkpoint(run: Path, scratch_recipe: Path) -> None:
-    """``run/final`` from its newest checkpoint's weights (an unpacked finished stage has its state, not its
-    model directory)."""
-    from palimpsa.upgrade.train.layout import latest_checkpoint
+def _bf16_weights(model_dir: Path, folder: Path) -> None:
+    """A model directory's weights in bf16 shards of at most 14 MB (``model_from_pack`` reads them back)."""
+    import torch
+    from palimpsa.upgrade.io.shards import save_state_dict_sharded
+    from safetensors.torch import load_file
 
-    checkpoint = latest_checkpoint(run)
-    folder = run / "final-weights"
-    folder.mkdir(exist_ok=True)
-    shutil.copy2(checkpoint / "state" / "model.safetensors", folder / "model.safetensors")
-    pretrain_base.model_from_pack(folder, run / "final", scratch_recipe)
-    shutil.rmtree(folder)
+    weights = {}
+    for shard in sorted(model_dir.glob("model*.safetensors")):
+        weights.update(load_file(shard))
+    folder.mkdir(parents=True)
+    save_state_dict_sharded({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, folder,
+                            14 * 10**6, progress=False)
 
 
 def _metrics(run: Path) -> list[dict]:

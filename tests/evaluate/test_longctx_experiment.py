@@ -220,7 +220,10 @@ def test_the_parameterisation_ablation_starts_from_a_linear_dt_upgrade(experimen
     (["--arms", "nope"], "unknown arm 'nope'"),
     (["--ablations", "nope"], "unknown ablation 'nope'"),
     (["--tasks", "passkey,x"], "unknown distance task 'x'"),
-    (["--buckets", "64,128,256"], "mqar_gap_96's pairs take more tokens than the first bucket 64-128"),
+    (["--buckets", "64,128,256", "--train-length", "128"],
+     "mqar_gap_96's pairs take more tokens than the first bucket 64-128"),
+    (["--buckets", "256,512,1024"], "need one within the fine-tuning length 2048 (validation) and one from it on"),
+    (["--grid", "beta-lora-concurrent=1e-3"], "--grid beta-lora-concurrent: that arm takes beta-lora's rates"),
 ])
 def test_bad_settings_are_one_line_refusals_before_any_work(experiment, tmp_path, options, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
