@@ -331,7 +331,9 @@ def test_lora_can_start_late_with_a_schedule_of_its_own(tmp_path, tiny_random):
     assert beta(0) == pytest.approx(0.1) and lora(0) == pytest.approx(0.2)  # honoured without a late start too
     for bad, message in ((["trainable.mode=beta", "lora.start_step=5"], "applies to LoRA adapters"),
                          (["trainable.mode=lora", "lora.start_step=25", "lora.warmup_steps=5",
-                           "train.max_steps=30"], r"start_step \+ lora.warmup_steps \(30\) must be below")):
+                           "train.max_steps=30"], r"start_step \+ lora.warmup_steps \(30\) must be below"),
+                         (["trainable.mode=lora", "lora.start_step=25", "schedule.warmup_steps=10",
+                           "train.max_steps=30"], r"\(35\) must be below")):  # the default warmup counts
         with pytest.raises(PalimpsaError, match=message):
             load_recipe(TINY, bad)
 

@@ -249,7 +249,8 @@ class Recipe(Section):
                              "recomputed forward would read the carried state after it was updated)")
         if self.lora.start_step and self.trainable.mode not in ("beta+lora", "lora"):
             raise ValueError(f"lora.start_step applies to LoRA adapters; trainable.mode {self.trainable.mode} has none")
-        late = self.lora.start_step + (self.lora.warmup_steps or 0)
+        warmup = self.schedule.warmup_steps if self.lora.warmup_steps is None else self.lora.warmup_steps
+        late = self.lora.start_step + warmup
         if self.lora.start_step and late >= self.train.max_steps:
             raise ValueError(f"lora.start_step + lora.warmup_steps ({late}) must be below train.max_steps "
                              f"({self.train.max_steps})")
