@@ -31,16 +31,15 @@ import argparse
 import copy
 import json
 import math
-import os
 import platform
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from palimpsa.upgrade.io.output import write_text_atomic  # noqa: E402
 from pretrain_base import run_until  # noqa: E402  (the scripts folder is not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,13 +153,14 @@ class Ledger:
 
     def save(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.path, json.dumps({"settings": _public(self.settings), "pieces": self.pieces}, indent=1,
+        write_text_atomic(self.path, json.dumps({"settings": _public(self.settings), "pieces": self.pieces}, indent=1,
                                             default=_json_default) + "\n")
 
     def land(self, piece: str, result: dict, records: dict | None = None) -> None:
         if records is not None:
             path = self.work / "records" / (piece.replace("/", "__").replace("@", "_at_") + ".json")
-            _write_atomic(path, json.dumps(records, separators=(",", ":")) + "\n")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, json.dumps(records, separators=(",", ":")) + "\n")
             result = {**result, "records": str(path.relative_to(self.work))}
         self.pieces[piece] = result
         self.save()
@@ -175,14 +175,6 @@ def _public(settings: Settings) -> dict:
     data["arms"], data["ablations"], data["tasks"] = list(settings.arms), list(settings.ablations), list(
         settings.tasks)
     return data
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".partial") as handle:
-        handle.write(text)
-    os.chmod(handle.name, 0o644)
-    os.replace(handle.name, path)
 
 
 def _json_default(value):
@@ -426,7 +418,8 @@ def fine_tune(piece: Piece, ledger: Ledger, scratch: Path, deadline: float, devi
         recipe_path = run.with_name(run.name + ".yaml")
         import yaml
 
-        _write_atomic(recipe_path, yaml.safe_dump(recipe, sort_keys=False))
+        recipe_path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(recipe_path, yaml.safe_dump(recipe, sort_keys=False))
         command = [sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", str(recipe_path)]
         if (run / "recipe.yaml").is_file() and latest_checkpoint(run) is not None:
             command.append("--resume")
@@ -661,28 +654,25 @@ def report(ledger: Ledger, output: Path) -> dict:
         "missing": _missing(ledger), "python": platform.python_version(), "machines": _machines(ledger),
     }
     output.mkdir(parents=True, exist_ok=True)
-    _write_atomic(output / "longctx.json", json.dumps(state, indent=1, default=_json_default) + "\n")
+    write_text_atomic(output / "longctx.json", json.dumps(state, indent=1, default=_json_default) + "\n")
     plots(state, ledger, output)
-    _write_atomic(output / "longctx.md", markdown(state))
+    write_text_atomic(output / "longctx.md", markdown(state))
     return state
 
 
 def _mean_over_seeds(tests: list[dict], settings: Settings) -> dict:
-    by_bucket = {}
-    for task in settings.tasks:
-        cells = [[t["by_bucket"].get(task, [None] * len(settings.buckets))[b] for t in tests]
-                 for b in range(len(settings.buckets))]
-        by_bucket[task] = [None if any(v is None for v in c) else sum(c) / len(c) for c in cells]
+    def averaged(key: str, task: str) -> list[float | None]:
+        """Per bucket, the mean over the seeds' tests of ``key``'s figure (None where a test lacks it)."""
+        return [None if any(x.get(key, {}).get(task) is None or x[key][task][b] is None for x in tests) else
+                sum(x[key][task][b] for x in tests) / len(tests) for b in range(len(settings.buckets))]
+
+    by_bucket = {task: averaged("by_bucket", task) for task in settings.tasks}
     beyond = settings.beyond()
     within = [i for i, b in enumerate(settings.buckets) if b[1] <= settings.train_length]
 
     def mean_of(indices):
         values = [by_bucket[t][i] for t in settings.tasks for i in indices if by_bucket[t][i] is not None]
         return sum(values) / len(values) if values else None
-
-    def averaged(key: str, task: str) -> list[float | None]:
-        return [None if any(x.get(key, {}).get(task) is None or x[key][task][b] is None for x in tests) else
-                sum(x[key][task][b] for x in tests) / len(tests) for b in range(len(settings.buckets))]
 
     parts = {t: averaged("part_by_bucket", t) for t in ("niah_fwpkm", "repeat") if t in settings.tasks}
     stale = {t: averaged("stale_by_bucket", t) for t in settings.tasks if t.startswith("mqar_interference")}

@@ -316,11 +316,8 @@ def _bf16_weights(model_dir: Path, folder: Path) -> None:
     """A model directory's weights in bf16 shards of at most 14 MB (``model_from_pack`` reads them back)."""
     import torch
     from palimpsa.upgrade.io.shards import save_state_dict_sharded
-    from safetensors.torch import load_file
 
-    weights = {}
-    for shard in sorted(model_dir.glob("model*.safetensors")):
-        weights.update(load_file(shard))
+    weights = pretrain_base.packed_weights(model_dir)
     folder.mkdir(parents=True)
     save_state_dict_sharded({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, folder,
                             14 * 10**6, progress=False)

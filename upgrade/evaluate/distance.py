@@ -118,6 +118,16 @@ def _take(pieces: list[str], counts: list[int], start: int, tokens: int) -> tupl
     return taken, index
 
 
+def _gap(pieces: list[str], counts: list[int], start: int, tokens: int, long_enough) -> tuple[list[str], int]:
+    """:func:`_take`, then one more piece at a time until ``long_enough(gap)`` (a prompt a piece short of its
+    bucket); the next start."""
+    gap, after = _take(pieces, counts, start, tokens)
+    while not long_enough(gap):
+        gap.append(pieces[after % len(pieces)])
+        after += 1
+    return gap, after
+
+
 def _filler_sentences() -> list[str]:
     return [s.strip().rstrip(".") + ". " for s in FILLER.split(". ") if s.strip()]
 
@@ -129,10 +139,8 @@ def passkey_item(tokenizer, rng: random.Random, distance: int, minimum: int = 0)
     sentences = _filler_sentences()
     counts = [count(s) for s in sentences]
     start = rng.randrange(len(sentences))
-    gap, after = _take(sentences, counts, start, distance - count(needle) - count(PASSKEY_QUESTION))
-    while count(needle + "".join(gap) + PASSKEY_QUESTION) < minimum:  # a sentence short of the bucket
-        gap.append(sentences[after % len(sentences)])
-        after += 1
+    gap, after = _gap(sentences, counts, start, distance - count(needle) - count(PASSKEY_QUESTION),
+                      lambda gap: count(needle + "".join(gap) + PASSKEY_QUESTION) >= minimum)
     lead, _ = _take(sentences, counts, after, rng.randint(0, distance // 4))
     prompt = PASSKEY_INSTRUCTION + "".join(lead) + needle + "".join(gap) + PASSKEY_QUESTION
     return Sample(prompt, key, count(prompt)), count(prompt[prompt.index(needle):])
@@ -156,10 +164,8 @@ def niah_item(tokenizer, haystack: str, rng: random.Random, distance: int, minim
     # the other needles go into the gap or the lead at random; the gap's text shrinks by what lands in it
     in_gap = [rng.random() < distance / (distance + lead_tokens) for _ in statements[1:]]
     gap_needles = sum(count(s) for s, g in zip(statements[1:], in_gap) if g)
-    gap, after = _take(pieces, counts, 0, distance - count(statements[0]) - count(question) - gap_needles)
-    while count(statements[0] + "".join(gap) + question) + gap_needles < minimum:  # a piece short of the bucket
-        gap.append(pieces[after % len(pieces)])
-        after += 1
+    gap, after = _gap(pieces, counts, 0, distance - count(statements[0]) - count(question) - gap_needles,
+                      lambda gap: count(statements[0] + "".join(gap) + question) + gap_needles >= minimum)
     lead, _ = _take(pieces, counts, after, max(0, lead_tokens - (others - gap_needles)))
     for statement, into_gap in zip(statements[1:], in_gap):
         target = gap if into_gap else lead
@@ -175,10 +181,8 @@ def repeat_item(tokenizer, haystack: str, rng: random.Random, distance: int,
     head = f"Remember this string: {secret}\n"
     request = "\nRepeat the string you were asked to remember:"
     pieces = _haystack_window(haystack, rng, 8 * distance + 400)
-    gap, after = _take(pieces, [count(p) for p in pieces], 0, distance - count(f"{secret}\n") - count(request))
-    while count(f"{secret}\n" + "".join(gap) + request) < minimum:  # a piece short of the bucket
-        gap.append(pieces[after % len(pieces)])
-        after += 1
+    gap, _ = _gap(pieces, [count(p) for p in pieces], 0, distance - count(f"{secret}\n") - count(request),
+                  lambda gap: count(f"{secret}\n" + "".join(gap) + request) >= minimum)
     prompt = head + "".join(gap) + request
     return Sample(prompt, secret, count(prompt)), count(prompt[len("Remember this string: "):])
 
@@ -246,11 +250,6 @@ def distance_suite(tokenizer, vocab_size: int | None, tasks=TASKS, buckets=BUCKE
     return items
 
 
-def _digits(completion: str) -> str:
-    found = re.search(r"\d+", completion)
-    return found.group(0) if found else ""
-
-
 def score_text(task: str, completion: str, answer: str) -> dict[str, float]:
     """``score``: exact (1 or 0); ``part``: the share of the answer's digits (NIAH) or characters (repeat) right in
     place, where the task has one."""
@@ -258,10 +257,12 @@ def score_text(task: str, completion: str, answer: str) -> dict[str, float]:
         said = completion.strip()
         return {"score": float(said.startswith(answer)),
                 "part": sum(a == b for a, b in zip(said, answer)) / len(answer)}
-    digits = _digits(completion)
-    scores = {"score": float(digits == answer)}
+    from .evaluation import passkey_correct
+
+    scores = {"score": float(passkey_correct(completion, answer))}  # the first run of digits is the answer
     if task == "niah_fwpkm":
-        scores["part"] = sum(a == b for a, b in zip(digits, answer)) / len(answer)
+        digits = re.search(r"\d+", completion)
+        scores["part"] = sum(a == b for a, b in zip(digits.group(0) if digits else "", answer)) / len(answer)
     return scores
 
 
