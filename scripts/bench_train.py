@@ -23,6 +23,7 @@ import time
 
 import torch
 from palimpsa.kernels import fused_recurrent
+from palimpsa.kernels.scan import BACKEND_ENV, GLUON_BACKWARD_ENV
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM
 from palimpsa.upgrade.convert.surgery import spread_layers
 from palimpsa.upgrade.model.modeling import enable_activation_checkpointing
@@ -136,8 +137,13 @@ def main() -> None:
     fused_recurrent.CHUNK_SIZE, fused_recurrent.BLOCK_SIZE = args.chunk_size, args.block_size
     probe = PalimpsaConfig(d_model=args.d_model, n_layer=1, vocab_size=args.vocab)
     bwd_config = fused_recurrent._backward_config(1, probe.nheads, probe.headdim, torch.device("cuda"))
-    scan = {"chunk_size": args.chunk_size, "block_size": args.block_size, "bwd_config": bwd_config,
-            "fwd_config": fused_recurrent.FWD_CONFIG}
+    # PALIMPSA_SCAN_BACKEND=gluon runs the Gluon forward (and, with PALIMPSA_GLUON_BACKWARD=1, backward) instead
+    # of the Triton kernels whose settings follow: name it, or a Gluon run reads as a Triton one
+    backend = os.environ.get(BACKEND_ENV) or "auto"
+    if os.environ.get(GLUON_BACKWARD_ENV) == "1":
+        backend += " (Gluon backward)"
+    scan = {"backend": backend, "chunk_size": args.chunk_size, "block_size": args.block_size,
+            "bwd_config": bwd_config, "fwd_config": fused_recurrent.FWD_CONFIG}
     print(f"scan settings: {scan}")
     layers = spread_layers(args.upgraded, args.n_layer)
     fused_check = check_fused_mamba2()

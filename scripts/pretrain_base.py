@@ -312,14 +312,15 @@ def card(config: dict, report: dict, summary: dict) -> str:
         f"every token, answers weighing 4; bf16, AdamW, cosine schedule; {summary['train_seconds'] / 60:.1f} minutes "
         f"on {summary['device']}.")
     size = f"{summary['parameters'] / 1e6:.1f}M"
+    where = ("Not part of the installed package:\nit lives in the repository (`upgrade/assets/recall-base`) for the "
+             "experiment and for users who want a small\nmodel that recalls." if report["met"] else
+             "It misses its recall bar (below), so no\nexperiment starts from it; it is kept to be trained further.")
     return f"""# recall-base: a {size}-parameter byte-level Mamba2 that recalls within its training length
 
 The base of the long-context experiment (`docs/results/longctx-protocol.md`). Mamba2, d_model {config['d_model']},
 {config['n_layer']} layers, d_state {ssm['d_state']}, headdim {ssm['headdim']}, expand {ssm['expand']},
 {summary['parameters']:,} parameters, byte-level tokenizer (257 ids, vocabulary padded to
-{summary['padded_vocab']}); mamba_ssm format, weights in bf16 safetensors. Not part of the installed package:
-it lives in the repository (`upgrade/assets/recall-base`) for the experiment and for users who want a small
-model that recalls.
+{summary['padded_vocab']}); mamba_ssm format, weights in bf16 safetensors. {where}
 
 {how}
 

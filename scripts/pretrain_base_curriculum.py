@@ -163,12 +163,41 @@ class Curriculum:
             self.save()
 
     def estimate(self, index: int) -> float:
-        """Seconds stage ``index`` is expected to take: its steps at the slowest rate of the stages done, plus a
-        start of 2 minutes (0 before any stage has run: the first is tried)."""
-        done = [d for d in self.state["done"] if d["steps"] and d["train_seconds"]]
-        if not done:
+        """Seconds stage ``index`` is expected to take (0 before any stage has run: the first is tried). A stage's
+        time is a start (a new process: kernels compiled, data workers started; read as how much longer the first
+        logged window took than the steady rate says) and its steps at the steady rate, with 5% on the rate for
+        evaluations and checkpoints and 30 s for the process's end. The rate is the slowest stage's; the start is
+        the newest stage's, since a kernel cache kept from an earlier call or stage (TRITON_CACHE_DIR) shortens
+        it. A stage done without its log is costed at its mean rate plus a 2-minute start."""
+        starts, rates = [], []
+        for done in self.state["done"]:
+            if not (done["steps"] and done["train_seconds"]):
+                continue
+            windows = self._windows(done["stage"])
+            if len(windows) >= 3:
+                steady = sum(seconds for _, seconds in windows[1:]) / sum(steps for steps, _ in windows[1:])
+                first_steps, first_seconds = windows[0]
+                starts.append(max(0.0, first_seconds - first_steps * steady) + 30)
+                rates.append(steady * 1.05)
+            else:
+                starts.append(120.0)
+                rates.append(done["train_seconds"] / done["steps"])
+        if not rates:
             return 0.0
-        return self.curriculum["stages"][index]["steps"] * max(d["train_seconds"] / d["steps"] for d in done) + 120
+        return self.curriculum["stages"][index]["steps"] * max(rates) + starts[-1]
+
+    def _windows(self, index: int) -> list[tuple[int, float]]:
+        """(steps, seconds) of each logged training window of stage ``index``, from its throughput."""
+        run = self.stage_dir(index)
+        stored = self.run_dir / f"stage-{index}-metrics.jsonl"
+        rows = _metrics(run) or ([json.loads(line) for line in stored.read_text().splitlines() if line.strip()]
+                                 if stored.is_file() else [])
+        windows, last = [], 0
+        for row in rows:
+            if row.get("tokens_per_s"):
+                windows.append((row["step"] - last, (row["step"] - last) * row["tokens"] / row["tokens_per_s"]))
+                last = row["step"]
+        return windows
 
     def metrics(self) -> list[dict]:
         """Every stage's log rows, with ``stage`` and the curriculum's running ``step``."""

@@ -149,8 +149,13 @@ def run_slot(name: str, base: dict, init: Path | None, args) -> None:
                    f"output_dir={run}", *args.overrides]
         print(f"pretrain_base_variants: {name} ({stage}): {' '.join(command)}", flush=True)
         minutes = args.minutes * (1 if last else args.first_share * (index + 1))
-        with open(args.out / f"{name}.{index}.log", "w") as log:
-            pretrain_base.run_until(command, started + 60 * minutes, log)
+        log_path = args.out / f"{name}.{index}.log"
+        with open(log_path, "w") as log:
+            status = pretrain_base.run_until(command, started + 60 * minutes, log)
+        if status:  # it failed before its deadline: say why here, where a device call's output shows it
+            tail = [line.strip() for line in log_path.read_text(errors="replace").replace("\r", "\n").splitlines()
+                    if line.strip() and "%|" not in line][-4:]
+            print(f"pretrain_base_variants: {name} ({stage}) failed (exit {status}): " + " / ".join(tail), flush=True)
         if not last:
             checkpoint = latest_checkpoint(run)
             if checkpoint is None:
@@ -193,7 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", default="512,1024", help="bar lengths, comma list (default 512,1024)")
     parser.add_argument("--init-pack", type=Path, default=None, metavar="DIR",
                         help="start every variant from the weights of a packed run (pretrain_base.py --pack)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="constant learning rate with --init-pack")
+    parser.add_argument("--init-model", type=Path, default=None, metavar="DIR",
+                        help="start every variant from a model directory (a base that pretrain_base.py or "
+                             "pretrain_base_curriculum.py wrote, of any size); instead of --init-pack")
+    parser.add_argument("--lr", type=float, default=1e-3,
+                        help="constant learning rate with --init-pack or --init-model")
     parser.add_argument("--anneal-steps", type=_at_least_100, default=2400, metavar="N",
                         help="length of the anneal variant's cosine decay, where it stops (default 2400)")
     parser.add_argument("--keep-best", type=Path, default=None, metavar="DIR",
@@ -205,8 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     pretrain_base.LENGTHS[:] = [int(n) for n in args.lengths.split(",")]
     names = [n for n in args.variants.split(",") if n]
     base = yaml.safe_load(RECIPE.read_text())
+    if args.init_pack is not None and args.init_model is not None:
+        parser.error("give --init-pack or --init-model, not both")
+    if args.init_model is not None and not (args.init_model / "config.json").is_file():
+        parser.error(f"--init-model {args.init_model} holds no config.json; give a model directory")
     args.out.mkdir(parents=True, exist_ok=True)
     init = None
+    if args.init_model is not None:
+        init = args.init_model.resolve()
+        print(f"pretrain_base_variants: every variant starts from {args.init_model} (lr {args.lr:g})", flush=True)
     if args.init_pack is not None:
         init = pretrain_base.model_from_pack(args.init_pack, args.out / "init")
         print(f"pretrain_base_variants: every variant starts from {args.init_pack} (lr {args.lr:g})", flush=True)

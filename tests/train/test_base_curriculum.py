@@ -178,6 +178,9 @@ def test_the_command_ships_the_base_and_refuses_bad_files(curriculum_module, tmp
     assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4]
     card = (out / "README.md").read_text()
     assert "pretrain_base_curriculum.py" in card and "continue for 2 steps, then mqar-small for 2 steps" in card
+    # only a base that meets its bar is called the experiment's (a toy base of 4 steps does not)
+    assert not summary["bar"]["met"] and "upgrade/assets/recall-base" not in card
+    assert "It misses its recall bar (below), so no\nexperiment starts from it" in card
     assert json.loads((out / "config.json").read_text())["d_model"] == 32
     # a fresh machine given the finished curriculum's pack ships the same base
     again = tmp_path / "again"
@@ -214,3 +217,30 @@ def test_a_stage_that_cannot_end_in_the_call_waits_for_the_next(curriculum_modul
     state.advance(time.monotonic() + 60, workers=0)
     assert state.state["stage"] == 1 and not state.stage_dir(1).exists()
     assert "stage 1 needs about 5.3 min, more than is left; it starts in the next call" in capsys.readouterr().out
+
+
+def test_the_estimate_splits_a_stage_into_its_start_and_its_steady_rate(curriculum_module, tmp_path):
+    """A stage's first logged window holds the process's start (kernels compiled, workers started): costing every
+    step at the stage's mean rate would count that start once per step and keep stages out of calls they fit."""
+    module = curriculum_module
+    two = module.load_curriculum(_write(tmp_path, [{"variant": "continue", "steps": 400},
+                                                   {"variant": "mqar-small", "steps": 1000}]))
+    state = module.Curriculum(two, tmp_path / "run")
+    state.run_dir.mkdir(parents=True)
+    # 100 tokens a step: the first 100 steps took 60 s, then 100 steps take 10 s (0.1 s a step)
+    rows = [{"step": 100, "tokens": 100, "tokens_per_s": 100 * 100 / 60.0}]
+    rows += [{"step": step, "tokens": 100, "tokens_per_s": 1000.0} for step in (200, 300, 400)]
+    rows.append({"step": 400, "eval_nll": 1.0})
+    (state.run_dir / "stage-0-metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    state.state = {"stage": 1, "done": [{"stage": 0, "variant": "continue", "steps": 400, "train_seconds": 90.0,
+                                         "tokens": 40000}]}
+    # start: 60 s less the 10 s its 100 steps take at the steady rate, plus 30 s; steps: 0.1 s x 1.05
+    assert state.estimate(1) == pytest.approx(1000 * 0.105 + 50 + 30)
+    # a later stage that started from a kept kernel cache: its short start is the one that counts, the rate stays
+    # the slowest stage's
+    quick = [{"step": 100, "tokens": 100, "tokens_per_s": 100 * 100 / 15.0}]
+    quick += [{"step": step, "tokens": 100, "tokens_per_s": 2000.0} for step in (200, 300, 400)]
+    (state.run_dir / "stage-1-metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in quick))
+    state.state["done"].append({"stage": 1, "variant": "mqar-small", "steps": 400, "train_seconds": 30.0,
+                                "tokens": 40000})
+    assert state.estimate(1) == pytest.approx(1000 * 0.105 + (15 - 5) + 30)

@@ -171,3 +171,31 @@ def test_probe_by_distance_prints_the_protocols_suite(tmp_path, capsys):
     assert "mqar_interference_32" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="give rising token counts from 200 up"):
         probe.main([str(tmp_path), "--by-distance", "512"])
+
+
+def test_a_stage_that_fails_says_why_in_the_races_output(variants, tmp_path, monkeypatch, capsys):
+    """A device call returns the race's output, not its logs: a stage that exits with an error before its deadline
+    prints the end of its log there (a staged variant's second stage once failed on an H100 with nothing to show)."""
+    def failing(command, deadline, log=None, grace=120):
+        log.write("Plan\r  5%|#   | 1/20\nTraceback (most recent call last):\nValueError: the anneal broke\n")
+        return 1
+
+    monkeypatch.setattr(variants.pretrain_base, "run_until", failing)
+    args = variants.argparse.Namespace(out=tmp_path, workers=0, lr=5e-4, anneal_steps=1200, overrides=[],
+                                       minutes=1.0, first_share=0.5)
+    base = yaml.safe_load((ROOT / "recipes" / "pretrain-base.yaml").read_text())
+    variants.run_slot("anneal", base, ROOT / "upgrade" / "assets" / "tiny-mamba2", args)
+    out = capsys.readouterr().out
+    assert "anneal (anneal) failed (exit 1): Plan / Traceback (most recent call last): / ValueError: the anneal broke" \
+        in out and "%|" not in out
+
+
+def test_init_model_is_a_model_directory_and_excludes_init_pack(variants, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        variants.main(["--init-model", str(tmp_path), "--variants", "continue", "--out", str(tmp_path / "o")])
+    assert f"--init-model {tmp_path} holds no config.json; give a model directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        variants.main(["--init-model", str(ROOT / "upgrade" / "assets" / "tiny-mamba2"), "--init-pack", str(tmp_path),
+                       "--variants", "continue", "--out", str(tmp_path / "o")])
+    assert "give --init-pack or --init-model, not both" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # refused before anything is written
