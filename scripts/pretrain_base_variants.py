@@ -165,15 +165,22 @@ def run_slot(name: str, base: dict, init: Path | None, args) -> None:
 
 
 def keep_best(name: str, scored: dict[str, float], args) -> None:
-    """The float32 weights of the variant with the best mean recall at 1x over the bar's tasks, in shards that a
-    device call returns (``--init-pack`` reads them)."""
+    """The weights of the variant with the best mean recall at 1x over the bar's tasks, in bf16 shards (as the
+    curriculum carries weights between stages: the next run starts a fresh optimizer anyway), with the model's
+    config and tokenizer beside them: a folder that ``--init-pack`` reads (a base of the recipe's size) and that
+    ``--init-model`` or any loader takes as a model directory (any size). A 13.9M base's is 7 files, 28 MB: a
+    device call returns at most 8."""
+    import torch
     from palimpsa.upgrade.io.shards import save_state_dict_sharded
     from palimpsa.upgrade.train.layout import latest_checkpoint
     from safetensors.torch import load_file
 
-    weights = load_file(latest_checkpoint(args.out / name) / "state" / "model.safetensors")
+    checkpoint = latest_checkpoint(args.out / name)
+    weights = {k: v.to(torch.bfloat16) for k, v in load_file(checkpoint / "state" / "model.safetensors").items()}
     args.keep_best.mkdir(parents=True, exist_ok=True)
     save_state_dict_sharded(weights, args.keep_best, 14 * 10**6, progress=False)
+    for kept in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy2(checkpoint / "model" / kept, args.keep_best / kept)
     (args.keep_best / "best.json").write_text(json.dumps({"variant": name, "mean_recall_1x": scored}, indent=2)
                                               + "\n")
     print(f"pretrain_base_variants: kept {name}'s weights in {args.keep_best} (mean recall at 1x "
@@ -206,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--anneal-steps", type=_at_least_100, default=2400, metavar="N",
                         help="length of the anneal variant's cosine decay, where it stops (default 2400)")
     parser.add_argument("--keep-best", type=Path, default=None, metavar="DIR",
-                        help="write the weights of the variant with the best mean recall at 1x to DIR")
+                        help="write the variant with the best mean recall at 1x to DIR (bf16 weights, config and "
+                             "tokenizer: --init-pack or --init-model reads it)")
     parser.add_argument("--first-share", type=float, default=0.4,
                         help="share of --minutes for each stage but the last of a staged variant (a+b)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides for every variant")

@@ -199,3 +199,51 @@ def test_init_model_is_a_model_directory_and_excludes_init_pack(variants, tmp_pa
                        "--variants", "continue", "--out", str(tmp_path / "o")])
     assert "give --init-pack or --init-model, not both" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # refused before anything is written
+
+
+def test_the_kept_best_is_a_model_directory_in_bf16(variants, tmp_path):
+    """``--keep-best`` feeds the next race: ``--init-pack`` for a base of the recipe's size, ``--init-model`` for
+    any (a 13.9M base's kept folder must also fit a device call's 8 files)."""
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+    from palimpsa.upgrade.train.trainer import new_mamba2
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "pretrain-base.yaml").read_text())
+    recipe["model"]["scratch"].update(d_model=32, n_layer=2, d_state=16, headdim=16, chunk_size=16)
+    recipe["data"]["tokenizer"] = str(ROOT / "upgrade" / "assets" / "tiny-mamba2")
+    recipe_path = tmp_path / "small.yaml"
+    recipe_path.write_text(yaml.safe_dump(recipe))
+    model = new_mamba2(load_recipe(recipe_path)).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.01 * torch.randn_like(parameter))
+    # a checkpoint as the trainer writes it: the model directory, and the weights in the training state (tied
+    # head left out)
+    checkpoint = tmp_path / "out" / "anneal" / "checkpoints" / "step-0000004"
+    model.save_pretrained(checkpoint / "model")
+    AutoTokenizer.from_pretrained(ROOT / "upgrade" / "assets" / "tiny-mamba2").save_pretrained(checkpoint / "model")
+    (checkpoint / "state").mkdir()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"},
+              checkpoint / "state" / "model.safetensors")
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"step": 4}))
+    args = variants.argparse.Namespace(out=tmp_path / "out", keep_best=tmp_path / "best")
+    variants.keep_best("anneal", {"anneal": 0.5}, args)
+
+    kept = sorted(p.name for p in args.keep_best.iterdir())
+    assert len(kept) <= 8 and "best.json" in kept and "config.json" in kept
+    rebuilt, tokenizer = load_model_and_tokenizer(args.keep_best)
+    from safetensors.torch import load_file
+
+    assert {v.dtype for shard in args.keep_best.glob("model*.safetensors") for v in load_file(shard).values()} \
+        == {torch.bfloat16}
+    ids = torch.tensor([tokenizer("recall this: 42", add_special_tokens=False)["input_ids"]])
+    reference = new_mamba2(load_recipe(recipe_path)).eval()
+    reference.load_state_dict({k: v.bfloat16().float() for k, v in model.state_dict().items()})
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt.float().eval()(ids).logits, reference(ids).logits)
+    # and the same folder as a pack of the recipe's size
+    from_pack, _ = load_model_and_tokenizer(variants.pretrain_base.model_from_pack(args.keep_best, tmp_path / "m",
+                                                                                   recipe_path))
+    with torch.no_grad():
+        torch.testing.assert_close(from_pack.eval()(ids).logits, reference(ids).logits)
