@@ -85,9 +85,9 @@ def test_variants_change_what_they_say(variants, base_recipe):
         variants.variant_recipe(base_recipe, "mqar-huge", 2)
 
 
-def test_model_from_pack_rebuilds_the_packed_model(tmp_path):
-    pretrain_base = _script("pretrain_base")
-    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+def _small_base(tmp_path):
+    """pretrain-base.yaml at a tiny size (its file, for the loaders) and a model of it with weights that are not a
+    fresh model's initialisation."""
     from palimpsa.upgrade.train.trainer import new_mamba2
 
     recipe = yaml.safe_load((ROOT / "recipes" / "pretrain-base.yaml").read_text())
@@ -98,7 +98,15 @@ def test_model_from_pack_rebuilds_the_packed_model(tmp_path):
     model = new_mamba2(load_recipe(recipe_path)).eval()
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.add_(0.01 * torch.randn_like(parameter))  # not the initialisation a fresh model would have
+            parameter.add_(0.01 * torch.randn_like(parameter))
+    return recipe, recipe_path, model
+
+
+def test_model_from_pack_rebuilds_the_packed_model(tmp_path):
+    pretrain_base = _script("pretrain_base")
+    from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
+
+    recipe, recipe_path, model = _small_base(tmp_path)
     state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied, as the trainer saves it
     pack = tmp_path / "pack"
     pack.mkdir()
@@ -209,15 +217,7 @@ def test_the_kept_best_is_a_model_directory_in_bf16(variants, tmp_path):
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
 
-    recipe = yaml.safe_load((ROOT / "recipes" / "pretrain-base.yaml").read_text())
-    recipe["model"]["scratch"].update(d_model=32, n_layer=2, d_state=16, headdim=16, chunk_size=16)
-    recipe["data"]["tokenizer"] = str(ROOT / "upgrade" / "assets" / "tiny-mamba2")
-    recipe_path = tmp_path / "small.yaml"
-    recipe_path.write_text(yaml.safe_dump(recipe))
-    model = new_mamba2(load_recipe(recipe_path)).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.01 * torch.randn_like(parameter))
+    _, recipe_path, model = _small_base(tmp_path)
     # a checkpoint as the trainer writes it: the model directory, and the weights in the training state (tied
     # head left out)
     checkpoint = tmp_path / "out" / "anneal" / "checkpoints" / "step-0000004"
