@@ -20,9 +20,9 @@ On a lent GPU, one call (the ledger returns as one file; unpack it over the repo
     tar czf $OUT/triton-cache.tgz .triton-cache
 
 Triton's kernel cache, returned as ``triton-cache.tgz`` and carried into the next call (git ignores it), cuts the
-start of a call's first fine-tune from about 110 s to 25 s on an H100 (later ones in a call find the cache warm
-anyway; docs/bench/pretrain-base-13m-2026-11-24); TRITON_CACHE_AUTOTUNING keeps the tuned configurations of
-autotuned kernels (mamba_ssm's) in it too.
+start of a call's first process from about 110 s to 25 s on an H100 (measured on the base's pretraining stages,
+docs/bench/pretrain-base-13m-2026-11-24; later processes in a call find the cache warm anyway);
+TRITON_CACHE_AUTOTUNING keeps the tuned configurations of autotuned kernels (mamba_ssm's) in it too.
 
 The order: the base's test evaluation; each arm's learning-rate grid at seed 0 with validation recall (extended
 by a factor 3 beyond an end until the chosen rate is inside; the treatment's grid waits for the control's choice,

@@ -315,9 +315,13 @@ def card(config: dict, report: dict, summary: dict) -> str:
     where = ("Not part of the installed package:\nit lives in the repository (`upgrade/assets/recall-base`) for the "
              "experiment and for users who want a small\nmodel that recalls." if report["met"] else
              "It misses its recall bar (below), so no\nexperiment starts from it; it is kept to be trained further.")
-    return f"""# recall-base: a {size}-parameter byte-level Mamba2 that recalls within its training length
+    title = ("a {size}-parameter byte-level Mamba2 that recalls within its training length" if report["met"] else
+             "a {size}-parameter byte-level Mamba2, short of its recall bar").format(size=size)
+    role = ("The base of the long-context experiment (`docs/results/longctx-protocol.md`)." if report["met"] else
+            "A candidate base for the long-context experiment (`docs/results/longctx-protocol.md`).")
+    return f"""# recall-base: {title}
 
-The base of the long-context experiment (`docs/results/longctx-protocol.md`). Mamba2, d_model {config['d_model']},
+{role} Mamba2, d_model {config['d_model']},
 {config['n_layer']} layers, d_state {ssm['d_state']}, headdim {ssm['headdim']}, expand {ssm['expand']},
 {summary['parameters']:,} parameters, byte-level tokenizer (257 ids, vocabulary padded to
 {summary['padded_vocab']}); mamba_ssm format, weights in bf16 safetensors. {where}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -143,8 +144,10 @@ class Curriculum:
             stage = self.curriculum["stages"][index]
             print(f"pretrain_base_curriculum: stage {index} ({stage['variant']}, {stage['steps']} steps)"
                   + (" resumed" if "--resume" in command else ""), flush=True)
+            began = time.monotonic()
             with open(self.run_dir / f"stage-{index}.log", "a") as log:
                 pretrain_base.run_until(command, deadline, log)
+            wall = time.monotonic() - began
             if not (run / "final" / "config.json").is_file():
                 checkpoint = latest_checkpoint(run)
                 step = json.loads((checkpoint / "trainer_state.json").read_text())["step"] if checkpoint else 0
@@ -158,33 +161,48 @@ class Curriculum:
             rows = _metrics(run)
             self.state["done"].append({"stage": index, "variant": stage["variant"], "steps": stage["steps"],
                                        "train_seconds": sum(pretrain_base._seconds(rows)),
-                                       "tokens": stage["steps"] * _tokens_per_step(run)})
+                                       "tokens": stage["steps"] * _tokens_per_step(run),
+                                       # the process from start to end, when it ran in one piece
+                                       **({} if "--resume" in command else {"wall_seconds": wall})})
             self.state["stage"] = index + 1
             self.save()
 
     def estimate(self, index: int) -> float:
-        """Seconds stage ``index`` is expected to take (0 before any stage has run: the first is tried). A stage's
-        time is a start (a new process: kernels compiled, data workers started; read as how much longer the first
-        logged window took than the steady rate says) and its steps at the steady rate, with 5% on the rate for
-        evaluations and checkpoints and 30 s for the process's end. The rate is the slowest stage's; the start is
-        the newest stage's, since a kernel cache kept from an earlier call or stage (TRITON_CACHE_DIR) shortens
-        it. A stage done without its log is costed at its mean rate plus a 2-minute start."""
-        starts, rates = [], []
+        """Seconds stage ``index`` is expected to take (0 before any stage has run: the first is tried): its steps
+        at the steady rate (the logged windows after the first, evaluations and checkpoints included) of the
+        slowest done stage of its variant, or of any when none of its variant is done (the variants' data differ
+        in cost: easy MQAR's ran at 190K tokens/s against the mixture's 290K), 5% on top as a margin, plus a
+        stage's overhead: everything outside those steps (the process's start with its kernel compilation and data
+        workers, its end with the last evaluation and save), the stage's wall time less its steps at its rate.
+        The overhead is the largest measured unless a kernel cache is kept (``TRITON_CACHE_DIR`` names a folder
+        with files), when it is the newest: a start with a warm cache took ~25 s against ~110 s cold on an H100.
+        A stage done without its log, or resumed, is costed from what it has (its mean rate; its first window's
+        excess plus a minute; 2 minutes)."""
+        overheads, rates, same = [], [], []
+        variant = self.curriculum["stages"][index]["variant"]
         for done in self.state["done"]:
             if not (done["steps"] and done["train_seconds"]):
                 continue
             windows = self._windows(done["stage"])
             if len(windows) >= 3:
                 steady = sum(seconds for _, seconds in windows[1:]) / sum(steps for steps, _ in windows[1:])
-                first_steps, first_seconds = windows[0]
-                starts.append(max(0.0, first_seconds - first_steps * steady) + 30)
-                rates.append(steady * 1.05)
+                rates.append(steady)
+                if done.get("wall_seconds"):
+                    overheads.append(max(0.0, done["wall_seconds"] - done["steps"] * steady))
+                else:  # the first window holds the start; the process before its first step and its end: a minute
+                    first_steps, first_seconds = windows[0]
+                    overheads.append(max(0.0, first_seconds - first_steps * steady) + 60)
             else:
-                starts.append(120.0)
                 rates.append(done["train_seconds"] / done["steps"])
+                overheads.append(120.0)
+            if done["variant"] == variant:
+                same.append(rates[-1])
         if not rates:
             return 0.0
-        return self.curriculum["stages"][index]["steps"] * max(rates) + starts[-1]
+        cache = os.environ.get("TRITON_CACHE_DIR")
+        warm = bool(cache) and Path(cache).is_dir() and any(Path(cache).iterdir())
+        overhead = overheads[-1] if warm else max(overheads)
+        return self.curriculum["stages"][index]["steps"] * max(same or rates) * 1.05 + overhead
 
     def _windows(self, index: int) -> list[tuple[int, float]]:
         """(steps, seconds) of each logged training window of stage ``index``, from its throughput."""

@@ -59,6 +59,7 @@ import pretrain_base  # noqa: E402
 from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
+KEEP_SHARD_BYTES = 14 * 10**6  # --keep-best's shards: at most 15 MB a file in the repository, 16 MiB back from a call
 EASY_NIAH_NEEDLES = [2, 5]  # niah-easy and niah-mix: the FwPKM NIAH with 2-5 needles (the evaluation has 5)
 MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
                  "text-recall", "text-heavy", "niah-easy", "niah-mix", "anneal")
@@ -70,7 +71,8 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
     if recipe["data"].get("tokenizer"):  # the recipe is written elsewhere: its relative paths must not move
         recipe["data"]["tokenizer"] = str((RECIPE.parent / recipe["data"]["tokenizer"]).resolve())
     if init is not None:  # go on from the given weights: fresh optimizer, constant lr, as long as time allows
-        recipe["model"] = {"path": str(init), "upgrade_layers": "none", "dtype": "float32"}
+        # absolute: the recipe is written elsewhere, and its loader reads a relative path from the recipe's folder
+        recipe["model"] = {"path": str(Path(init).resolve()), "upgrade_layers": "none", "dtype": "float32"}
         recipe["data"].pop("tokenizer", None)
         recipe["optim"]["lr"] = lr
         recipe["schedule"] = {"type": "constant", "warmup_steps": 100}
@@ -156,6 +158,10 @@ def run_slot(name: str, base: dict, init: Path | None, args) -> None:
             tail = [line.strip() for line in log_path.read_text(errors="replace").replace("\r", "\n").splitlines()
                     if line.strip() and "%|" not in line][-4:]
             print(f"pretrain_base_variants: {name} ({stage}) failed (exit {status}): " + " / ".join(tail), flush=True)
+        elif status is None and latest_checkpoint(run) is None:
+            print(f"pretrain_base_variants: {name} ({stage}) reached its deadline before its first checkpoint "
+                  f"(every 250 steps; see {log_path.name}): give it more --minutes or a larger --first-share",
+                  flush=True)
         if not last:
             checkpoint = latest_checkpoint(run)
             if checkpoint is None:
@@ -178,7 +184,9 @@ def keep_best(name: str, scored: dict[str, float], args) -> None:
     checkpoint = latest_checkpoint(args.out / name)
     weights = {k: v.to(torch.bfloat16) for k, v in load_file(checkpoint / "state" / "model.safetensors").items()}
     args.keep_best.mkdir(parents=True, exist_ok=True)
-    save_state_dict_sharded(weights, args.keep_best, 14 * 10**6, progress=False)
+    for stale in [*args.keep_best.glob("model*.safetensors"), *args.keep_best.glob("model.safetensors.index.json")]:
+        stale.unlink()  # an earlier race's shards (another count of them) would mix in
+    save_state_dict_sharded(weights, args.keep_best, KEEP_SHARD_BYTES, progress=False)
     for kept in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy2(checkpoint / "model" / kept, args.keep_best / kept)
     (args.keep_best / "best.json").write_text(json.dumps({"variant": name, "mean_recall_1x": scored}, indent=2)
@@ -249,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         run = args.out / name
         checkpoint = latest_checkpoint(run)
         if checkpoint is None:
-            results[name] = {"error": f"no checkpoint (see {name}.log)"}
+            results[name] = {"error": f"no checkpoint (see {name}.*.log)"}
             continue
         step = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
         metrics = run / "metrics.jsonl"  # written every train.log_every steps: absent in a run shorter than that

@@ -180,6 +180,8 @@ def test_the_command_ships_the_base_and_refuses_bad_files(curriculum_module, tmp
     assert "pretrain_base_curriculum.py" in card and "continue for 2 steps, then mqar-small for 2 steps" in card
     # only a base that meets its bar is called the experiment's (a toy base of 4 steps does not)
     assert not summary["bar"]["met"] and "upgrade/assets/recall-base" not in card
+    assert card.startswith("# recall-base: a 0.0M-parameter byte-level Mamba2, short of its recall bar\n\n"
+                           "A candidate base for the long-context experiment")
     assert "It misses its recall bar (below), so no\nexperiment starts from it" in card
     assert json.loads((out / "config.json").read_text())["d_model"] == 32
     # a fresh machine given the finished curriculum's pack ships the same base
@@ -213,34 +215,50 @@ def test_a_stage_that_cannot_end_in_the_call_waits_for_the_next(curriculum_modul
     assert state.estimate(0) == 0.0  # nothing measured: the first stage is tried
     state.state = {"stage": 1, "done": [{"stage": 0, "variant": "continue", "steps": 2, "train_seconds": 100.0,
                                          "tokens": 256}]}
-    assert state.estimate(1) == pytest.approx(4 * 50 + 120)
+    assert state.estimate(1) == pytest.approx(4 * 50 * 1.05 + 120)  # no log: the mean rate, 2 minutes
     state.advance(time.monotonic() + 60, workers=0)
     assert state.state["stage"] == 1 and not state.stage_dir(1).exists()
-    assert "stage 1 needs about 5.3 min, more than is left; it starts in the next call" in capsys.readouterr().out
+    assert "stage 1 needs about 5.5 min, more than is left; it starts in the next call" in capsys.readouterr().out
 
 
-def test_the_estimate_splits_a_stage_into_its_start_and_its_steady_rate(curriculum_module, tmp_path):
+def test_the_estimate_splits_a_stage_into_its_overhead_and_its_steady_rate(curriculum_module, tmp_path,
+                                                                          monkeypatch):
     """A stage's first logged window holds the process's start (kernels compiled, workers started): costing every
-    step at the stage's mean rate would count that start once per step and keep stages out of calls they fit."""
+    step at the stage's mean rate would count that start once per step and keep stages out of calls they fit. The
+    overhead is the largest measured, or the newest when a kernel cache is kept."""
     module = curriculum_module
-    two = module.load_curriculum(_write(tmp_path, [{"variant": "continue", "steps": 400},
-                                                   {"variant": "mqar-small", "steps": 1000}]))
-    state = module.Curriculum(two, tmp_path / "run")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    three = module.load_curriculum(_write(tmp_path, [{"variant": "continue", "steps": 400},
+                                                     {"variant": "mqar-small", "steps": 400},
+                                                     {"variant": "continue", "steps": 1000}]))
+    state = module.Curriculum(three, tmp_path / "run")
     state.run_dir.mkdir(parents=True)
-    # 100 tokens a step: the first 100 steps took 60 s, then 100 steps take 10 s (0.1 s a step)
-    rows = [{"step": 100, "tokens": 100, "tokens_per_s": 100 * 100 / 60.0}]
-    rows += [{"step": step, "tokens": 100, "tokens_per_s": 1000.0} for step in (200, 300, 400)]
-    rows.append({"step": 400, "eval_nll": 1.0})
-    (state.run_dir / "stage-0-metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    def log(index, first_seconds, rate):  # 100 tokens a step, windows of 100 steps; the first took first_seconds
+        rows = [{"step": 100, "tokens": 100, "tokens_per_s": 100 * 100 / first_seconds}]
+        rows += [{"step": step, "tokens": 100, "tokens_per_s": rate} for step in (200, 300, 400)]
+        rows.append({"step": 400, "eval_nll": 1.0})
+        (state.run_dir / f"stage-{index}-metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    log(0, 60.0, 1000.0)  # steady 0.1 s a step; the first 100 steps took 50 s more than that
     state.state = {"stage": 1, "done": [{"stage": 0, "variant": "continue", "steps": 400, "train_seconds": 90.0,
                                          "tokens": 40000}]}
-    # start: 60 s less the 10 s its 100 steps take at the steady rate, plus 30 s; steps: 0.1 s x 1.05
-    assert state.estimate(1) == pytest.approx(1000 * 0.105 + 50 + 30)
-    # a later stage that started from a kept kernel cache: its short start is the one that counts, the rate stays
-    # the slowest stage's
-    quick = [{"step": 100, "tokens": 100, "tokens_per_s": 100 * 100 / 15.0}]
-    quick += [{"step": step, "tokens": 100, "tokens_per_s": 2000.0} for step in (200, 300, 400)]
-    (state.run_dir / "stage-1-metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in quick))
+    # no wall time recorded: the first window's excess plus a minute for the process outside the windows
+    assert state.estimate(2) == pytest.approx(1000 * 0.1 * 1.05 + 50 + 60)
+    state.state["done"][0]["wall_seconds"] = 150.0  # 400 steps at 0.1 s: 110 s of the stage were overhead
+    assert state.estimate(2) == pytest.approx(1000 * 0.1 * 1.05 + 110)
+
+    log(1, 15.0, 2000.0)  # a faster stage that started from a warm cache: wall 60 s, 20 s of steps at 0.05 s
     state.state["done"].append({"stage": 1, "variant": "mqar-small", "steps": 400, "train_seconds": 30.0,
-                                "tokens": 40000})
-    assert state.estimate(1) == pytest.approx(1000 * 0.105 + (15 - 5) + 30)
+                                "tokens": 40000, "wall_seconds": 60.0})
+    assert state.estimate(2) == pytest.approx(1000 * 0.1 * 1.05 + 110)  # overhead: the largest
+    # the rate is the slowest of the stage's own variant when one is done: the slow stage 0 was "continue"
+    state.curriculum["stages"][2]["variant"] = "mqar-small"
+    assert state.estimate(2) == pytest.approx(1000 * 0.05 * 1.05 + 110)
+    state.curriculum["stages"][2]["variant"] = "continue"
+    cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    assert state.estimate(2) == pytest.approx(1000 * 0.1 * 1.05 + 110)  # named but empty: a cold start
+    cache.mkdir()
+    (cache / "kernel.bin").write_bytes(b"x")
+    assert state.estimate(2) == pytest.approx(1000 * 0.1 * 1.05 + 40)  # a kept cache: the newest overhead

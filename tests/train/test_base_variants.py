@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -198,6 +200,26 @@ def test_a_stage_that_fails_says_why_in_the_races_output(variants, tmp_path, mon
         in out and "%|" not in out
 
 
+def test_a_stage_stopped_at_its_deadline_is_not_called_failed(variants, tmp_path, monkeypatch, capsys):
+    args = variants.argparse.Namespace(out=tmp_path, workers=0, lr=5e-4, anneal_steps=1200, overrides=[],
+                                       minutes=1.0, first_share=0.5)
+    base = yaml.safe_load((ROOT / "recipes" / "pretrain-base.yaml").read_text())
+    for status in (0, None):
+        monkeypatch.setattr(variants.pretrain_base, "run_until", lambda *a, status=status, **k: status)
+        variants.run_slot("anneal", base, ROOT / "upgrade" / "assets" / "tiny-mamba2", args)
+        out = capsys.readouterr().out
+        assert "failed" not in out
+        # stopped at the deadline with nothing saved: the race says so (the table would only say "no checkpoint")
+        assert ("reached its deadline before its first checkpoint" in out) == (status is None)
+
+
+def test_a_relative_start_becomes_an_absolute_model_path(variants, base_recipe, tmp_path, monkeypatch):
+    """The recipe is written into the race's folder and read from there: a relative start would be read from it."""
+    monkeypatch.chdir(ROOT)
+    recipe = variants.variant_recipe(base_recipe, "continue", workers=0, init=Path("upgrade/assets/tiny-mamba2"))
+    assert recipe["model"]["path"] == str(ROOT / "upgrade" / "assets" / "tiny-mamba2")
+
+
 def test_init_model_is_a_model_directory_and_excludes_init_pack(variants, tmp_path, capsys):
     with pytest.raises(SystemExit):
         variants.main(["--init-model", str(tmp_path), "--variants", "continue", "--out", str(tmp_path / "o")])
@@ -228,10 +250,17 @@ def test_the_kept_best_is_a_model_directory_in_bf16(variants, tmp_path):
               checkpoint / "state" / "model.safetensors")
     (checkpoint / "trainer_state.json").write_text(json.dumps({"step": 4}))
     args = variants.argparse.Namespace(out=tmp_path / "out", keep_best=tmp_path / "best")
+    args.keep_best.mkdir()
+    (args.keep_best / "model-00009-of-00009.safetensors").write_bytes(b"an earlier race's")
     variants.keep_best("anneal", {"anneal": 0.5}, args)
 
-    kept = sorted(p.name for p in args.keep_best.iterdir())
-    assert len(kept) <= 8 and "best.json" in kept and "config.json" in kept
+    shards = sorted(p.name for p in args.keep_best.glob("model*.safetensors"))
+    assert shards == ["model.safetensors"]  # one shard at this size; the earlier race's is gone
+    beside = {"config.json", "tokenizer.json", "tokenizer_config.json", "best.json"}
+    assert {p.name for p in args.keep_best.iterdir()} == set(shards) | beside
+    # a 13.9M base (13,900,672 parameters, 2 bytes each): its shards, their index and the rest fit the 8 files a
+    # device call returns
+    assert math.ceil(13_900_672 * 2 / variants.KEEP_SHARD_BYTES) + 1 + len(beside) <= 8
     rebuilt, tokenizer = load_model_and_tokenizer(args.keep_best)
     from safetensors.torch import load_file
 
