@@ -160,8 +160,8 @@ class Ledger:
 
     def save(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.path, json.dumps({"settings": _public(self.settings), "pieces": self.pieces}, indent=1,
-                                            default=_json_default) + "\n")
+        write_text_atomic(self.path, json.dumps({"settings": _public(self.settings), "pieces": self.pieces},
+                                                indent=1, default=_json_default) + "\n")
 
     def land(self, piece: str, result: dict, records: dict | None = None) -> None:
         if records is not None:

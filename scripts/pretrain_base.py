@@ -36,6 +36,7 @@ LENGTHS = [512, 1024, 2048, 4096]
 BAR = 0.90
 DEPTHS = [0.0, 0.25, 0.5, 0.75, 1.0]  # needle depths of the bar's passkey and NIAH prompts
 TASKS = ("passkey", "niah_fwpkm", "repeat", "mqar_32", "mqar_gap_8")
+SHARD_BYTES = 14 * 10**6  # packed shards: at most 15 MB a file in the repository, 16 MiB back from a device call
 
 
 def train(args) -> bool:
@@ -81,6 +82,20 @@ def run_until(command: list[str], deadline: float, log=None, grace: float = 120)
 SMALL_STATE = ("scheduler.bin", "random_states_0.pkl")
 
 
+def write_shards(weights: dict, folder: Path, bf16: bool = False) -> None:
+    """``weights`` (in bf16 with ``bf16``) as ``folder``'s model shards of at most :data:`SHARD_BYTES`, replacing
+    any shards and index that an earlier write left there (another count of them would mix in)."""
+    import torch
+    from palimpsa.upgrade.io.shards import save_state_dict_sharded
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in [*folder.glob("model*.safetensors"), *folder.glob("model.safetensors.index.json")]:
+        stale.unlink()
+    if bf16:
+        weights = {k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}
+    save_state_dict_sharded(weights, folder, SHARD_BYTES, progress=False)
+
+
 def pack(run_dir: Path, folder: Path) -> None:
     """The run's newest checkpoint in a form that travels (a device call returns at most 64 MB, 16 MB a file, and
     takes at most 64 MB with the repository): the float32 weights in shards of at most 14 MB, Adam's second moments in
@@ -96,17 +111,14 @@ def pack(run_dir: Path, folder: Path) -> None:
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise SystemExit(f"pretrain_base: {run_dir} has no checkpoint to pack")
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in [*folder.glob("model*.safetensors"), *folder.glob("model.safetensors.index.json")]:
-        stale.unlink()  # an earlier pack's shards (another count of them) would mix in
-    save_state_dict_sharded(load_file(checkpoint / "state" / "model.safetensors"), folder, 14 * 10**6, progress=False)
+    write_shards(load_file(checkpoint / "state" / "model.safetensors"), folder)
     optimizer = torch.load(checkpoint / "state" / "optimizer.bin", map_location="cpu", weights_only=False)
     # in shards too: a larger base's second moments exceed what a device call returns in one file
     (folder / "exp_avg_sq.safetensors").unlink(missing_ok=True)  # an older pack's single file would shadow them
     shutil.rmtree(folder / "exp_avg_sq", ignore_errors=True)
     (folder / "exp_avg_sq").mkdir()
     save_state_dict_sharded({str(i): s["exp_avg_sq"].to(torch.bfloat16).contiguous()
-                             for i, s in optimizer["state"].items()}, folder / "exp_avg_sq", 14 * 10**6,
+                             for i, s in optimizer["state"].items()}, folder / "exp_avg_sq", SHARD_BYTES,
                             progress=False)
     torch.save({"param_groups": optimizer["param_groups"],
                 "steps": {str(i): s["step"] for i, s in optimizer["state"].items()}}, folder / "optimizer_meta.pt")
@@ -408,15 +420,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _seconds(rows: list[dict]) -> list[float]:
-    """Training time from the logged throughput: tokens per logged window over tokens per second."""
-    times, last = [], 0
+def windows(rows: list[dict]) -> list[tuple[int, float]]:
+    """(steps, seconds) of each logged training window, from its throughput: the window's tokens over its tokens
+    per second."""
+    found, last = [], 0
     for row in rows:
-        if "tokens_per_s" in row and row["tokens_per_s"]:
-            window = (row["step"] - last) * row["tokens"]
-            times.append(window / row["tokens_per_s"])
+        if row.get("tokens_per_s"):
+            found.append((row["step"] - last, (row["step"] - last) * row["tokens"] / row["tokens_per_s"]))
             last = row["step"]
-    return times
+    return found
+
+
+def _seconds(rows: list[dict]) -> list[float]:
+    """Training time from the logged throughput, per logged window."""
+    return [seconds for _, seconds in windows(rows)]
 
 
 if __name__ == "__main__":

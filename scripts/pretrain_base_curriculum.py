@@ -158,7 +158,7 @@ class Curriculum:
                 print(f"pretrain_base_curriculum: stage {index} paused at step {step}; call again to go on",
                       flush=True)
                 return
-            rows = _metrics(run)
+            rows = self._rows(index) or []
             self.state["done"].append({"stage": index, "variant": stage["variant"], "steps": stage["steps"],
                                        "train_seconds": sum(pretrain_base._seconds(rows)),
                                        "tokens": stage["steps"] * _tokens_per_step(run),
@@ -205,29 +205,26 @@ class Curriculum:
         return self.curriculum["stages"][index]["steps"] * max(same or rates) * 1.05 + overhead
 
     def _windows(self, index: int) -> list[tuple[int, float]]:
-        """(steps, seconds) of each logged training window of stage ``index``, from its throughput."""
-        run = self.stage_dir(index)
-        stored = self.run_dir / f"stage-{index}-metrics.jsonl"
-        rows = _metrics(run) or ([json.loads(line) for line in stored.read_text().splitlines() if line.strip()]
-                                 if stored.is_file() else [])
-        windows, last = [], 0
-        for row in rows:
-            if row.get("tokens_per_s"):
-                windows.append((row["step"] - last, (row["step"] - last) * row["tokens"] / row["tokens_per_s"]))
-                last = row["step"]
-        return windows
+        """(steps, seconds) of each logged training window of stage ``index``."""
+        return pretrain_base.windows(self._rows(index) or [])
+
+    def _rows(self, index: int) -> list[dict] | None:
+        """Stage ``index``'s log rows: its run's while it is here, else the copy a pack brought; None if neither."""
+        source = self.stage_dir(index) / "metrics.jsonl"
+        if not source.is_file():
+            source = self.run_dir / f"stage-{index}-metrics.jsonl"
+        if not source.is_file():
+            return None
+        return [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
 
     def metrics(self) -> list[dict]:
         """Every stage's log rows, with ``stage`` and the curriculum's running ``step``."""
         rows, offset = [], 0
         for index in range(min(self.state["stage"] + 1, len(self.curriculum["stages"]))):
-            run = self.stage_dir(index)
-            stored = self.run_dir / f"stage-{index}-metrics.jsonl"
-            source = run / "metrics.jsonl" if (run / "metrics.jsonl").is_file() else stored
-            if not source.is_file():
+            stage_rows = self._rows(index)
+            if stage_rows is None:
                 continue
-            for row in (json.loads(line) for line in source.read_text().splitlines() if line.strip()):
-                rows.append({**row, "stage": index, "step": offset + row["step"]})
+            rows += [{**row, "stage": index, "step": offset + row["step"]} for row in stage_rows]
             offset += self.curriculum["stages"][index]["steps"]
         return rows
 
@@ -274,14 +271,15 @@ class Curriculum:
         index = self.state["stage"]
         if self.finished:  # the base: its weights (shipped in bf16 anyway) and the last stage's recipe
             last = self.stage_dir(index - 1)
-            _bf16_weights(last / "final", folder / "final")
+            pretrain_base.write_shards(pretrain_base.packed_weights(last / "final"), folder / "final", bf16=True)
             shutil.copy2(last / "recipe.yaml", folder / "final" / "recipe.yaml")
         elif latest_checkpoint(self.stage_dir(index)) is not None:
             # mid-stage: the float32 weights and Adam's second moments, 6 bytes a parameter (a 5.8M base's 35 MB
             # fits a device call beside the repository; a 13.9M base's 84 MB does not: end its calls at a stage)
             pretrain_base.pack(self.stage_dir(index), folder / "stage")
         elif index > 0:  # between stages: the next starts with a fresh optimizer from these weights, in bf16
-            _bf16_weights(self.init_of(index), folder / "init")
+            pretrain_base.write_shards(pretrain_base.packed_weights(self.init_of(index)), folder / "init",
+                                       bf16=True)
 
 
     def scratch_recipe(self) -> Path:
@@ -357,22 +355,6 @@ def _reconcile(run: Path, recipe_path: Path) -> None:
         raise SystemExit(f"pretrain_base_curriculum: the curriculum changed under the stage in {run} ({differs}); "
                          "restore the curriculum file, or start a new --run-dir")
     (run / "recipe.yaml").write_text(here.to_yaml())
-
-
-def _bf16_weights(model_dir: Path, folder: Path) -> None:
-    """A model directory's weights in bf16 shards of at most 14 MB (``model_from_pack`` reads them back)."""
-    import torch
-    from palimpsa.upgrade.io.shards import save_state_dict_sharded
-
-    weights = pretrain_base.packed_weights(model_dir)
-    folder.mkdir(parents=True)
-    save_state_dict_sharded({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, folder,
-                            14 * 10**6, progress=False)
-
-
-def _metrics(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
 def _tokens_per_step(run: Path) -> int:

@@ -59,7 +59,6 @@ import pretrain_base  # noqa: E402
 from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
-KEEP_SHARD_BYTES = 14 * 10**6  # --keep-best's shards: at most 15 MB a file in the repository, 16 MiB back from a call
 EASY_NIAH_NEEDLES = [2, 5]  # niah-easy and niah-mix: the FwPKM NIAH with 2-5 needles (the evaluation has 5)
 MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
                  "text-recall", "text-heavy", "niah-easy", "niah-mix", "anneal")
@@ -176,17 +175,11 @@ def keep_best(name: str, scored: dict[str, float], args) -> None:
     config and tokenizer beside them: a folder that ``--init-pack`` reads (a base of the recipe's size) and that
     ``--init-model`` or any loader takes as a model directory (any size). A 13.9M base's is 7 files, 28 MB: a
     device call returns at most 8."""
-    import torch
-    from palimpsa.upgrade.io.shards import save_state_dict_sharded
     from palimpsa.upgrade.train.layout import latest_checkpoint
     from safetensors.torch import load_file
 
     checkpoint = latest_checkpoint(args.out / name)
-    weights = {k: v.to(torch.bfloat16) for k, v in load_file(checkpoint / "state" / "model.safetensors").items()}
-    args.keep_best.mkdir(parents=True, exist_ok=True)
-    for stale in [*args.keep_best.glob("model*.safetensors"), *args.keep_best.glob("model.safetensors.index.json")]:
-        stale.unlink()  # an earlier race's shards (another count of them) would mix in
-    save_state_dict_sharded(weights, args.keep_best, KEEP_SHARD_BYTES, progress=False)
+    pretrain_base.write_shards(load_file(checkpoint / "state" / "model.safetensors"), args.keep_best, bf16=True)
     for kept in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy2(checkpoint / "model" / kept, args.keep_best / kept)
     (args.keep_best / "best.json").write_text(json.dumps({"variant": name, "mean_recall_1x": scored}, indent=2)

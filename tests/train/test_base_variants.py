@@ -260,7 +260,7 @@ def test_the_kept_best_is_a_model_directory_in_bf16(variants, tmp_path):
     assert {p.name for p in args.keep_best.iterdir()} == set(shards) | beside
     # a 13.9M base (13,900,672 parameters, 2 bytes each): its shards, their index and the rest fit the 8 files a
     # device call returns
-    assert math.ceil(13_900_672 * 2 / variants.KEEP_SHARD_BYTES) + 1 + len(beside) <= 8
+    assert math.ceil(13_900_672 * 2 / variants.pretrain_base.SHARD_BYTES) + 1 + len(beside) <= 8
     rebuilt, tokenizer = load_model_and_tokenizer(args.keep_best)
     from safetensors.torch import load_file
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from dataclasses import dataclass, field
 
 import torch
@@ -257,12 +256,12 @@ def score_text(task: str, completion: str, answer: str) -> dict[str, float]:
         said = completion.strip()
         return {"score": float(said.startswith(answer)),
                 "part": sum(a == b for a, b in zip(said, answer)) / len(answer)}
-    from .evaluation import passkey_correct
+    from .evaluation import first_digits
 
-    scores = {"score": float(passkey_correct(completion, answer))}  # the first run of digits is the answer
+    digits = first_digits(completion)  # the answer, as passkey_correct reads it
+    scores = {"score": float(digits == answer)}
     if task == "niah_fwpkm":
-        digits = re.search(r"\d+", completion)
-        scores["part"] = sum(a == b for a, b in zip(digits.group(0) if digits else "", answer)) / len(answer)
+        scores["part"] = sum(a == b for a, b in zip(digits, answer)) / len(answer)
     return scores
 
 

@@ -82,9 +82,14 @@ def greedy_answers(model, tokenizer, samples: list[Sample], batch_size: int, pro
     return [results[i] for i in range(len(samples))]
 
 
-def passkey_correct(completion: str, answer: str) -> bool:
+def first_digits(completion: str) -> str:
+    """The first run of digits in a completion: the answer of a task whose answer is a number ("" if none)."""
     digits = re.search(r"\d+", completion)
-    return digits is not None and digits.group(0) == answer
+    return digits.group(0) if digits else ""
+
+
+def passkey_correct(completion: str, answer: str) -> bool:
+    return bool(answer) and first_digits(completion) == answer
 
 
 def niah_correct(completion: str, answer: str) -> bool:
