@@ -28,6 +28,11 @@ fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
 - ``niah-easy``: NIAH in the FwPKM form alone with 2-5 needles (the evaluation has 5), the form in which key
   matching should start as MQAR's did in ``mqar-small``;
 - ``niah-mix``: ``text-heavy`` with NIAH-FwPKM's documents from 2-5 needles: the easy form kept in the mixture;
+- ``niah-multi``: NIAH in the FwPKM form alone with 2-5 needles, 2-4 of them asked in turn at the document's end,
+  each question followed by its answer (every answer in the loss): several key matches per document where
+  ``niah-easy`` has one, so a document's other needles are wrong answers that the loss sees;
+- ``multi-mix``: ``text-heavy`` with NIAH-FwPKM's documents from 2-5 needles, 1-3 of them asked;
+- ``multi-anneal``: ``multi-mix`` under ``anneal``'s schedule;
 - ``anneal``: the mixture unchanged, after a 50-step warmup the learning rate decayed from ``--lr`` (with
   ``--init-pack``; else the recipe's) along a cosine to 2% of it over ``--anneal-steps`` steps, where the run ends
   (the constant-rate variants leave the weights noisy).
@@ -59,9 +64,11 @@ import pretrain_base  # noqa: E402
 from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
-EASY_NIAH_NEEDLES = [2, 5]  # niah-easy and niah-mix: the FwPKM NIAH with 2-5 needles (the evaluation has 5)
+EASY_NIAH_NEEDLES = [2, 5]  # niah-easy, niah-mix, niah-multi, multi-mix: 2-5 needles (the evaluation has 5)
+MULTI_QUERIES = {"niah-multi": [2, 4], "multi-mix": [1, 3], "multi-anneal": [1, 3]}  # needles asked per document
 MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
-                 "text-recall", "text-heavy", "niah-easy", "niah-mix", "anneal")
+                 "text-recall", "text-heavy", "niah-easy", "niah-mix", "niah-multi", "multi-mix", "multi-anneal",
+                 "anneal")
 
 
 def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None, lr: float = 1e-3,
@@ -95,17 +102,21 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
         elif name == "mqar-small":
             by_task["mqar"]["pairs"] = [2, 16]
             recipe["data"]["sources"] = [by_task["mqar"]]
-        elif name in ("text-heavy", "niah-mix"):
+        elif name in ("text-heavy", "niah-mix", "multi-mix", "multi-anneal"):
             for task in ("niah-fwpkm", "repeat"):
                 by_task[task]["weight"] *= 3
-            if name == "niah-mix":
+            if name != "text-heavy":
                 by_task["niah-fwpkm"]["needles"] = list(EASY_NIAH_NEEDLES)
+            if name in MULTI_QUERIES:
+                by_task["niah-fwpkm"]["queries"] = list(MULTI_QUERIES[name])
         elif name == "text-recall":
             recipe["data"]["sources"] = [by_task["niah-fwpkm"], by_task["repeat"]]
-        elif name == "niah-easy":
+        elif name in ("niah-easy", "niah-multi"):
             by_task["niah-fwpkm"]["needles"] = list(EASY_NIAH_NEEDLES)
+            if name in MULTI_QUERIES:
+                by_task["niah-fwpkm"]["queries"] = list(MULTI_QUERIES[name])
             recipe["data"]["sources"] = [by_task["niah-fwpkm"]]
-        elif name == "anneal":
+        if name in ("anneal", "multi-anneal"):
             recipe["schedule"] = {"type": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.02}
             recipe["train"]["max_steps"] = anneal_steps
         # a variant that dropped the text keeps it at a negligible weight: eval batches come from the first source

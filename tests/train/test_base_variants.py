@@ -44,7 +44,8 @@ def _synthetic(recipe: dict) -> dict:
 
 
 @pytest.mark.parametrize("name", ["continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
-                                  "text-recall", "text-heavy", "niah-easy", "niah-mix", "anneal"])
+                                  "text-recall", "text-heavy", "niah-easy", "niah-mix", "niah-multi", "multi-mix",
+                                  "multi-anneal", "anneal"])
 def test_every_variant_is_a_valid_recipe_from_given_weights(variants, base_recipe, name, tmp_path):
     recipe = variants.variant_recipe(base_recipe, name, workers=2, init=ROOT / "upgrade" / "assets" / "tiny-mamba2",
                                      lr=5e-4)
@@ -53,7 +54,7 @@ def test_every_variant_is_a_valid_recipe_from_given_weights(variants, base_recip
     loaded = load_recipe(path)  # validates, and resolves paths from the file's folder (elsewhere than recipes/)
     assert loaded.model.scratch is None and loaded.model.upgrade_layers == "none"
     assert loaded.optim.lr == 5e-4
-    if name == "anneal":  # decays to 2% of the rate over --anneal-steps, where the run stops
+    if name in ("anneal", "multi-anneal"):  # decays to 2% of the rate over --anneal-steps, where the run stops
         assert (loaded.schedule.type, loaded.schedule.min_lr_ratio) == ("cosine", 0.02)
         assert loaded.train.max_steps == 2400
     else:
@@ -80,11 +81,34 @@ def test_variants_change_what_they_say(variants, base_recipe):
     mixed = _synthetic(variants.variant_recipe(base_recipe, "niah-mix", 2))
     assert mixed["niah-fwpkm"]["needles"] == [2, 5] and mixed["repeat"] == text["repeat"]
     assert mixed["niah-fwpkm"]["weight"] == text["niah-fwpkm"]["weight"] and mixed["mqar"] == original["mqar"]
+    multi = _synthetic(variants.variant_recipe(base_recipe, "niah-multi", 2))
+    assert list(multi) == ["niah-fwpkm"] and (multi["niah-fwpkm"]["needles"], multi["niah-fwpkm"]["queries"]) == (
+        [2, 5], [2, 4])
+    for name in ("multi-mix", "multi-anneal"):
+        both = _synthetic(variants.variant_recipe(base_recipe, name, 2))
+        assert (both["niah-fwpkm"]["needles"], both["niah-fwpkm"]["queries"]) == ([2, 5], [1, 3])
+        assert both["repeat"] == text["repeat"] and both["mqar"] == original["mqar"]
+    assert "queries" not in original["niah-fwpkm"]
     annealed = variants.variant_recipe(base_recipe, "anneal", 2, anneal_steps=900)
     assert annealed["data"]["sources"] == base_recipe["data"]["sources"] and annealed["train"]["max_steps"] == 900
     assert base_recipe["data"]["sources"][4]["pairs"] == [4, 64]  # the recipe itself is left alone
     with pytest.raises(SystemExit, match="unknown variant"):
         variants.variant_recipe(base_recipe, "mqar-huge", 2)
+
+
+@pytest.mark.parametrize("name", ["niah-multi", "multi-mix"])
+def test_the_multi_query_variants_fit_the_recipes_rows(variants, base_recipe, name):
+    """Their documents open and are made at the recipe's row length (the needles and questions fit)."""
+    from palimpsa.upgrade.train.data.mixture import DocumentSource
+    from palimpsa.upgrade.train.recipe import SourceSection
+    from transformers import AutoTokenizer
+
+    recipe = variants.variant_recipe(base_recipe, name, 2)
+    tokenizer = AutoTokenizer.from_pretrained(str(ROOT / "upgrade" / "assets" / "tiny-mamba2"))
+    [niah] = [SourceSection(**s) for s in recipe["data"]["sources"] if s.get("task") == "niah-fwpkm"]
+    documents = DocumentSource([niah], tokenizer, seq_len=recipe["data"]["seq_len"], seed=0, vocab_size=None)
+    for _ in range(3):
+        assert len(documents.next_document()) <= recipe["data"]["seq_len"]
 
 
 def _small_base(tmp_path):

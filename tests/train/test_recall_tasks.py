@@ -125,3 +125,52 @@ def test_fwpkm_needles_range(tok):
     with pytest.raises(PalimpsaError, match=r"more than the 1[0-9] needles that fit in seq_len 512"):
         DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", needles=(2, 20))], tok, seq_len=512,
                        vocab_size=VOCAB)
+
+
+def test_fwpkm_queries_ask_distinct_needles_and_train_on_every_answer(tok):
+    """The training form with several questions: each asked key is a needle of the document, no key is asked twice,
+    the first asked is the one at the drawn depth, and exactly the answers' digits carry the loss."""
+    section = SourceSection(type="synthetic", task="niah-fwpkm", documents=12, loss="answer", needles=(2, 5),
+                            queries=(2, 4))
+    documents = DocumentSource([section], tok, seq_len=512, seed=3, vocab_size=VOCAB)
+    asked_counts = set()
+    for _ in range(12):
+        doc = documents.next_document()
+        text = tok.decode(doc)
+        assert len(doc) <= 512
+        needles = dict(re.findall(r"The value of key ([A-Z]{4}) is (\d{6})\. ", text))
+        asked = re.findall(r"\nWhat is the value of key ([A-Z]{4})\? The value of key \1 is (\d{6})", text)
+        assert 2 <= len(asked) <= min(4, len(needles)) and len({k for k, _ in asked}) == len(asked)
+        assert all(needles[key] == value for key, value in asked)  # every answer is its own key's value
+        asked_counts.add(len(asked))
+        targets = "".join(chr(t) for t, keep in zip(doc, doc.targets) if keep)
+        assert targets == "".join(" " + value for _, value in asked)
+    assert len(asked_counts) > 1
+
+
+def test_fwpkm_single_query_form_is_unchanged_by_the_queries_generator(tok):
+    """With one query the shared generator gives the evaluation's prompts: same text, same answer."""
+    from palimpsa.upgrade.evaluate.tasks import fwpkm_niah_queries
+
+    haystack = docstring_text()
+    [sample] = fwpkm_niah_samples(tok, haystack, [300], [0.4], 1, 11, needles=3)
+    [(prompt, answer)] = fwpkm_niah_queries(tok, haystack, 300, 0.4, 3, 1, 11)
+    assert (prompt, answer) == (sample.prompt, sample.answer)
+    turns = fwpkm_niah_queries(tok, haystack, 300, 0.4, 3, 3, 11)
+    assert turns[0][1] == sample.answer and all(text.startswith(".\nWhat is") for text, _ in turns[1:])
+    with pytest.raises(ValueError, match="queries"):
+        fwpkm_niah_queries(tok, haystack, 300, 0.4, 3, 4, 11)
+
+
+def test_fwpkm_queries_are_checked(tok):
+    from palimpsa.upgrade.errors import PalimpsaError
+
+    with pytest.raises(ValueError, match="queries"):
+        SourceSection(type="synthetic", task="repeat", queries=(2, 3))
+    with pytest.raises(ValueError, match="queries"):
+        SourceSection(type="synthetic", task="niah-fwpkm", queries=(0, 3))
+    with pytest.raises(PalimpsaError, match=r"5 needles with queries \[5, 5\] do not fit in seq_len 384"):
+        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", queries=(5, 5))], tok, seq_len=384,
+                       vocab_size=VOCAB)
+    DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", queries=(1, 2))], tok, seq_len=384,
+                   vocab_size=VOCAB)  # 5 needles and 2 questions fit in 384

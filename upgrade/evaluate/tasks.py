@@ -274,18 +274,39 @@ def fwpkm_niah_samples(tokenizer, haystack: str, lengths: list[int], depths: lis
     for length in lengths:
         for depth in depths:
             for _ in range(per_cell):
-                keys = ["".join(rng.choices(KEY_ALPHABET, k=4)) for _ in range(needles)]
-                while len(set(keys)) < needles:
-                    keys[rng.randrange(needles)] = "".join(rng.choices(KEY_ALPHABET, k=4))
-                values = [str(rng.randint(100_000, 999_999)) for _ in keys]
-                placed = [(FWPKM_NEEDLE.format(key=keys[0], value=values[0]), depth)]
-                placed += [(FWPKM_NEEDLE.format(key=key, value=value), rng.random())
-                           for key, value in zip(keys[1:], values[1:])]
-                question = FWPKM_QUESTION.format(key=keys[0])
-                text = _haystack_window(haystack, rng, 8 * length)
-                prompt = _fill_to_length(tokenizer, "", placed, question, length, haystack=text)
-                samples.append(Sample(prompt, values[0], length, depth))
+                [(prompt, answer)] = _fwpkm_turns(tokenizer, haystack, rng, length, depth, needles, 1)
+                samples.append(Sample(prompt, answer, length, depth))
     return samples
+
+
+def fwpkm_niah_queries(tokenizer, haystack: str, length: int, depth: float, needles: int, queries: int,
+                       seed: int) -> list[tuple[str, str]]:
+    """One NIAH document in the FwPKM form that asks ``queries`` of its ``needles`` keys in turn (a training form
+    with several answers per document; the first asked sits at ``depth``, the others are drawn without
+    repeats): ``[(text, answer), ...]``, the document being ``text + " " + answer`` of each turn in order, every
+    later text opening with the "." that ends the answer before it. About ``length`` tokens in all."""
+    if not 1 <= queries <= needles:
+        raise ValueError(f"fwpkm_niah_queries: queries ({queries}) must be between 1 and the needles ({needles})")
+    return _fwpkm_turns(tokenizer, haystack, random.Random(seed + 104729), length, depth, needles, queries)
+
+
+def _fwpkm_turns(tokenizer, haystack: str, rng: random.Random, length: int, depth: float, needles: int,
+                 queries: int) -> list[tuple[str, str]]:
+    keys = ["".join(rng.choices(KEY_ALPHABET, k=4)) for _ in range(needles)]
+    while len(set(keys)) < needles:
+        keys[rng.randrange(needles)] = "".join(rng.choices(KEY_ALPHABET, k=4))
+    values = [str(rng.randint(100_000, 999_999)) for _ in keys]
+    placed = [(FWPKM_NEEDLE.format(key=keys[0], value=values[0]), depth)]
+    placed += [(FWPKM_NEEDLE.format(key=key, value=value), rng.random())
+               for key, value in zip(keys[1:], values[1:])]
+    asked = [0] + (rng.sample(range(1, needles), queries - 1) if queries > 1 else [])
+    questions = [("." if turn else "") + FWPKM_QUESTION.format(key=keys[i]) for turn, i in enumerate(asked)]
+    # the haystack fills what the needles and every turn but the last's question leave
+    tail = "".join(q + " " + values[i] for q, i in zip(questions[:-1], asked)) + questions[-1]
+    text = _haystack_window(haystack, rng, 8 * length)
+    prompt = _fill_to_length(tokenizer, "", placed, tail, length, haystack=text)
+    first = prompt[: len(prompt) - len(tail)] + questions[0]
+    return [(first, values[asked[0]])] + [(q, values[i]) for q, i in zip(questions[1:], asked[1:])]
 
 
 def repeat_samples(tokenizer, haystack: str, lengths: list[int], per_cell: int, seed: int,

@@ -87,6 +87,10 @@ class SourceSection(Section):
                                           "up to that most)")
     needles: tuple[int, int] | None = Field(None, description="niah-fwpkm: the range of needles per document, "
                                             "drawn uniformly (default: 5, the evaluation's form)")
+    queries: tuple[int, int] | None = Field(None, description="niah-fwpkm: the range of needles asked in turn at "
+                                            "the end of a document, each question followed by its answer, drawn "
+                                            "uniformly and capped by the document's needles (default: 1, the "
+                                            "evaluation's form)")
     documents: int = Field(256, ge=1, description="synthetic documents per epoch (new ones every epoch)")
     weight: float = Field(1.0, gt=0, description="share of this source in the mixture")
     loss: Literal["all", "answer"] = Field("all", description="synthetic documents: loss on every token, or on the "
@@ -110,6 +114,9 @@ class SourceSection(Section):
         if self.needles is not None and (self.task != "niah-fwpkm" or not 1 <= self.needles[0] <= self.needles[1]
                                          <= 24):
             raise ValueError("needles [low, high] (1 <= low <= high <= 24) applies to the niah-fwpkm task")
+        if self.queries is not None and (self.task != "niah-fwpkm" or not 1 <= self.queries[0] <= self.queries[1]
+                                         <= 24):
+            raise ValueError("queries [low, high] (1 <= low <= high <= 24) applies to the niah-fwpkm task")
         if self.loss == "answer" and self.type != "synthetic":
             raise ValueError(f"loss: answer needs a synthetic source (a {self.type} source has no answers)")
         return self

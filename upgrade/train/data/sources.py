@@ -19,7 +19,9 @@ Sources (``data.sources``, or ``data.path`` for one local source):
 - ``synthetic``: ``documents`` seeded documents per epoch from :mod:`palimpsa.upgrade.evaluate.tasks`, generated on
   demand and new in every epoch (the seed includes the epoch), so repeated epochs never repeat a document: passkey,
   niah (0 to 3 distractor needles), niah-fwpkm (five 4-character keys with 6-digit values in the standard library's
-  docstrings; ``needles: [low, high]`` draws their number uniformly from that range instead) and repeat (a
+  docstrings; ``needles: [low, high]`` draws their number uniformly from that range instead; ``queries: [low,
+  high]`` asks that many of them in turn at the end, each question followed by its answer, all answers in the
+  loss) and repeat (a
   24-character string to repeat after a gap of docstrings) as ``prompt + " " + answer``
   text of ``seq_len // 4`` to ``seq_len - 16`` tokens (at least 64); mqar as token ids (``k v`` pairs then the
   queried keys each followed by its value) of at most ``seq_len`` tokens, drawn from the tokenizer's range below
@@ -50,6 +52,7 @@ from ...evaluate.tasks import (
     FWPKM_NEEDLES,
     FWPKM_QUESTION,
     docstring_text,
+    fwpkm_niah_queries,
     fwpkm_niah_samples,
     mqar_gap_samples,
     mqar_gap_setup,
@@ -296,7 +299,7 @@ class _SyntheticReader(Reader):
                  label: str):
         self.label, self.task, self.count = label, section.task, section.documents
         self.tokenizer, self.seq_len, self.seed = tokenizer, seq_len, seed
-        self.pairs, self.needles = section.pairs, section.needles
+        self.pairs, self.needles, self.queries = section.pairs, section.needles, section.queries
         if self.task == "mqar-gap":
             if tokenizer is None:
                 raise PalimpsaError(f"{label}: mqar-gap documents need a tokenizer (their gap is haystack text)")
@@ -313,18 +316,25 @@ class _SyntheticReader(Reader):
                 raise PalimpsaError(f"{label}: the vocabulary [{self.low}, {self.high}) is too small for mqar")
         elif tokenizer is None:
             raise PalimpsaError(f"{label}: {self.task} documents are text and need a tokenizer")
-        if self.task == "niah-fwpkm" and self.needles is not None:
-            # the needles and the question alone must fit the longest document, or the question lands in
+        if self.task == "niah-fwpkm" and (self.needles is not None or self.queries is not None):
+            # the needles and the questions alone must fit the longest document, or a question lands in
             # another row than the needles it asks about
             def count(text: str) -> int:
                 return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
             needle = count(FWPKM_NEEDLE.format(key="ABCD", value="123456"))
-            question = count(FWPKM_QUESTION.format(key="ABCD") + " 123456")
-            fit = (max(64, seq_len - 16) - question) // needle
-            if self.needles[1] > fit:
-                raise PalimpsaError(f"{label}: needles {list(self.needles)} asks for more than the {fit} needles "
-                                    f"that fit in seq_len {seq_len}; lower needles")
+            question = count(FWPKM_QUESTION.format(key="ABCD") + " 123456")  # a later one opens with a "."
+            room = max(64, seq_len - 16)
+            most = (self.needles or (FWPKM_NEEDLES, FWPKM_NEEDLES))[1]
+            asked = min(most, (self.queries or (1, 1))[1])
+            fit = (room - question) // needle
+            if most > fit:
+                raise PalimpsaError(f"{label}: needles {list(self.needles or [most])} asks for more than the {fit} "
+                                    f"needles that fit in seq_len {seq_len}; lower needles")
+            if most * needle + asked * (question + 1) - 1 > room:
+                raise PalimpsaError(f"{label}: {most} needles with queries {list(self.queries)} do not fit in "
+                                    f"seq_len {seq_len} ({most * needle + asked * (question + 1) - 1} of {room} "
+                                    "tokens); lower queries or needles")
         if self.pairs is not None and self.pairs[0] > self.max_pairs:
             raise PalimpsaError(f"{label}: pairs {list(self.pairs)} asks for more than the {self.max_pairs} pairs "
                                 f"that fit in seq_len {seq_len} (and the free token ids); lower pairs")
@@ -349,6 +359,11 @@ class _SyntheticReader(Reader):
             sample = passkey_samples(self.tokenizer, [length], [depth], 1, sample_seed)[0]
         elif self.task == "niah-fwpkm":
             needles = FWPKM_NEEDLES if self.needles is None else rng.randint(*self.needles)
+            if self.queries is not None:
+                queries = min(needles, rng.randint(*self.queries))
+                turns = fwpkm_niah_queries(self.tokenizer, docstring_text(), length, depth, needles, queries,
+                                           sample_seed)
+                return [segment for text, answer in turns for segment in ((text, False), (" " + answer, True))]
             sample = fwpkm_niah_samples(self.tokenizer, docstring_text(), [length], [depth], 1, sample_seed,
                                         needles=needles)[0]
         elif self.task == "repeat":
