@@ -18,8 +18,8 @@ of easy NIAH alone, and an annealed rate at the end lifts repeat-after-gap. A cu
 
 A stage's ``variant`` is one of pretrain_base_variants.py's (``continue`` is the recipe's mixture). The first stage
 starts from scratch; every later one from the stage before's final weights with a fresh optimizer, its rate held
-constant after ``warmup`` steps (100 by default), except ``anneal``, whose rate decays along a cosine over its
-steps. A stage cut by ``--minutes`` resumes from its last checkpoint (every 250 steps). ``--pack DIR`` writes where
+constant after ``warmup`` steps (100 by default), except ``anneal`` and ``multi-anneal``, whose rate decays along
+a cosine over its steps. A stage cut by ``--minutes`` resumes from its last checkpoint (every 250 steps). ``--pack DIR`` writes where
 the curriculum stands in a form that a device call returns (the stage's checkpoint as pretrain_base.py packs it,
 the stages done, their logs); ``--unpack DIR`` goes on from it on a fresh machine.
 """
@@ -61,7 +61,7 @@ def load_curriculum(path: Path) -> dict:
         steps = stage.get("steps")
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise SystemExit(f"pretrain_base_curriculum: stage {index} of {path}: steps must be a whole number >= 1")
-        if stage["variant"] == "anneal" and steps < 100:
+        if stage["variant"] in pretrain_base_variants.ANNEALS and steps < 100:
             raise SystemExit(f"pretrain_base_curriculum: stage {index} of {path}: an anneal needs >= 100 steps")
     data["recipe"] = str((path.parent / data.get("recipe", "pretrain-base.yaml")).resolve())
     data.setdefault("overrides", [])
@@ -82,7 +82,7 @@ def stage_recipe(curriculum: dict, index: int, init: Path | None, workers: int) 
     recipe["train"]["max_steps"] = stage["steps"]
     # data.seed stays the recipe's in every stage: it also picks the held-out files of the eval NLL, which must
     # stay held out; a later stage of the same data replays the first one's documents (the races did too)
-    if stage["variant"] != "anneal":
+    if stage["variant"] not in pretrain_base_variants.ANNEALS:
         recipe["optim"]["lr"] = lr
         recipe["schedule"] = {"type": "constant", "warmup_steps": int(stage.get("warmup", 100 if init else 300))}
     return recipe

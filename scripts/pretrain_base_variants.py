@@ -33,11 +33,13 @@ fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
   ``niah-easy`` has one, so a document's other needles are wrong answers that the loss sees;
 - ``multi-mix``: ``text-heavy`` with NIAH-FwPKM's documents from 2-5 needles, 1-3 of them asked;
 - ``multi-anneal``: ``multi-mix`` under ``anneal``'s schedule;
+- ``repeat-only``: repeat-after-gap alone, the focused phase for the one task that an anneal left below the bar;
 - ``anneal``: the mixture unchanged, after a 50-step warmup the learning rate decayed from ``--lr`` (with
   ``--init-pack``; else the recipe's) along a cosine to 2% of it over ``--anneal-steps`` steps, where the run ends
   (the constant-rate variants leave the weights noisy).
 
-A staged variant ``a+b`` (``mqar-small+continue``) trains ``a``, then ``b`` from ``a``'s newest checkpoint.
+A staged variant ``a+b`` (``mqar-small+continue``) trains ``a``, then ``b`` from ``a``'s newest checkpoint;
+``--score-stages`` scores ``a``'s end too (row ``a+b.0``).
 
 The runs share the GPU (each a process of its own, its documents made by ``data.workers`` processes); their
 step counts differ with how the GPU is shared, and the table says how many steps each made. Checkpoints every 250
@@ -65,10 +67,11 @@ from pretrain_base import RECIPE, TASKS, evaluate_bar  # noqa: E402
 
 VARIANTS = ("answer", "answer-x8", "recall-only", "full")
 EASY_NIAH_NEEDLES = [2, 5]  # niah-easy, niah-mix, niah-multi, multi-mix: 2-5 needles (the evaluation has 5)
+ANNEALS = ("anneal", "multi-anneal")  # variants whose rate decays along a cosine over their steps, where they end
 MULTI_QUERIES = {"niah-multi": [2, 4], "multi-mix": [1, 3], "multi-anneal": [1, 3]}  # needles asked per document
 MQAR_VARIANTS = ("continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
                  "text-recall", "text-heavy", "niah-easy", "niah-mix", "niah-multi", "multi-mix", "multi-anneal",
-                 "anneal")
+                 "repeat-only", "anneal")
 
 
 def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None, lr: float = 1e-3,
@@ -111,12 +114,14 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
                 by_task["niah-fwpkm"]["queries"] = list(MULTI_QUERIES[name])
         elif name == "text-recall":
             recipe["data"]["sources"] = [by_task["niah-fwpkm"], by_task["repeat"]]
+        elif name == "repeat-only":
+            recipe["data"]["sources"] = [by_task["repeat"]]
         elif name in ("niah-easy", "niah-multi"):
             by_task["niah-fwpkm"]["needles"] = list(EASY_NIAH_NEEDLES)
             if name in MULTI_QUERIES:
                 by_task["niah-fwpkm"]["queries"] = list(MULTI_QUERIES[name])
             recipe["data"]["sources"] = [by_task["niah-fwpkm"]]
-        if name in ("anneal", "multi-anneal"):
+        if name in ANNEALS:
             recipe["schedule"] = {"type": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.02}
             recipe["train"]["max_steps"] = anneal_steps
         # a variant that dropped the text keeps it at a negligible weight: eval batches come from the first source
@@ -229,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                              "tokenizer: --init-pack or --init-model reads it)")
     parser.add_argument("--first-share", type=float, default=0.4,
                         help="share of --minutes for each stage but the last of a staged variant (a+b)")
+    parser.add_argument("--score-stages", action="store_true",
+                        help="also score every earlier stage of a staged variant (a row NAME.0 for a's end), and "
+                        "let --keep-best choose among them: tells whether the later stage helped")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides for every variant")
     args = parser.parse_args(argv)
     pretrain_base.LENGTHS[:] = [int(n) for n in args.lengths.split(",")]
@@ -257,8 +265,12 @@ def main(argv: list[str] | None = None) -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results = {}
+    rows = []  # (label, run folder): each variant's last stage, and with --score-stages its earlier ones first
     for name in names:
-        run = args.out / name
+        if args.score_stages:
+            rows += [(f"{name}.{index}", args.out / f"{name}.{index}") for index in range(name.count("+"))]
+        rows.append((name, args.out / name))
+    for name, run in rows:
         checkpoint = latest_checkpoint(run)
         if checkpoint is None:
             results[name] = {"error": f"no checkpoint (see {name}.*.log)"}

@@ -58,6 +58,10 @@ def test_stages_in_order_across_fresh_machines(curriculum_module, tmp_path):
     assert [s["task"] for s in recipe["data"]["sources"] if s.get("task")] == ["mqar"]  # MQAR alone, 2-16 pairs
     anneal = module.stage_recipe({**two, "stages": [{"variant": "anneal", "steps": 150}]}, 0, None, 0)
     assert anneal["schedule"]["type"] == "cosine" and anneal["train"]["max_steps"] == 150
+    # the mixture with several NIAH questions per document, annealed the same way (not held at a constant rate)
+    multi = module.stage_recipe({**two, "stages": [{"variant": "multi-anneal", "steps": 150}]}, 0, tmp_path, 0)
+    assert multi["schedule"]["type"] == "cosine" and multi["train"]["max_steps"] == 150
+    assert [s.get("queries") for s in multi["data"]["sources"] if s.get("task") == "niah-fwpkm"] == [[1, 3]]
 
     # stage 0 on machine A; A packs between stages (the next stage has no checkpoint yet)
     run_a = tmp_path / "a"

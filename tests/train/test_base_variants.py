@@ -45,7 +45,7 @@ def _synthetic(recipe: dict) -> dict:
 
 @pytest.mark.parametrize("name", ["continue", "mqar-heavy", "mqar-only", "mqar-small", "mix-small", "mix-small-x3",
                                   "text-recall", "text-heavy", "niah-easy", "niah-mix", "niah-multi", "multi-mix",
-                                  "multi-anneal", "anneal"])
+                                  "multi-anneal", "repeat-only", "anneal"])
 def test_every_variant_is_a_valid_recipe_from_given_weights(variants, base_recipe, name, tmp_path):
     recipe = variants.variant_recipe(base_recipe, name, workers=2, init=ROOT / "upgrade" / "assets" / "tiny-mamba2",
                                      lr=5e-4)
@@ -89,6 +89,7 @@ def test_variants_change_what_they_say(variants, base_recipe):
         assert (both["niah-fwpkm"]["needles"], both["niah-fwpkm"]["queries"]) == ([2, 5], [1, 3])
         assert both["repeat"] == text["repeat"] and both["mqar"] == original["mqar"]
     assert "queries" not in original["niah-fwpkm"]
+    assert list(_synthetic(variants.variant_recipe(base_recipe, "repeat-only", 2))) == ["repeat"]
     annealed = variants.variant_recipe(base_recipe, "anneal", 2, anneal_steps=900)
     assert annealed["data"]["sources"] == base_recipe["data"]["sources"] and annealed["train"]["max_steps"] == 900
     assert base_recipe["data"]["sources"][4]["pairs"] == [4, 64]  # the recipe itself is left alone
@@ -300,3 +301,34 @@ def test_the_kept_best_is_a_model_directory_in_bf16(variants, tmp_path):
                                                                                    recipe_path))
     with torch.no_grad():
         torch.testing.assert_close(from_pack.eval()(ids).logits, reference(ids).logits)
+
+
+def test_score_stages_scores_a_staged_variants_first_stage_and_may_keep_it(variants, tmp_path, monkeypatch, capsys):
+    """A staged variant's later stage can undo what its first learned (an anneal in the mixture after a NIAH phase):
+    with --score-stages the first stage's end is a row of the table and a candidate for --keep-best."""
+    name = "niah-multi+multi-anneal"
+
+    def fake_run(slot, base, init, args):
+        for index, run in enumerate((args.out / f"{slot}.0", args.out / slot)):
+            checkpoint = run / "checkpoints" / f"step-{250 * (index + 1):07d}"
+            checkpoint.mkdir(parents=True)
+            (checkpoint / "trainer_state.json").write_text(json.dumps({"step": 250 * (index + 1)}))
+
+    def fake_bar(model, samples, device):
+        niah = 0.8 if ".0" in str(model) else 0.3  # the first stage's end recalls better
+        return {"accuracy": {t: [niah if t == "niah_fwpkm" else 1.0, 0.5] for t in variants.TASKS},
+                "mqar_by_pairs": {"2": 1.0, "8": 1.0, "32": 1.0}}
+
+    kept = []
+    monkeypatch.setattr(variants, "run_slot", fake_run)
+    monkeypatch.setattr(variants, "evaluate_bar", fake_bar)
+    monkeypatch.setattr(variants, "keep_best", lambda best, scored, args: kept.append((best, scored)))
+    init = str(ROOT / "upgrade" / "assets" / "tiny-mamba2")
+    common = ["--init-model", init, "--variants", name, "--out", str(tmp_path), "--keep-best", str(tmp_path / "b")]
+    assert variants.main([*common, "--score-stages"]) == 0
+    table = (tmp_path / "variants.md").read_text()
+    assert f"| {name}.0 | 250 |" in table and f"| {name} | 500 |" in table
+    assert kept[-1][0] == f"{name}.0" and set(kept[-1][1]) == {name, f"{name}.0"}
+    capsys.readouterr()
+    assert variants.main(common) == 0  # without the flag: the last stage alone
+    assert f"{name}.0 |" not in (tmp_path / "variants.md").read_text() and kept[-1][0] == name
