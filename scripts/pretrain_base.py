@@ -275,9 +275,9 @@ def bar_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def ship(run_dir: Path, output: Path, report: dict, summary: dict, metrics: Path | None = None) -> None:
-    """The final model as a bf16 mamba_ssm checkpoint in safetensors shards of at most 15 MB, with card and log
-    (``metrics``: the whole training log when it is not the run's own, as for a curriculum)."""
+def ship(model_dir: Path, output: Path, report: dict, summary: dict, metrics: Path, recipe: Path) -> None:
+    """The model in ``model_dir`` as a bf16 mamba_ssm checkpoint in safetensors shards of at most 15 MB, with its
+    card and log (``metrics``, the whole training log; ``recipe``, the last run's recipe)."""
     import torch
     from palimpsa.upgrade.export.export import export_model
     from palimpsa.upgrade.io.manifest import file_manifest
@@ -285,7 +285,7 @@ def ship(run_dir: Path, output: Path, report: dict, summary: dict, metrics: Path
 
     with tempfile.TemporaryDirectory() as scratch:
         plain = Path(scratch) / "mamba2"
-        export_model(run_dir, plain, to_mamba2=True, log=None)
+        export_model(model_dir, plain, to_mamba2=True, log=None)
         state = torch.load(plain / "pytorch_model.bin", map_location="cpu", weights_only=True)
         config = json.loads((plain / "config.json").read_text())
         staging = Path(scratch) / "base"
@@ -295,14 +295,13 @@ def ship(run_dir: Path, output: Path, report: dict, summary: dict, metrics: Path
         names = save_state_dict_sharded({k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}, staging,
                                         15 * 10**6, progress=False)
         (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        tokenizer_files = [p.name for p in (run_dir / "final").iterdir() if p.name.startswith(("tokenizer",
-                                                                                               "special_tokens"))]
+        tokenizer_files = [p.name for p in model_dir.iterdir() if p.name.startswith(("tokenizer", "special_tokens"))]
         for name in tokenizer_files:
-            shutil.copy2(run_dir / "final" / name, staging / name)
+            shutil.copy2(model_dir / name, staging / name)
         log = staging / "training"
         log.mkdir()
-        shutil.copy2(metrics or run_dir / "metrics.jsonl", log / "metrics.jsonl")
-        shutil.copy2(run_dir / "recipe.yaml", log / "recipe.yaml")
+        shutil.copy2(metrics, log / "metrics.jsonl")
+        shutil.copy2(recipe, log / "recipe.yaml")
         (log / "summary.json").write_text(json.dumps({**summary, "bar": report}, indent=2) + "\n")
         (staging / "README.md").write_text(card(config, report, summary))
         files = [*names, "config.json", *tokenizer_files, "README.md"]
@@ -414,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                "padded_vocab": final_config["vocab_size"], "python": platform.python_version(),
                "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
                "final_eval": next((r for r in reversed(rows) if "eval_nll" in r), None)}
-    ship(run_dir, args.output, report, summary)
+    ship(run_dir / "final", args.output, report, summary, run_dir / "metrics.jsonl", run_dir / "recipe.yaml")
     print(f"pretrain_base: wrote {args.output} (bar {'met' if report['met'] else 'NOT met'}) in "
           f"{time.perf_counter() - started:.0f} s", flush=True)
     return 0

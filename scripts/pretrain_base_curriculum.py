@@ -15,13 +15,20 @@ of easy NIAH alone, and an annealed rate at the end lifts repeat-after-gap. A cu
       - {variant: continue, steps: 9000, lr: 2.0e-3, warmup: 300}   # the mixture, from scratch
       - {variant: mqar-small, steps: 1000}                           # then from the stage before, fresh AdamW
       - {variant: anneal, steps: 1200}                               # cosine to 2% over its steps
+      - {variant: multi-anneal, steps: 1500, decay: 1800}            # a cosine over 1800 steps, cut at 1500
 
 A stage's ``variant`` is one of pretrain_base_variants.py's (``continue`` is the recipe's mixture). The first stage
-starts from scratch; every later one from the stage before's final weights with a fresh optimizer, its rate held
-constant after ``warmup`` steps (100 by default), except ``anneal`` and ``multi-anneal``, whose rate decays along
-a cosine over its steps. A stage cut by ``--minutes`` resumes from its last checkpoint (every 250 steps). ``--pack DIR`` writes where
-the curriculum stands in a form that a device call returns (the stage's checkpoint as pretrain_base.py packs it,
-the stages done, their logs); ``--unpack DIR`` goes on from it on a fresh machine.
+starts from scratch, or from the model directory ``start:`` names (relative to the file); every later one from the
+stage before's final weights with a fresh optimizer, its rate held constant after ``warmup`` steps (100 by
+default), except ``anneal`` and ``multi-anneal``, whose rate decays along a cosine over its steps (or over
+``decay`` steps, stopping part way). A stage cut by
+``--minutes`` resumes from its last checkpoint (every 250 steps). ``--pack DIR`` writes where the curriculum stands
+in a form that a device call returns (the stage's checkpoint as pretrain_base.py packs it, the stages done, their
+logs); ``--unpack DIR`` goes on from it on a fresh machine.
+
+When the stages ran as races instead (``pretrain_base_variants.py``, a staged variant per call, each from the last
+call's kept best), ``--ship-model DIR --logs LOGS`` checks the result's bar and ships it with this file's card, the
+stages' logs read from ``LOGS/stage-N-metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -45,8 +52,9 @@ STATE = "curriculum.json"
 PIECE = 15 * 10**6  # bytes of one piece of a pack
 
 
-def load_curriculum(path: Path) -> dict:
-    """The curriculum file, checked: every stage names a known variant and a positive number of steps."""
+def load_curriculum(path: Path, need_start: bool = True) -> dict:
+    """The curriculum file, checked: every stage names a known variant and a positive number of steps, and its start
+    (when it has one and ``need_start``: shipping a result trained elsewhere names it only) is a model directory."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as error:
@@ -61,8 +69,19 @@ def load_curriculum(path: Path) -> dict:
         steps = stage.get("steps")
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise SystemExit(f"pretrain_base_curriculum: stage {index} of {path}: steps must be a whole number >= 1")
+        decay = stage.get("decay")
+        if decay is not None and (stage["variant"] not in pretrain_base_variants.ANNEALS or not isinstance(decay, int)
+                                  or decay < steps):
+            raise SystemExit(f"pretrain_base_curriculum: stage {index} of {path}: decay (the cosine's length) applies "
+                             "to an anneal and is a whole number of at least its steps")
         if stage["variant"] in pretrain_base_variants.ANNEALS and steps < 100:
             raise SystemExit(f"pretrain_base_curriculum: stage {index} of {path}: an anneal needs >= 100 steps")
+    if data.get("start") is not None:  # go on from a model directory instead of starting from scratch
+        start = (path.parent / str(data["start"])).resolve()
+        if need_start and not (start / "config.json").is_file():
+            raise SystemExit(f"pretrain_base_curriculum: start {data['start']} of {path} holds no config.json; "
+                             "give a model directory (relative to the curriculum file)")
+        data["start"] = str(start)
     data["recipe"] = str((path.parent / data.get("recipe", "pretrain-base.yaml")).resolve())
     data.setdefault("overrides", [])
     data.setdefault("lr", 1e-3)
@@ -80,6 +99,8 @@ def stage_recipe(curriculum: dict, index: int, init: Path | None, workers: int) 
     recipe = pretrain_base_variants.variant_recipe(base, stage["variant"], workers, init, lr,
                                                    anneal_steps=max(100, stage["steps"]))
     recipe["train"]["max_steps"] = stage["steps"]
+    if "decay" in stage:  # a cosine longer than the stage: it stopped part way along (a race cut at its deadline)
+        recipe["schedule"]["total_steps"] = stage["decay"]
     # data.seed stays the recipe's in every stage: it also picks the held-out files of the eval NLL, which must
     # stay held out; a later stage of the same data replays the first one's documents (the races did too)
     if stage["variant"] not in pretrain_base_variants.ANNEALS:
@@ -112,7 +133,7 @@ class Curriculum:
         """The weights stage ``index`` starts from: the stage before's final model directory (on a fresh machine,
         rebuilt there by ``unpack``)."""
         if index == 0:
-            return None
+            return Path(self.curriculum["start"]) if self.curriculum.get("start") else None
         before = self.stage_dir(index - 1)
         if (before / "final" / "config.json").is_file():
             return before / "final"
@@ -377,8 +398,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unpack", type=Path, default=None, metavar="DIR",
                         help="first go on from DIR (written by --pack) when the run folder holds nothing yet")
     parser.add_argument("--plan", action="store_true", help="print the stages and where the curriculum stands")
+    parser.add_argument("--ship-model", type=Path, default=None, metavar="DIR",
+                        help="train nothing: DIR is this curriculum's result, its stages run elsewhere (races of "
+                        "pretrain_base_variants.py, one per stage or staged); check its bar and ship it, the "
+                        "stages' logs read from --logs")
+    parser.add_argument("--logs", type=Path, default=None, metavar="DIR",
+                        help="with --ship-model: the stages' training logs, stage-N-metrics.jsonl (rows past the "
+                        "stage's steps are left out: a race's run goes on past the checkpoint that its next stage "
+                        "starts from)")
     args = parser.parse_args(argv)
-    curriculum = load_curriculum(args.curriculum)
+    if (args.ship_model is None) != (args.logs is None):
+        parser.error("--ship-model and --logs go together")
+    curriculum = load_curriculum(args.curriculum, need_start=args.ship_model is None)
+    if args.ship_model is not None:
+        return ship_model(curriculum, args)
     state = Curriculum(curriculum, args.run_dir)
     if args.unpack and not (args.run_dir / STATE).is_file():
         if list(args.unpack.glob("pack.tar.*")):
@@ -397,36 +430,80 @@ def main(argv: list[str] | None = None) -> int:
         state.pack(args.pack)
     if not state.finished:
         return 0
-    import torch
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     last = state.stage_dir(len(stages) - 1)
-    report = pretrain_base.evaluate_bar(last / "final", args.samples, device)
-    print(pretrain_base.bar_table(report), flush=True)
     rows = state.metrics()
     log = args.run_dir / "metrics.jsonl"
     log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    ship_base(curriculum, last / "final", state.state["done"], log, last / "recipe.yaml", args, started)
+    return 0
+
+
+def ship_base(curriculum: dict, model_dir: Path, done: list[dict], log: Path, recipe: Path, args,
+              started: float) -> None:
+    """Check the bar of the curriculum's result and ship it with its card, the stages in ``done``."""
+    import torch
     from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
 
-    model, _ = load_model_and_tokenizer(last / "final", need_tokenizer=False)
-    done = state.state["done"]
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    report = pretrain_base.evaluate_bar(model_dir, args.samples, device)
+    print(pretrain_base.bar_table(report), flush=True)
+    model, _ = load_model_and_tokenizer(model_dir, need_tokenizer=False)
     tokens = sum(d["tokens"] for d in done)
-    config = json.loads((last / "final" / "config.json").read_text())
+    config = json.loads((model_dir / "config.json").read_text())
+    origin = (f"Continued from `{_shown(Path(curriculum['start']))}`" if curriculum.get("start") else
+              "Pretrained from scratch")
     summary = {"steps": sum(d["steps"] for d in done), "tokens": tokens,
                "train_seconds": sum(d["train_seconds"] for d in done),
                "parameters": sum(p.numel() for p in model.parameters()), "padded_vocab": config["vocab_size"],
                "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "stages": done,
                "curriculum": {k: v for k, v in curriculum.items() if k != "recipe"},
-               "training": f"Pretrained from scratch by `scripts/pretrain_base_curriculum.py` ({args.curriculum.name}"
-               f"): {len(done)} stages, " + ", then ".join(f"{d['variant']} for {d['steps']} steps" for d in done)
+               "training": f"{origin} by `scripts/pretrain_base_curriculum.py` ({args.curriculum.name}): "
+               f"{len(done)} stages, " + ", then ".join(f"{d['variant']} for {d['steps']} steps" for d in done)
                + f" ({tokens / 1e9:.2f}B tokens in all); each stage after the first from the one before with a "
                "fresh AdamW; byte-level documents of `recipes/pretrain-base.yaml`'s mixture (a third the standard "
                "library's source, two thirds synthetic recall) or the stage's variant of it; bf16; "
                f"{sum(d['train_seconds'] for d in done) / 60:.1f} minutes of training."}
-    pretrain_base.ship(last, args.output, report, summary, metrics=log)
+    pretrain_base.ship(model_dir, args.output, report, summary, log, recipe)
     print(f"pretrain_base_curriculum: wrote {args.output} (bar {'met' if report['met'] else 'NOT met'}) in "
           f"{time.perf_counter() - started:.0f} s", flush=True)
+
+
+def ship_model(curriculum: dict, args) -> int:
+    """``--ship-model``: the stages ran elsewhere; their logs stand for the curriculum's record."""
+    import tempfile
+
+    started = time.perf_counter()
+    model_dir = args.ship_model
+    if not (model_dir / "config.json").is_file():
+        raise SystemExit(f"pretrain_base_curriculum: --ship-model {model_dir} holds no config.json; give a model "
+                         "directory")
+    done, rows = [], []
+    for index, stage in enumerate(curriculum["stages"]):
+        path = args.logs / f"stage-{index}-metrics.jsonl"
+        if not path.is_file():
+            raise SystemExit(f"pretrain_base_curriculum: --logs {args.logs} has no {path.name}; give every "
+                             "stage's training log")
+        stage_rows = [row for row in (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+                      if row.get("step", 0) <= stage["steps"]]
+        recipe = stage_recipe(curriculum, index, model_dir, 0)
+        per_step = recipe["data"]["batch_size"] * recipe["data"]["seq_len"] * recipe["train"].get("grad_accum", 1)
+        done.append({"stage": index, "variant": stage["variant"], "steps": stage["steps"],
+                     "train_seconds": sum(pretrain_base._seconds(stage_rows)), "tokens": stage["steps"] * per_step})
+        rows += [{**row, "stage": index} for row in stage_rows]
+    with tempfile.TemporaryDirectory() as scratch:
+        log, recipe_path = Path(scratch) / "metrics.jsonl", Path(scratch) / "recipe.yaml"
+        log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        recipe_path.write_text(yaml.safe_dump(recipe, sort_keys=False))  # the last stage's
+        ship_base(curriculum, model_dir, done, log, recipe_path, args, started)
     return 0
+
+
+def _shown(path: Path) -> str:
+    """A path as the card shows it: relative to the repository when inside it."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

@@ -202,9 +202,45 @@ def test_the_command_ships_the_base_and_refuses_bad_files(curriculum_module, tmp
     assert json.loads((again / "training" / "summary.json").read_text())["steps"] == 4
     for stages, message in (([], "has no stages"), ([{"variant": "nope", "steps": 2}], "variant must be one of"),
                             ([{"variant": "continue", "steps": 0}], "steps must be a whole number"),
-                            ([{"variant": "anneal", "steps": 50}], "an anneal needs >= 100 steps")):
+                            ([{"variant": "anneal", "steps": 50}], "an anneal needs >= 100 steps"),
+                            ([{"variant": "continue", "steps": 200, "decay": 300}], "decay .* applies to an anneal"),
+                            ([{"variant": "anneal", "steps": 200, "decay": 100}], "at least its steps")):
         with pytest.raises(SystemExit, match=message):
             module.load_curriculum(_write(tmp_path, stages, "bad.yaml"))
+
+    # the same stages run elsewhere (as races), from the first base: a curriculum that starts from it ships their
+    # result with its card, the stages' logs cut at the stages' steps
+    grown = tmp_path / "grown.yaml"
+    grown.write_text(yaml.safe_dump({"recipe": str(ROOT / "recipes" / "pretrain-base.yaml"), "overrides": TOY,
+                                     "lr": 3e-3, "start": "base",
+                                     "stages": [{"variant": "niah-multi", "steps": 2},
+                                                {"variant": "multi-anneal", "steps": 150, "decay": 200}]}))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for index, last in enumerate((3, 160)):  # a race's run goes on past the checkpoint its next stage took
+        (logs / f"stage-{index}-metrics.jsonl").write_text("".join(
+            json.dumps({"step": k, "loss": 1.0, "tokens_per_s": 100.0, "tokens": 128 * k}) + "\n"
+            for k in range(1, last + 1)))
+    shipped_dir = tmp_path / "grown-base"
+    assert module.main([str(grown), "--ship-model", str(tmp_path / "run" / "stage-1-mqar-small" / "final"),
+                        "--logs", str(logs), "--output", str(shipped_dir), "--samples", "2", "--device", "cpu"]) == 0
+    summary = json.loads((shipped_dir / "training" / "summary.json").read_text())
+    assert summary["steps"] == 152 and summary["tokens"] == 152 * 128  # 2 x 64 tokens a step
+    card = (shipped_dir / "README.md").read_text()
+    assert f"Continued from `{tmp_path / 'base'}`" in card and "niah-multi for 2 steps, then multi-anneal" in card
+    log = [json.loads(line) for line in (shipped_dir / "training" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["stage"] == 0] == [1, 2] and len(log) == 152
+    recipe = yaml.safe_load((shipped_dir / "training" / "recipe.yaml").read_text())
+    assert recipe["schedule"]["total_steps"] == 200 and recipe["train"]["max_steps"] == 150
+    assert shipped(shipped_dir).keys() == first.keys() and all(
+        torch.equal(shipped(shipped_dir)[k], first[k]) for k in first)  # the model it was given, as it was
+    with pytest.raises(SystemExit, match="has no stage-1-metrics.jsonl"):
+        (logs / "stage-1-metrics.jsonl").unlink()
+        module.main([str(grown), "--ship-model", str(shipped_dir), "--logs", str(logs), "--output",
+                     str(tmp_path / "x"), "--device", "cpu"])
+    with pytest.raises(SystemExit, match="start nowhere of .* holds no config.json"):
+        grown.write_text(grown.read_text().replace("start: base", "start: nowhere"))
+        module.load_curriculum(grown)
 
 
 def test_a_stage_that_cannot_end_in_the_call_waits_for_the_next(curriculum_module, tmp_path, capsys):

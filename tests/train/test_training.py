@@ -210,6 +210,10 @@ def test_lr_schedule_shapes():
     assert lr_factor(55, recipe) == pytest.approx(0.55)  # cosine midpoint: 0.1 + 0.9 * 0.5
     linear = load_recipe(TINY, ["train.max_steps=100", "schedule.warmup_steps=0", "schedule.type=linear"])
     assert lr_factor(50, linear) == pytest.approx(0.55)
+    # a decay spanning more steps than the run makes: the run stops part way along it (the same rates until then)
+    cut = load_recipe(TINY, ["train.max_steps=55", "schedule.warmup_steps=10", "schedule.min_lr_ratio=0.1",
+                             "schedule.total_steps=100"])
+    assert [lr_factor(k, cut) for k in (9, 30, 55)] == pytest.approx([lr_factor(k, recipe) for k in (9, 30, 55)])
 
 
 # --- training runs ------------------------------------------------------------------------------------------------

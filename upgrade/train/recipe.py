@@ -195,6 +195,8 @@ class ScheduleSection(Section):
     type: Literal["cosine", "linear", "constant"] = "cosine"
     warmup_steps: int = Field(0, ge=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    total_steps: int | None = Field(None, ge=1, description="the steps the decay spans (default: train.max_steps); "
+                                    "longer than max_steps, the run stops part way along it")
 
 
 class TrainSection(Section):

@@ -162,7 +162,8 @@ def parameter_groups(selection: TrainableSelection, recipe: Recipe) -> list[dict
 def lr_factor(step: int, recipe: Recipe, start: int = 0, warmup: int | None = None) -> float:
     """Warmup (linear from 0) then cosine or linear decay to ``min_lr_ratio``, or constant; a schedule that begins
     at step ``start`` (0 before it) with its own ``warmup`` (default: the recipe's) and decays over the steps left."""
-    schedule, total = recipe.schedule, recipe.train.max_steps
+    schedule = recipe.schedule
+    total = schedule.total_steps or recipe.train.max_steps
     warmup = schedule.warmup_steps if warmup is None else warmup
     if step < start:
         return 0.0
