@@ -2,7 +2,7 @@
 how often the answer is another needle's value, i.e. the key was not matched), and repeat-after-gap (exact, per
 character, and where in the string the first error falls).
 
-    python scripts/probe_base_recall.py docs/bench/pretrain-base-2026-11-24/curriculum/weights
+    python scripts/probe_base_recall.py upgrade/assets/recall-base
     python scripts/probe_base_recall.py runs/pretrain-base/model --samples 80 --json probe.json
     python scripts/probe_base_recall.py MODEL --by-distance 256,512,1024 --samples 10   # the protocol's suite
 
