@@ -12,7 +12,11 @@ needs. A fine-tuned model lives in ``--scratch`` only until its evaluations have
 in the same call); a fine-tune is started only when the time left fits it (the slowest so far), and one cut by
 the deadline starts over in the next call.
 
-On a lent GPU, one call (the ledger returns as one file; unpack it over the repository and commit it):
+On a lent GPU, one call (the ledger returns as one file; unpack it over the repository and commit it). The
+tracked files are about 67 MiB and a call carries 64: delete the 13.9M start weights from the working tree first,
+``rm -r docs/bench/pretrain-base-13m-2026-11-24/weights`` (git keeps them; the experiment reads the base in
+``upgrade/assets/recall-base``). A returned file holds at most 16 MiB, and the cache has grown past that (17.9 MB
+after a race of 2026-11-24): split it (``split -b 15M``) or keep carrying the one you have.
 
     tar xzf triton-cache.tgz 2>/dev/null; export TRITON_CACHE_DIR=$PWD/.triton-cache TRITON_CACHE_AUTOTUNING=1
     python scripts/longctx_experiment.py run --minutes 8; \\
