@@ -28,10 +28,11 @@ start of a call's first process from about 110 s to 25 s on an H100 (measured on
 docs/bench/pretrain-base-13m-2026-11-24; later processes in a call find the cache warm anyway);
 TRITON_CACHE_AUTOTUNING keeps the tuned configurations of autotuned kernels (mamba_ssm's) in it too.
 
-The order: the base's test evaluation; each arm's learning-rate grid at seed 0 with validation recall (extended
-by a factor 3 beyond an end until the chosen rate is inside; the treatment's grid waits for the control's choice,
-whose LoRA rate it shares); the other seeds at the chosen rates; the test evaluation of every trained model; the
-treatment again with beta scale 0 and its importance probe; the secondary arms; the ablations. ``report`` renders
+The order: the base's test evaluation; the primary pair (the control, then the treatment): each one's
+learning-rate grid at seed 0 with validation recall (extended by a factor 3 beyond an end until the chosen rate is
+inside; the treatment's grid waits for the control's choice, whose LoRA rate it shares), its other seeds at the
+chosen rate, the test evaluation of every trained model, the treatment again with beta scale 0 and its importance
+probe; then the other arms the same way; then the ablations. The verdict needs the primary pair alone. ``report`` renders
 whatever has landed, marking what is missing, and states the verdict of the win criterion once the primary pair
 and its ablation are complete.
 """
@@ -331,13 +332,15 @@ def next_pieces(ledger: Ledger) -> tuple[list[Piece], list[str]]:
 
 def _order(piece: Piece) -> tuple:
     """The base first; then the evaluations of models already trained (so that a model lives for one call only);
-    then fine-tunes: searches, then seeds, then ablations, the primary pair before the other arms."""
+    then fine-tunes: the primary pair's searches and seeds, then the other arms' searches and seeds, then the
+    ablations. The verdict needs the primary pair alone, so it comes after about a third of the GPU time instead of
+    at the end (every piece is seeded and independent of the order)."""
     if piece.name == "test/base":
         return (0,)
     if piece.kind != "train":
         return (1,)
-    stage = 3 if piece.ablation else (2 if piece.seed else 1)
-    return (2, stage, piece.arm not in PRIMARY, piece.seed)
+    group = 2 if piece.ablation else (0 if piece.arm in PRIMARY else 1)
+    return (2, group, 2 if piece.seed else 1, piece.seed)
 
 
 # -- recipes and fine-tunes ------------------------------------------------------------------------------------------

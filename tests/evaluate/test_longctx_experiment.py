@@ -72,6 +72,26 @@ def test_searches_grow_past_an_end_and_the_treatment_takes_the_controls_lora_rat
     assert recipe["model"]["upgrade_layers"] == "0-4" and recipe["data"]["seed"] == 8
 
 
+def test_the_primary_pair_runs_through_before_the_other_arms_and_the_ablations(experiment, tmp_path):
+    """The verdict needs the primary pair alone: its searches and seeds come before any other arm's fine-tune, and
+    the ablations come last."""
+    ledger = _ledger(experiment, tmp_path)  # every arm and ablation, as the protocol runs
+    ledger.pieces["test/base"] = {}
+    for tag, recall in (("lr0.0003", 0.2), ("lr0.001", 0.5), ("lr0.003", 0.3)):
+        ledger.pieces[f"train/mamba2-lora/{tag}/seed0"] = {"model": "x"}
+        ledger.pieces[f"val/mamba2-lora/{tag}/seed0"] = {"recall": recall, "rates": {}}
+    for tag, recall in (("beta_lr0.003", 0.3), ("beta_lr0.01", 0.6), ("beta_lr0.03", 0.2)):
+        ledger.pieces[f"train/beta-lora/{tag}/seed0"] = {"model": "x"}
+        ledger.pieces[f"val/beta-lora/{tag}/seed0"] = {"recall": recall, "rates": {}}
+    names = [p.name for p in experiment.next_pieces(ledger)[0] if p.kind == "train"]
+    first_other = min(i for i, n in enumerate(names) if n.split("/")[1] not in experiment.PRIMARY)
+    primary = [n for n in names if n.split("/")[1] in experiment.PRIMARY and "ablation" not in n]
+    assert primary and max(names.index(n) for n in primary) < first_other
+    assert "train/mamba2-lora/lr0.001/seed1" in primary and "train/beta-lora/beta_lr0.01/seed4" in primary
+    ablations = [i for i, n in enumerate(names) if "ablation" in n]
+    assert ablations and min(ablations) > max(i for i, n in enumerate(names) if "ablation" not in n)
+
+
 def test_a_flat_search_is_not_extended_and_takes_the_smallest_rate(experiment, tmp_path):
     ledger = _ledger(experiment, tmp_path, arms=("beta",), ablations=())
     for tag in ("beta_lr0.003", "beta_lr0.01", "beta_lr0.03"):
