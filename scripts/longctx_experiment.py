@@ -33,8 +33,8 @@ learning-rate grid at seed 0 with validation recall (extended by a factor 3 beyo
 inside; the treatment's grid waits for the control's choice, whose LoRA rate it shares), its other seeds at the
 chosen rate, the test evaluation of every trained model, the treatment again with beta scale 0 and its importance
 probe; then the other arms the same way; then the ablations. ``report`` renders whatever has landed, marking what
-is missing, and states the verdict of the win criterion once the primary pair and its beta-off evaluations are
-complete (the other arms and the ablations are not needed for it).
+is missing, and states the verdict of the win criterion once the primary pair, its beta-off evaluations and its
+importance probes are complete (the other arms and the ablations are not needed for it).
 """
 
 from __future__ import annotations
