@@ -90,7 +90,8 @@ def load_curriculum(path: Path, need_start: bool = True) -> dict:
 
 def stage_recipe(curriculum: dict, index: int, init: Path | None, workers: int) -> dict:
     """The recipe of stage ``index``: the base recipe with the curriculum's overrides, the stage's variant, steps,
-    rate and warmup; from ``init`` (a model directory) for every stage but the first."""
+    rate and warmup; from ``init`` (a model directory: the stage before's result, or for the first the
+    curriculum's ``start``; None for a first stage from scratch)."""
     from palimpsa.upgrade.train.recipe import load_recipe
 
     stage = curriculum["stages"][index]
@@ -402,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="train nothing: DIR is this curriculum's result, its stages run elsewhere (races of "
                         "pretrain_base_variants.py, one per stage or staged); check its bar and ship it, the "
                         "stages' logs read from --logs")
+    parser.add_argument("--bar", type=Path, default=None, metavar="SUMMARY",
+                        help="with --ship-model: take the bar from SUMMARY (training/summary.json of an earlier ship "
+                        "of the same weights) instead of measuring it again, e.g. to re-ship on a CPU")
     parser.add_argument("--logs", type=Path, default=None, metavar="DIR",
                         help="with --ship-model: the stages' training logs, stage-N-metrics.jsonl (rows past the "
                         "stage's steps are left out: a race's run goes on past the checkpoint that its next stage "
@@ -409,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.ship_model is None) != (args.logs is None):
         parser.error("--ship-model and --logs go together")
+    if args.bar is not None and (args.ship_model is None or not args.bar.is_file()):
+        parser.error("--bar SUMMARY goes with --ship-model and names a summary.json that an earlier ship wrote")
     curriculum = load_curriculum(args.curriculum, need_start=args.ship_model is None)
     if args.ship_model is not None:
         return ship_model(curriculum, args)
@@ -439,25 +445,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def ship_base(curriculum: dict, model_dir: Path, done: list[dict], log: Path, recipe: Path, args,
-              started: float) -> None:
-    """Check the bar of the curriculum's result and ship it with its card, the stages in ``done``."""
+              started: float, how: str = "by `scripts/pretrain_base_curriculum.py`") -> None:
+    """Check the bar of the curriculum's result (or take the one ``--bar`` recorded for it) and ship it with its
+    card, the stages in ``done``."""
     import torch
     from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    report = pretrain_base.evaluate_bar(model_dir, args.samples, device)
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
+    if getattr(args, "bar", None) is not None:  # measured before, on these weights (often on a GPU)
+        recorded = json.loads(args.bar.read_text())
+        report, where = recorded["bar"], recorded.get("device", where)
+        print(f"pretrain_base_curriculum: the bar as {args.bar} recorded it (measured on {where})", flush=True)
+    else:
+        report = pretrain_base.evaluate_bar(model_dir, args.samples, device)
     print(pretrain_base.bar_table(report), flush=True)
     model, _ = load_model_and_tokenizer(model_dir, need_tokenizer=False)
     tokens = sum(d["tokens"] for d in done)
     config = json.loads((model_dir / "config.json").read_text())
-    origin = (f"Continued from `{_shown(Path(curriculum['start']))}`" if curriculum.get("start") else
-              "Pretrained from scratch")
+    shown = {k: v for k, v in curriculum.items() if k != "recipe"}
+    if curriculum.get("start"):
+        shown["start"] = _shown(Path(curriculum["start"]))
+    origin = f"Continued from `{shown['start']}`" if curriculum.get("start") else "Pretrained from scratch"
     summary = {"steps": sum(d["steps"] for d in done), "tokens": tokens,
                "train_seconds": sum(d["train_seconds"] for d in done),
                "parameters": sum(p.numel() for p in model.parameters()), "padded_vocab": config["vocab_size"],
-               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "stages": done,
-               "curriculum": {k: v for k, v in curriculum.items() if k != "recipe"},
-               "training": f"{origin} by `scripts/pretrain_base_curriculum.py` ({args.curriculum.name}): "
+               "device": where, "stages": done, "curriculum": shown,
+               "training": f"{origin} {how} ({args.curriculum.name}): "
                f"{len(done)} stages, " + ", then ".join(f"{d['variant']} for {d['steps']} steps" for d in done)
                + f" ({tokens / 1e9:.2f}B tokens in all); each stage after the first from the one before with a "
                "fresh AdamW; byte-level documents of `recipes/pretrain-base.yaml`'s mixture (a third the standard "
@@ -477,24 +491,36 @@ def ship_model(curriculum: dict, args) -> int:
     if not (model_dir / "config.json").is_file():
         raise SystemExit(f"pretrain_base_curriculum: --ship-model {model_dir} holds no config.json; give a model "
                          "directory")
-    done, rows = [], []
-    for index, stage in enumerate(curriculum["stages"]):
+    done, rows, offset = [], [], 0
+    stages = curriculum["stages"]
+    for index, stage in enumerate(stages):
         path = args.logs / f"stage-{index}-metrics.jsonl"
         if not path.is_file():
             raise SystemExit(f"pretrain_base_curriculum: --logs {args.logs} has no {path.name}; give every "
                              "stage's training log")
         stage_rows = [row for row in (json.loads(line) for line in path.read_text().splitlines() if line.strip())
                       if row.get("step", 0) <= stage["steps"]]
-        recipe = stage_recipe(curriculum, index, model_dir, 0)
+        recipe = stage_recipe(curriculum, index, Path("stage-before"), args.workers)
+        last = max((row.get("step", 0) for row in stage_rows), default=0)
+        if last <= stage["steps"] - recipe["train"]["log_every"]:
+            raise SystemExit(f"pretrain_base_curriculum: {path} ends at step {last}, short of stage {index}'s "
+                             f"{stage['steps']} steps; give the log of the run that made them")
         per_step = recipe["data"]["batch_size"] * recipe["data"]["seq_len"] * recipe["train"].get("grad_accum", 1)
         done.append({"stage": index, "variant": stage["variant"], "steps": stage["steps"],
                      "train_seconds": sum(pretrain_base._seconds(stage_rows)), "tokens": stage["steps"] * per_step})
-        rows += [{**row, "stage": index} for row in stage_rows]
+        rows += [{**row, "stage": index, "step": offset + row["step"]} for row in stage_rows]
+        offset += stage["steps"]
+    # the last stage's recipe, as a record: it started from the stage before's result
+    recipe["model"]["path"] = (_shown(Path(curriculum["start"])) if len(stages) == 1 and curriculum.get("start")
+                               else f"stage {len(stages) - 2} ({stages[-2]['variant']})'s result"
+                               if len(stages) > 1 else recipe["model"].get("path"))
     with tempfile.TemporaryDirectory() as scratch:
         log, recipe_path = Path(scratch) / "metrics.jsonl", Path(scratch) / "recipe.yaml"
         log.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        recipe_path.write_text(yaml.safe_dump(recipe, sort_keys=False))  # the last stage's
-        ship_base(curriculum, model_dir, done, log, recipe_path, args, started)
+        recipe_path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+        ship_base(curriculum, model_dir, done, log, recipe_path, args, started,
+                  how="by the stages of `scripts/pretrain_base_curriculum.py`, run as races of "
+                  "`scripts/pretrain_base_variants.py` and shipped with `--ship-model`")
     return 0
 
 

@@ -32,7 +32,7 @@ fresh AdamW, ``--lr`` after a 100-step warmup, held constant:
   each question followed by its answer (every answer in the loss): several key matches per document where
   ``niah-easy`` has one, so a document's other needles are wrong answers that the loss sees;
 - ``multi-mix``: ``text-heavy`` with NIAH-FwPKM's documents from 2-5 needles, 1-3 of them asked;
-- ``multi-anneal``: ``multi-mix`` under ``anneal``'s schedule;
+- ``multi-anneal``: ``multi-mix`` under ``anneal``'s schedule (over ``--anneal-steps`` too);
 - ``repeat-only``: repeat-after-gap alone, the focused phase for the one task that an anneal left below the bar;
 - ``anneal``: the mixture unchanged, after a 50-step warmup the learning rate decayed from ``--lr`` (with
   ``--init-pack``; else the recipe's) along a cosine to 2% of it over ``--anneal-steps`` steps, where the run ends
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3,
                         help="constant learning rate with --init-pack or --init-model")
     parser.add_argument("--anneal-steps", type=_at_least_100, default=2400, metavar="N",
-                        help="length of the anneal variant's cosine decay, where it stops (default 2400)")
+                        help="length of the cosine decay of anneal and multi-anneal, where they stop (default 2400)")
     parser.add_argument("--keep-best", type=Path, default=None, metavar="DIR",
                         help="write the variant with the best mean recall at 1x to DIR (bf16 weights, config and "
                              "tokenizer: --init-pack or --init-model reads it)")
@@ -273,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in rows:
         checkpoint = latest_checkpoint(run)
         if checkpoint is None:
-            results[name] = {"error": f"no checkpoint (see {name}.*.log)"}
+            log = f"{name}.log" if name.rsplit(".", 1)[-1].isdigit() else f"{name}.*.log"  # a stage's row, a variant's
+            results[name] = {"error": f"no checkpoint (see {log})"}
             continue
         step = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
         metrics = run / "metrics.jsonl"  # written every train.log_every steps: absent in a run shorter than that
@@ -304,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     scored = {name: sum(r["bar"]["accuracy"][t][0] for t in TASKS) / len(TASKS) for name, r in results.items()
               if "error" not in r}
     if args.keep_best and scored:
-        keep_best(max(scored, key=scored.get), scored, args)
+        # on a tie the later row: a staged variant's last stage before its first (rows come first stage first)
+        keep_best(max(reversed(list(scored)), key=scored.get), scored, args)
     print(table, flush=True)
     return 0
 

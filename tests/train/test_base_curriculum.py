@@ -228,10 +228,27 @@ def test_the_command_ships_the_base_and_refuses_bad_files(curriculum_module, tmp
     assert summary["steps"] == 152 and summary["tokens"] == 152 * 128  # 2 x 64 tokens a step
     card = (shipped_dir / "README.md").read_text()
     assert f"Continued from `{tmp_path / 'base'}`" in card and "niah-multi for 2 steps, then multi-anneal" in card
+    assert "run as races of `scripts/pretrain_base_variants.py`" in card
     log = [json.loads(line) for line in (shipped_dir / "training" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if r["stage"] == 0] == [1, 2] and len(log) == 152
+    assert [r["step"] for r in log if r["stage"] == 1][:2] == [3, 4]  # the curriculum's running step, as run
     recipe = yaml.safe_load((shipped_dir / "training" / "recipe.yaml").read_text())
     assert recipe["schedule"]["total_steps"] == 200 and recipe["train"]["max_steps"] == 150
+    assert recipe["model"]["path"] == "stage 0 (niah-multi)'s result"  # not the machine's path of the result
+    # shipped again from the shipped folder on a machine without the GPU that measured the bar: the bar is reused
+    recorded = json.loads((shipped_dir / "training" / "summary.json").read_text())
+    recorded["device"] = "a GPU"
+    (tmp_path / "recorded.json").write_text(json.dumps(recorded))
+    assert module.main([str(grown), "--ship-model", str(shipped_dir), "--logs", str(logs), "--output",
+                        str(tmp_path / "again-base"), "--bar", str(tmp_path / "recorded.json")]) == 0
+    again_summary = json.loads((tmp_path / "again-base" / "training" / "summary.json").read_text())
+    assert again_summary["bar"] == summary["bar"] and again_summary["device"] == "a GPU"
+    assert all(torch.equal(shipped(tmp_path / "again-base")[k], first[k]) for k in first)
+    with pytest.raises(SystemExit, match="ends at step 100, short of stage 1's 150 steps"):
+        (logs / "stage-1-metrics.jsonl").write_text("".join(json.dumps({"step": k, "loss": 1.0}) + "\n"
+                                                            for k in range(1, 101)))
+        module.main([str(grown), "--ship-model", str(shipped_dir), "--logs", str(logs), "--output",
+                     str(tmp_path / "x"), "--device", "cpu"])
     assert shipped(shipped_dir).keys() == first.keys() and all(
         torch.equal(shipped(shipped_dir)[k], first[k]) for k in first)  # the model it was given, as it was
     with pytest.raises(SystemExit, match="has no stage-1-metrics.jsonl"):

@@ -106,10 +106,12 @@ def test_the_multi_query_variants_fit_the_recipes_rows(variants, base_recipe, na
 
     recipe = variants.variant_recipe(base_recipe, name, 2)
     tokenizer = AutoTokenizer.from_pretrained(str(ROOT / "upgrade" / "assets" / "tiny-mamba2"))
-    [niah] = [SourceSection(**s) for s in recipe["data"]["sources"] if s.get("task") == "niah-fwpkm"]
-    documents = DocumentSource([niah], tokenizer, seq_len=recipe["data"]["seq_len"], seed=0, vocab_size=None)
-    for _ in range(3):
-        assert len(documents.next_document()) <= recipe["data"]["seq_len"]
+    [niah] = [s for s in recipe["data"]["sources"] if s.get("task") == "niah-fwpkm"]
+    DocumentSource([SourceSection(**niah)], tokenizer, seq_len=recipe["data"]["seq_len"], vocab_size=None)
+    # the variant's longest documents: the most needles, every one it may ask asked
+    worst = SourceSection(**{**niah, "needles": [niah["needles"][1]] * 2, "queries": [niah["queries"][1]] * 2})
+    documents = DocumentSource([worst], tokenizer, seq_len=recipe["data"]["seq_len"], seed=0, vocab_size=None)
+    assert max(len(documents.next_document()) for _ in range(8)) <= recipe["data"]["seq_len"]
 
 
 def _small_base(tmp_path):
@@ -332,3 +334,6 @@ def test_score_stages_scores_a_staged_variants_first_stage_and_may_keep_it(varia
     capsys.readouterr()
     assert variants.main(common) == 0  # without the flag: the last stage alone
     assert f"{name}.0 |" not in (tmp_path / "variants.md").read_text() and kept[-1][0] == name
+    monkeypatch.setattr(variants, "evaluate_bar", lambda model, samples, device: fake_bar("tie", samples, device))
+    assert variants.main([*common, "--score-stages"]) == 0
+    assert kept[-1][0] == name  # a tie keeps the later stage

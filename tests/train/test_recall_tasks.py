@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from checkpoints import ROOT
 from palimpsa.upgrade.evaluate.tasks import (
     docstring_text,
     fwpkm_niah_samples,
@@ -129,7 +130,7 @@ def test_fwpkm_needles_range(tok):
 
 def test_fwpkm_queries_ask_distinct_needles_and_train_on_every_answer(tok):
     """The training form with several questions: each asked key is a needle of the document, no key is asked twice,
-    the first asked is the one at the drawn depth, and exactly the answers' digits carry the loss."""
+    and exactly the answers' digits carry the loss."""
     section = SourceSection(type="synthetic", task="niah-fwpkm", documents=12, loss="answer", needles=(2, 5),
                             queries=(2, 4))
     documents = DocumentSource([section], tok, seq_len=512, seed=3, vocab_size=VOCAB)
@@ -148,8 +149,22 @@ def test_fwpkm_queries_ask_distinct_needles_and_train_on_every_answer(tok):
     assert len(asked_counts) > 1
 
 
+def test_the_evaluations_niah_prompts_are_pinned():
+    """The NIAH-FwPKM prompts that every recorded bar and test evaluation used: a digest of those the generator
+    gave before it learned several questions (a change in what it draws, or in what order, changes them)."""
+    import hashlib
+
+    from palimpsa.upgrade.evaluate.tasks import fwpkm_niah_samples as samples
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ROOT / "upgrade" / "assets" / "tiny-mamba2"))
+    haystack = " ".join(f"Sentence {i} tells of the river and the hill number {i * 7 % 97}." for i in range(600))
+    made = [s for n in (1, 3, 5) for s in samples(tokenizer, haystack, [200, 400], [0.0, 0.5, 1.0], 2, 5, needles=n)]
+    digest = hashlib.sha256("".join(s.prompt + "|" + s.answer + "\n" for s in made).encode()).hexdigest()
+    assert digest == "8325fcb3d9cbc98a1be13df04b2ddc7a530d81b8bc3cb1245cbe7af08c333693"
+
+
 def test_fwpkm_single_query_form_is_unchanged_by_the_queries_generator(tok):
-    """With one query the shared generator gives the evaluation's prompts: same text, same answer."""
+    """With one query the queries generator gives the evaluation's prompt: same text, same answer."""
     from palimpsa.upgrade.evaluate.tasks import fwpkm_niah_queries
 
     haystack = docstring_text()
@@ -174,3 +189,16 @@ def test_fwpkm_queries_are_checked(tok):
                        vocab_size=VOCAB)
     DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", queries=(1, 2))], tok, seq_len=384,
                    vocab_size=VOCAB)  # 5 needles and 2 questions fit in 384
+    with pytest.raises(PalimpsaError, match=r"queries \[4, 4\] asks more questions than the at most 3 needles"):
+        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", needles=(2, 3), queries=(4, 4))], tok,
+                       seq_len=512, vocab_size=VOCAB)
+    with pytest.raises(PalimpsaError, match="the default 5 needles is more than the 1 needles that fit"):
+        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", queries=(1, 1))], tok, seq_len=192,
+                       vocab_size=VOCAB)
+    # at the shortest rows that the check lets through, the longest documents still fit a row whole: needles,
+    # questions, the one haystack piece that a document always keeps, the end-of-text token
+    most = SourceSection(type="synthetic", task="niah-fwpkm", documents=16, needles=(5, 5), queries=(5, 5))
+    with pytest.raises(PalimpsaError, match="do not fit in seq_len 549"):
+        DocumentSource([most], tok, seq_len=549, vocab_size=VOCAB)
+    documents = DocumentSource([most], tok, seq_len=550, seed=0, vocab_size=VOCAB)
+    assert max(len(documents.next_document()) for _ in range(16)) <= 550

@@ -284,7 +284,9 @@ def fwpkm_niah_queries(tokenizer, haystack: str, length: int, depth: float, need
     """One NIAH document in the FwPKM form that asks ``queries`` of its ``needles`` keys in turn (a training form
     with several answers per document; the first asked sits at ``depth``, the others are drawn without
     repeats): ``[(text, answer), ...]``, the document being ``text + " " + answer`` of each turn in order, every
-    later text opening with the "." that ends the answer before it. About ``length`` tokens in all."""
+    later text opening with the "." that ends the answer before it. About ``length`` tokens in all, or more when
+    the needles and the turns alone take more (one haystack piece always remains): many questions leave little
+    haystack in a short document."""
     if not 1 <= queries <= needles:
         raise ValueError(f"fwpkm_niah_queries: queries ({queries}) must be between 1 and the needles ({needles})")
     return _fwpkm_turns(tokenizer, haystack, random.Random(seed + 104729), length, depth, needles, queries)

@@ -23,7 +23,8 @@ Sources (``data.sources``, or ``data.path`` for one local source):
   high]`` asks that many of them in turn at the end, each question followed by its answer, all answers in the
   loss) and repeat (a
   24-character string to repeat after a gap of docstrings) as ``prompt + " " + answer``
-  text of ``seq_len // 4`` to ``seq_len - 16`` tokens (at least 64); mqar as token ids (``k v`` pairs then the
+  text of ``seq_len // 4`` to ``seq_len - 16`` tokens (at least 64; longer where the needles and questions alone
+  take more, which the source checks against ``seq_len`` when it opens); mqar as token ids (``k v`` pairs then the
   queried keys each followed by its value) of at most ``seq_len`` tokens, drawn from the tokenizer's range below
   the model's vocabulary, special tokens left out; mqar-gap as token ids (up to 32 pairs, a gap of haystack text,
   then every key queried) of ``4 * pairs`` to ``seq_len - 1`` tokens, keys and values drawn from the ids the
@@ -323,18 +324,24 @@ class _SyntheticReader(Reader):
                 return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
             needle = count(FWPKM_NEEDLE.format(key="ABCD", value="123456"))
-            question = count(FWPKM_QUESTION.format(key="ABCD") + " 123456")  # a later one opens with a "."
-            room = max(64, seq_len - 16)
+            question = count(FWPKM_QUESTION.format(key="ABCD") + " 123456")  # with its answer; a later one opens
+            # with a "."; a document always keeps one haystack piece (under 65 bytes: >= 40 characters cut at a
+            # space, words of at most 24) and ends with the end-of-text token
+            room = seq_len - 65 - 1
             most = (self.needles or (FWPKM_NEEDLES, FWPKM_NEEDLES))[1]
+            named = f"needles {list(self.needles)}" if self.needles else f"the default {FWPKM_NEEDLES} needles"
+            if self.queries is not None and self.queries[0] > most:
+                raise PalimpsaError(f"{label}: queries {list(self.queries)} asks more questions than the at most "
+                                    f"{most} needles of a document ({named}); lower queries or raise needles")
             asked = min(most, (self.queries or (1, 1))[1])
-            fit = (room - question) // needle
+            fit = max(0, (room - question) // needle)
             if most > fit:
-                raise PalimpsaError(f"{label}: needles {list(self.needles or [most])} asks for more than the {fit} "
-                                    f"needles that fit in seq_len {seq_len}; lower needles")
+                raise PalimpsaError(f"{label}: {named} is more than the {fit} needles that fit in seq_len {seq_len} "
+                                    "with a question; lower needles or raise seq_len")
             if most * needle + asked * (question + 1) - 1 > room:
                 raise PalimpsaError(f"{label}: {most} needles with queries {list(self.queries)} do not fit in "
                                     f"seq_len {seq_len} ({most * needle + asked * (question + 1) - 1} of {room} "
-                                    "tokens); lower queries or needles")
+                                    "tokens for the needles and questions); lower queries or needles")
         if self.pairs is not None and self.pairs[0] > self.max_pairs:
             raise PalimpsaError(f"{label}: pairs {list(self.pairs)} asks for more than the {self.max_pairs} pairs "
                                 f"that fit in seq_len {seq_len} (and the free token ids); lower pairs")
