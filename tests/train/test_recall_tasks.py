@@ -117,15 +117,6 @@ def test_fwpkm_needles_range(tok):
     counts = needle_counts(SourceSection(type="synthetic", task="niah-fwpkm", documents=24, needles=(2, 3)))
     assert set(counts) == {2, 3}
     assert set(needle_counts(SourceSection(type="synthetic", task="niah-fwpkm", documents=24))) == {5}  # default
-    with pytest.raises(ValueError, match="needles"):
-        SourceSection(type="synthetic", task="repeat", needles=(2, 3))
-    with pytest.raises(ValueError, match="needles"):
-        SourceSection(type="synthetic", task="niah-fwpkm", needles=(3, 2))
-    from palimpsa.upgrade.errors import PalimpsaError
-
-    with pytest.raises(PalimpsaError, match=r"more than the 1[0-9] needles that fit in seq_len 512"):
-        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", needles=(2, 20))], tok, seq_len=512,
-                       vocab_size=VOCAB)
 
 
 def test_fwpkm_queries_ask_distinct_needles_and_train_on_every_answer(tok):
@@ -177,24 +168,32 @@ def test_fwpkm_single_query_form_is_unchanged_by_the_queries_generator(tok):
         fwpkm_niah_queries(tok, haystack, 300, 0.4, 3, 4, 11)
 
 
-def test_fwpkm_queries_are_checked(tok):
+@pytest.mark.parametrize("task, field, value", [("repeat", "needles", (2, 3)), ("niah-fwpkm", "needles", (3, 2)),
+                                                ("repeat", "queries", (2, 3)), ("niah-fwpkm", "queries", (0, 3))])
+def test_needles_and_queries_are_niah_fwpkm_ranges(task, field, value):
+    with pytest.raises(ValueError, match=field):
+        SourceSection(type="synthetic", task=task, **{field: value})
+
+
+@pytest.mark.parametrize("fields, seq_len, message", [
+    ({"needles": (2, 20)}, 512, r"needles \[2, 20\] is more than the 1[0-9] needles that fit in seq_len 512"),
+    ({"queries": (1, 1)}, 192, "the default 5 needles is more than the 1 needles that fit in seq_len 192"),
+    ({"queries": (5, 5)}, 384, r"5 needles with queries \[5, 5\] do not fit in seq_len 384"),
+    ({"needles": (2, 3), "queries": (4, 4)}, 512, r"queries \[4, 4\] asks more questions than the at most 3"),
+])
+def test_niah_fwpkm_documents_that_cannot_fit_a_row_are_refused(tok, fields, seq_len, message):
     from palimpsa.upgrade.errors import PalimpsaError
 
-    with pytest.raises(ValueError, match="queries"):
-        SourceSection(type="synthetic", task="repeat", queries=(2, 3))
-    with pytest.raises(ValueError, match="queries"):
-        SourceSection(type="synthetic", task="niah-fwpkm", queries=(0, 3))
-    with pytest.raises(PalimpsaError, match=r"5 needles with queries \[5, 5\] do not fit in seq_len 384"):
-        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", queries=(5, 5))], tok, seq_len=384,
+    with pytest.raises(PalimpsaError, match=message):
+        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", **fields)], tok, seq_len=seq_len,
                        vocab_size=VOCAB)
+
+
+def test_the_longest_niah_fwpkm_documents_that_pass_fit_their_row(tok):
+    from palimpsa.upgrade.errors import PalimpsaError
+
     DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", queries=(1, 2))], tok, seq_len=384,
                    vocab_size=VOCAB)  # 5 needles and 2 questions fit in 384
-    with pytest.raises(PalimpsaError, match=r"queries \[4, 4\] asks more questions than the at most 3 needles"):
-        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", needles=(2, 3), queries=(4, 4))], tok,
-                       seq_len=512, vocab_size=VOCAB)
-    with pytest.raises(PalimpsaError, match="the default 5 needles is more than the 1 needles that fit"):
-        DocumentSource([SourceSection(type="synthetic", task="niah-fwpkm", queries=(1, 1))], tok, seq_len=192,
-                       vocab_size=VOCAB)
     # at the shortest rows that the check lets through, the longest documents still fit a row whole: needles,
     # questions, the one haystack piece that a document always keeps, the end-of-text token
     most = SourceSection(type="synthetic", task="niah-fwpkm", documents=16, needles=(5, 5), queries=(5, 5))
