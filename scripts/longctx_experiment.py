@@ -871,7 +871,7 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
             log("longctx_experiment: nothing left to run" + (f" ({'; '.join(waiting)})" if waiting else ""))
             break
         piece = ready[0]
-        left, needs = deadline - time.monotonic(), _estimate(ledger, piece)
+        left, needs = deadline - time.monotonic(), _estimate(ledger, piece, 60 * minutes)
         if left < needs:
             log(f"longctx_experiment: {left / 60:.1f} min left, {piece.name} needs about {needs / 60:.1f}; "
                 "stopping here")
@@ -908,9 +908,12 @@ def _where(device: str) -> dict:
     return {"device": name, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}
 
 
-def _estimate(ledger: Ledger, piece: Piece) -> float:
+def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf")) -> float:
     """Seconds a piece is expected to take: the slowest of its kind so far with a margin (a fine-tune also counts
-    the evaluations that follow it); 0 for the first of its kind, which is tried."""
+    the evaluations that follow it, or only the first of them when all of them would not fit in a ``call`` of that
+    many seconds: the treatment's test, beta-off test and importance probe take longer than a device call with its
+    fine-tune, so the model trains once more in the next call for the rest); 0 for the first of its kind, which is
+    tried."""
     def slowest(kind: str) -> float:
         return max((p.get("seconds", 0) for n, p in ledger.pieces.items() if n.startswith(kind + "/")), default=0)
 
@@ -923,6 +926,8 @@ def _estimate(ledger: Ledger, piece: Piece) -> float:
             evaluations = slowest("val")
         elif piece.arm == "beta-lora" and not piece.ablation:  # test, test at beta scale 0, importance
             evaluations = 2 * slowest("test") + slowest("importance")
+            if 1.1 * (slowest("train") + evaluations) + 10 > call:
+                evaluations = slowest("test")
         else:
             evaluations = slowest("test")
         return 1.1 * (slowest("train") + evaluations) + 10

@@ -126,6 +126,22 @@ def test_models_live_until_no_evaluation_needs_them(experiment, tmp_path):
     assert any("trains again" in line for line in lines) and any("stopping here" in line for line in lines)
 
 
+def test_a_treatment_seed_fits_a_call_with_its_first_evaluation(experiment, tmp_path):
+    """With the H100's costs (a fine-tune 163 s, a test evaluation 236 s) a treatment seed with its test, beta-off
+    test and importance probe needs more than a 9-minute call: it is started with room for its first evaluation
+    (the model trains again in the next call for the rest) instead of never; a control seed needs its one test."""
+    ledger = _ledger(experiment, tmp_path)
+    ledger.pieces.update({"train/mamba2-lora/lr0.001/seed0": {"seconds": 163.0}, "test/base": {"seconds": 236.0},
+                          "importance/beta-lora/seed0": {"seconds": 30.0}})
+    treatment = experiment.Piece("train/beta-lora/beta_lr0.01/seed1", "train", "beta-lora", 1, {})
+    control = experiment.Piece("train/mamba2-lora/lr0.001/seed1", "train", "mamba2-lora", 1, {})
+    whole = 1.1 * (163 + 2 * 236 + 30) + 10
+    assert experiment._estimate(ledger, treatment) == pytest.approx(whole)  # no call limit: all of it
+    assert whole > 540 and experiment._estimate(ledger, treatment, 540) == pytest.approx(1.1 * (163 + 236) + 10)
+    assert experiment._estimate(ledger, control, 540) == pytest.approx(1.1 * (163 + 236) + 10)
+    assert 1.1 * (163 + 236) + 10 < 540
+
+
 def _records(scores: dict[str, list[int]], bucket: str = "2048-4096") -> dict:
     return {task: {bucket: {"score": values, "of": 1}} for task, values in scores.items()}
 
