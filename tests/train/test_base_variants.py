@@ -313,7 +313,7 @@ def test_score_stages_scores_a_staged_variants_first_stage_and_may_keep_it(varia
     def fake_run(slot, base, init, args):
         for index, run in enumerate((args.out / f"{slot}.0", args.out / slot)):
             checkpoint = run / "checkpoints" / f"step-{250 * (index + 1):07d}"
-            checkpoint.mkdir(parents=True)
+            checkpoint.mkdir(parents=True, exist_ok=True)  # the race is run three times below
             (checkpoint / "trainer_state.json").write_text(json.dumps({"step": 250 * (index + 1)}))
 
     def fake_bar(model, samples, device):
