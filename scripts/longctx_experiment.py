@@ -340,7 +340,7 @@ def _order(piece: Piece) -> tuple:
     if piece.kind != "train":
         return (1,)
     group = 2 if piece.ablation else (0 if piece.arm in PRIMARY else 1)
-    return (2, group, 2 if piece.seed else 1, piece.seed)
+    return (2, group, piece.seed)  # seed 0 first: a search's fine-tunes before the chosen rate's other seeds
 
 
 # -- recipes and fine-tunes ------------------------------------------------------------------------------------------
@@ -917,6 +917,9 @@ def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf")) -> float
     def slowest(kind: str) -> float:
         return max((p.get("seconds", 0) for n, p in ledger.pieces.items() if n.startswith(kind + "/")), default=0)
 
+    def with_evaluations(seconds: float) -> float:
+        return 1.1 * (slowest("train") + seconds) + 10
+
     if piece.kind == "train":
         if not slowest("train"):
             return 0.0
@@ -926,11 +929,11 @@ def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf")) -> float
             evaluations = slowest("val")
         elif piece.arm == "beta-lora" and not piece.ablation:  # test, test at beta scale 0, importance
             evaluations = 2 * slowest("test") + slowest("importance")
-            if 1.1 * (slowest("train") + evaluations) + 10 > call:
+            if with_evaluations(evaluations) > call:
                 evaluations = slowest("test")
         else:
             evaluations = slowest("test")
-        return 1.1 * (slowest("train") + evaluations) + 10
+        return with_evaluations(evaluations)
     seconds = slowest(piece.kind)
     return 1.2 * seconds + 5 if seconds else 0.0
 

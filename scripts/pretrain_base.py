@@ -238,17 +238,14 @@ def evaluate_bar(model_dir: Path, samples: int, device: str) -> dict:
         answers = greedy_answers(model, tokenizer, prompts, batch_size=16)
         return sum(check(a, s.answer) for a, s in zip(answers, prompts)) / len(prompts)
 
-    def first_digits(completion: str, answer: str) -> bool:
-        return passkey_correct(completion, answer)
-
     def repeated(completion: str, answer: str) -> bool:
         return completion.strip().startswith(answer)
 
     with torch.no_grad():
-        result["passkey"] = [exact(passkey_samples(tokenizer, [n], depths, per_depth, seed), first_digits)
+        result["passkey"] = [exact(passkey_samples(tokenizer, [n], depths, per_depth, seed), passkey_correct)
                              for n in LENGTHS]
         result["niah_fwpkm"] = [exact(fwpkm_niah_samples(tokenizer, text, [n], depths, per_depth, seed + 1),
-                                      first_digits) for n in LENGTHS]
+                                      passkey_correct) for n in LENGTHS]
         result["repeat"] = [exact(repeat_samples(tokenizer, text, [n], samples, seed + 2), repeated)
                             for n in LENGTHS]
         low, high = mqar_token_range(tokenizer, model.config.vocab_size)

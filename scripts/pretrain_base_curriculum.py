@@ -183,7 +183,8 @@ class Curriculum:
             rows = self._rows(index) or []
             self.state["done"].append({"stage": index, "variant": stage["variant"], "steps": stage["steps"],
                                        "train_seconds": sum(pretrain_base._seconds(rows)),
-                                       "tokens": stage["steps"] * _tokens_per_step(run),
+                                       "tokens": stage["steps"] * _tokens_per_step(
+                                           yaml.safe_load((run / "recipe.yaml").read_text())),
                                        # the process from start to end, when it ran in one piece
                                        **({} if "--resume" in command else {"wall_seconds": wall})})
             self.state["stage"] = index + 1
@@ -241,14 +242,9 @@ class Curriculum:
 
     def metrics(self) -> list[dict]:
         """Every stage's log rows, with ``stage`` and the curriculum's running ``step``."""
-        rows, offset = [], 0
-        for index in range(min(self.state["stage"] + 1, len(self.curriculum["stages"]))):
-            stage_rows = self._rows(index)
-            if stage_rows is None:
-                continue
-            rows += [{**row, "stage": index, "step": offset + row["step"]} for row in stage_rows]
-            offset += self.curriculum["stages"][index]["steps"]
-        return rows
+        stages = self.curriculum["stages"]
+        return _running_log([self._rows(index) for index in range(min(self.state["stage"] + 1, len(stages)))],
+                            stages)
 
     def pack(self, target: Path) -> None:
         """The curriculum's state, the finished stages' logs, and the stage under way (its newest checkpoint, or,
@@ -379,9 +375,20 @@ def _reconcile(run: Path, recipe_path: Path) -> None:
     (run / "recipe.yaml").write_text(here.to_yaml())
 
 
-def _tokens_per_step(run: Path) -> int:
-    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+def _tokens_per_step(recipe: dict) -> int:
     return recipe["data"]["batch_size"] * recipe["data"]["seq_len"] * recipe["train"].get("grad_accum", 1)
+
+
+def _running_log(stage_logs: list[list[dict] | None], stages: list[dict]) -> list[dict]:
+    """The stages' log rows as one log, each row with its ``stage`` and the curriculum's running ``step`` (a stage
+    without a log adds no rows)."""
+    rows, offset = [], 0
+    for index, stage_rows in enumerate(stage_logs):
+        if stage_rows is None:
+            continue
+        rows += [{**row, "stage": index, "step": offset + row["step"]} for row in stage_rows]
+        offset += stages[index]["steps"]
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -453,7 +460,7 @@ def ship_base(curriculum: dict, model_dir: Path, done: list[dict], log: Path, re
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     where = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
-    if getattr(args, "bar", None) is not None:  # measured before, on these weights (often on a GPU)
+    if args.bar is not None:  # measured before, on these weights (often on a GPU)
         recorded = json.loads(args.bar.read_text())
         report, where = recorded["bar"], recorded.get("device", where)
         print(f"pretrain_base_curriculum: the bar as {args.bar} recorded it (measured on {where})", flush=True)
@@ -491,7 +498,7 @@ def ship_model(curriculum: dict, args) -> int:
     if not (model_dir / "config.json").is_file():
         raise SystemExit(f"pretrain_base_curriculum: --ship-model {model_dir} holds no config.json; give a model "
                          "directory")
-    done, rows, offset = [], [], 0
+    done, logs = [], []
     stages = curriculum["stages"]
     for index, stage in enumerate(stages):
         path = args.logs / f"stage-{index}-metrics.jsonl"
@@ -500,20 +507,22 @@ def ship_model(curriculum: dict, args) -> int:
                              "stage's training log")
         stage_rows = [row for row in (json.loads(line) for line in path.read_text().splitlines() if line.strip())
                       if row.get("step", 0) <= stage["steps"]]
-        recipe = stage_recipe(curriculum, index, Path("stage-before"), args.workers)
+        # as the stage ran: from the start (or scratch) first, then from the stage before's result (named below)
+        init = (Path(curriculum["start"]) if curriculum.get("start") else None) if index == 0 else ROOT
+        recipe = stage_recipe(curriculum, index, init, args.workers)
         last = max((row.get("step", 0) for row in stage_rows), default=0)
         if last <= stage["steps"] - recipe["train"]["log_every"]:
             raise SystemExit(f"pretrain_base_curriculum: {path} ends at step {last}, short of stage {index}'s "
                              f"{stage['steps']} steps; give the log of the run that made them")
-        per_step = recipe["data"]["batch_size"] * recipe["data"]["seq_len"] * recipe["train"].get("grad_accum", 1)
         done.append({"stage": index, "variant": stage["variant"], "steps": stage["steps"],
-                     "train_seconds": sum(pretrain_base._seconds(stage_rows)), "tokens": stage["steps"] * per_step})
-        rows += [{**row, "stage": index, "step": offset + row["step"]} for row in stage_rows]
-        offset += stage["steps"]
-    # the last stage's recipe, as a record: it started from the stage before's result
-    recipe["model"]["path"] = (_shown(Path(curriculum["start"])) if len(stages) == 1 and curriculum.get("start")
-                               else f"stage {len(stages) - 2} ({stages[-2]['variant']})'s result"
-                               if len(stages) > 1 else recipe["model"].get("path"))
+                     "train_seconds": sum(pretrain_base._seconds(stage_rows)),
+                     "tokens": stage["steps"] * _tokens_per_step(recipe)})
+        logs.append(stage_rows)
+    rows = _running_log(logs, stages)
+    # the last stage's recipe, as a record: where it started, not a path on the machine that ran it
+    if "path" in recipe["model"]:
+        recipe["model"]["path"] = (f"stage {len(stages) - 2} ({stages[-2]['variant']})'s result" if len(stages) > 1
+                                   else _shown(Path(curriculum["start"])))
     with tempfile.TemporaryDirectory() as scratch:
         log, recipe_path = Path(scratch) / "metrics.jsonl", Path(scratch) / "recipe.yaml"
         log.write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -108,19 +108,16 @@ def variant_recipe(base: dict, name: str, workers: int, init: Path | None = None
         elif name in ("text-heavy", "niah-mix", "multi-mix", "multi-anneal"):
             for task in ("niah-fwpkm", "repeat"):
                 by_task[task]["weight"] *= 3
-            if name != "text-heavy":
-                by_task["niah-fwpkm"]["needles"] = list(EASY_NIAH_NEEDLES)
-            if name in MULTI_QUERIES:
-                by_task["niah-fwpkm"]["queries"] = list(MULTI_QUERIES[name])
         elif name == "text-recall":
             recipe["data"]["sources"] = [by_task["niah-fwpkm"], by_task["repeat"]]
         elif name == "repeat-only":
             recipe["data"]["sources"] = [by_task["repeat"]]
         elif name in ("niah-easy", "niah-multi"):
-            by_task["niah-fwpkm"]["needles"] = list(EASY_NIAH_NEEDLES)
-            if name in MULTI_QUERIES:
-                by_task["niah-fwpkm"]["queries"] = list(MULTI_QUERIES[name])
             recipe["data"]["sources"] = [by_task["niah-fwpkm"]]
+        if name in ("niah-easy", "niah-mix", *MULTI_QUERIES):  # NIAH-FwPKM's easy form, and several questions
+            by_task["niah-fwpkm"]["needles"] = list(EASY_NIAH_NEEDLES)
+        if name in MULTI_QUERIES:
+            by_task["niah-fwpkm"]["queries"] = list(MULTI_QUERIES[name])
         if name in ANNEALS:
             recipe["schedule"] = {"type": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.02}
             recipe["train"]["max_steps"] = anneal_steps
@@ -265,16 +262,16 @@ def main(argv: list[str] | None = None) -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results = {}
-    rows = []  # (label, run folder): each variant's last stage, and with --score-stages its earlier ones first
+    rows = []  # (label, its logs): each variant's last stage, and with --score-stages its earlier ones first
     for name in names:
         if args.score_stages:
-            rows += [(f"{name}.{index}", args.out / f"{name}.{index}") for index in range(name.count("+"))]
-        rows.append((name, args.out / name))
-    for name, run in rows:
+            rows += [(f"{name}.{index}", f"{name}.{index}.log") for index in range(name.count("+"))]
+        rows.append((name, f"{name}.*.log"))
+    for name, logs in rows:
+        run = args.out / name  # a stage's run folder is named as its row
         checkpoint = latest_checkpoint(run)
         if checkpoint is None:
-            log = f"{name}.log" if name.rsplit(".", 1)[-1].isdigit() else f"{name}.*.log"  # a stage's row, a variant's
-            results[name] = {"error": f"no checkpoint (see {log})"}
+            results[name] = {"error": f"no checkpoint (see {logs})"}
             continue
         step = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
         metrics = run / "metrics.jsonl"  # written every train.log_every steps: absent in a run shorter than that
