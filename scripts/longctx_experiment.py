@@ -45,6 +45,7 @@ import json
 import math
 import platform
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -280,7 +281,7 @@ def next_pieces(ledger: Ledger) -> tuple[list[Piece], list[str]]:
 
     def trained(arm: str, tag: str, seed: int, rates: dict, ablation: str | None = None) -> str:
         train = f"train/{arm}/{tag}/seed{seed}"
-        if train not in done:
+        if train not in done and all(p.name != train for p in ready):  # a search's chosen point is a seed too
             ready.append(Piece(train, "train", arm, seed, rates, ablation))
         return train
 
@@ -871,7 +872,7 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
             log("longctx_experiment: nothing left to run" + (f" ({'; '.join(waiting)})" if waiting else ""))
             break
         piece = ready[0]
-        left, needs = deadline - time.monotonic(), _estimate(ledger, piece, 60 * minutes)
+        left, needs = deadline - time.monotonic(), _estimate(ledger, piece, 60 * minutes, warm=landed > 0)
         if left < needs:
             log(f"longctx_experiment: {left / 60:.1f} min left, {piece.name} needs about {needs / 60:.1f}; "
                 "stopping here")
@@ -908,33 +909,39 @@ def _where(device: str) -> dict:
     return {"device": name, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}
 
 
-def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf")) -> float:
-    """Seconds a piece is expected to take: the slowest of its kind so far with a margin (a fine-tune also counts
-    the evaluations that follow it, or only the first of them when all of them would not fit in a ``call`` of that
-    many seconds: the treatment's test, beta-off test and importance probe take longer than a device call with its
-    fine-tune, so the model trains once more in the next call for the rest); 0 for the first of its kind, which is
-    tried."""
-    def slowest(kind: str) -> float:
-        return max((p.get("seconds", 0) for n, p in ledger.pieces.items() if n.startswith(kind + "/")), default=0)
+def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf"), warm: bool = False) -> float:
+    """Seconds a piece is expected to take, with a margin: a fine-tune counts the evaluations that follow it, or
+    only the first of them when all of them would not fit in a ``call`` of that many seconds (the treatment's test,
+    beta-off test and importance probe may not fit with its fine-tune; the model then waits in ``--scratch``, or
+    trains once more on a fresh machine, for the rest). A fine-tune's time is its own arm's when that arm has one.
+    The call's first piece (``warm`` False) is costed at the slowest of its kind so far, which includes the
+    processes that compiled Triton's kernels on a fresh machine (a third to a half again on the H100); later pieces
+    find the kernels compiled and are costed at the median. 0 for the first of its kind, which is tried."""
+    def typical(kind: str, arm: str | None = None) -> float:
+        times = [p.get("seconds", 0) for n, p in ledger.pieces.items() if n.startswith(kind + "/")
+                 and (arm is None or n.startswith(f"{kind}/{arm}/"))]
+        if not times:
+            return typical(kind) if arm is not None else 0.0
+        return statistics.median(times) if warm else max(times)
 
     def with_evaluations(seconds: float) -> float:
-        return 1.1 * (slowest("train") + seconds) + 10
+        return 1.1 * (typical("train", piece.arm) + seconds) + 10
 
     if piece.kind == "train":
-        if not slowest("train"):
+        if not typical("train"):
             return 0.0
         search = (piece.seed == 0 and not piece.ablation and ARMS[piece.arm].grid is not None
                   and chosen_rates(ledger, piece.arm) is None)  # else a chosen model trained again: its tests follow
         if search:
-            evaluations = slowest("val")
+            evaluations = typical("val")
         elif piece.arm == "beta-lora" and not piece.ablation:  # test, test at beta scale 0, importance
-            evaluations = 2 * slowest("test") + slowest("importance")
+            evaluations = 2 * typical("test") + typical("importance")
             if with_evaluations(evaluations) > call:
-                evaluations = slowest("test")
+                evaluations = typical("test")
         else:
-            evaluations = slowest("test")
+            evaluations = typical("test")
         return with_evaluations(evaluations)
-    seconds = slowest(piece.kind)
+    seconds = typical(piece.kind)
     return 1.2 * seconds + 5 if seconds else 0.0
 
 

@@ -127,9 +127,10 @@ def test_models_live_until_no_evaluation_needs_them(experiment, tmp_path):
 
 
 def test_a_treatment_seed_fits_a_call_with_its_first_evaluation(experiment, tmp_path):
-    """With the H100's costs (a fine-tune 163 s, a test evaluation 236 s) a treatment seed with its test, beta-off
-    test and importance probe needs more than a 9-minute call: it is started with room for its first evaluation
-    (the model trains again in the next call for the rest) instead of never; a control seed needs its one test."""
+    """With the H100's costs on a fresh machine (a fine-tune 163 s, a test evaluation 236 s) a treatment seed with
+    its test, beta-off test and importance probe needs more than a 9-minute call: it is started with room for its
+    first evaluation (the model waits or trains again for the rest) instead of never; a control seed needs its one
+    test."""
     ledger = _ledger(experiment, tmp_path)
     ledger.pieces.update({"train/mamba2-lora/lr0.001/seed0": {"seconds": 163.0}, "test/base": {"seconds": 236.0},
                           "importance/beta-lora/seed0": {"seconds": 30.0}})
@@ -140,6 +141,28 @@ def test_a_treatment_seed_fits_a_call_with_its_first_evaluation(experiment, tmp_
     assert whole > 540 and experiment._estimate(ledger, treatment, 540) == pytest.approx(1.1 * (163 + 236) + 10)
     assert experiment._estimate(ledger, control, 540) == pytest.approx(1.1 * (163 + 236) + 10)
     assert 1.1 * (163 + 236) + 10 < 540
+
+
+def test_estimates_use_the_arms_own_fine_tunes_and_the_median_once_warm(experiment, tmp_path):
+    """A call's first piece pays for compiling Triton's kernels on a fresh machine (the slowest so far); later
+    pieces are costed at the median, and a fine-tune at its own arm's times (the treatment's scan is slower)."""
+    ledger = _ledger(experiment, tmp_path)
+    ledger.pieces.update({"train/mamba2-lora/lr0.001/seed0": {"seconds": 207.0},
+                          "train/mamba2-lora/lr0.003/seed0": {"seconds": 103.0},
+                          "train/mamba2-lora/lr0.0003/seed0": {"seconds": 108.0},
+                          "train/beta-lora/beta_lr0.01/seed0": {"seconds": 187.0},
+                          "test/base": {"seconds": 236.0}, "test/mamba2-lora/seed0": {"seconds": 162.0},
+                          "test/beta-lora/seed0": {"seconds": 164.0}})
+    control = experiment.Piece("train/mamba2-lora/lr0.001/seed1", "train", "mamba2-lora", 1, {})
+    treatment = experiment.Piece("train/beta-lora/beta_lr0.01/seed1", "train", "beta-lora", 1, {})
+    plain = experiment.Piece("train/mamba2-full/lr0.001/seed1", "train", "mamba2-full", 1, {})
+    assert experiment._estimate(ledger, control) == pytest.approx(1.1 * (207 + 236) + 10)
+    assert experiment._estimate(ledger, control, warm=True) == pytest.approx(1.1 * (108 + 164) + 10)
+    assert experiment._estimate(ledger, treatment, 540, warm=True) == pytest.approx(1.1 * (187 + 164) + 10)
+    assert experiment._estimate(ledger, plain, warm=True) == pytest.approx(1.1 * (147.5 + 164) + 10)  # all arms'
+    test = experiment.Piece("test/mamba2-lora/seed1", "test", "mamba2-lora", 1, {})
+    assert experiment._estimate(ledger, test, warm=True) == pytest.approx(1.2 * 164 + 5)
+    assert experiment._estimate(ledger, test) == pytest.approx(1.2 * 236 + 5)
 
 
 def _records(scores: dict[str, list[int]], bucket: str = "2048-4096") -> dict:
