@@ -816,8 +816,13 @@ def plots(state: dict, ledger: Ledger, output: Path) -> None:
     settings = state["settings"]
     centers = [math.sqrt(a * b) for a, b in settings["buckets"]]
     tasks = settings["tasks"]
-    figure, axes = plt.subplots(1, len(tasks), figsize=(3.4 * len(tasks), 3.6), sharey=True, squeeze=False)
-    axes = axes[0]
+    columns = min(4, len(tasks))  # rows of four panels: one row of seven is too wide to read
+    rows = -(-len(tasks) // columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.2 * rows + 0.6), sharey=True,
+                                squeeze=False)
+    axes = list(grid.flat)
+    for axis in axes[len(tasks):]:
+        axis.set_visible(False)
     for axis, task in zip(axes, tasks):
         for name, row in state["summary"].items():
             if name.startswith("ablation-"):
@@ -834,9 +839,11 @@ def plots(state: dict, ledger: Ledger, output: Path) -> None:
         axis.set_xlabel("needle-to-question distance")
         axis.set_ylim(-0.03, 1.03)
         axis.grid(alpha=0.3)
-    axes[0].set_ylabel("recall (mean over seeds; bars: 95% of the seeds' spread)")
-    axes[-1].legend(fontsize=7)
-    figure.suptitle("Recall against distance (dotted: pretraining length, dashed: fine-tuning length)")
+    for row in grid:
+        row[0].set_ylabel("recall")
+    axes[len(tasks) - 1].legend(fontsize=7)
+    figure.suptitle("Recall against distance, mean over seeds (bars: 95% of the seeds' spread; dotted: pretraining "
+                    "length, dashed: fine-tuning length)", fontsize=10)
     figure.tight_layout()
     figure.savefig(folder / "recall.png", dpi=110)
     plt.close(figure)
