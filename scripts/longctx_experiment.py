@@ -9,24 +9,33 @@ protocol's order and writes each result to the ledger (``--work``/ledger.json, w
 ``--work``/records/) as it lands. The ledger is small and meant to be committed: a device call starts from the
 repository and returns the ledger, so the experiment spreads over as many 10-minute calls and sessions as it
 needs. A fine-tuned model lives in ``--scratch`` only until its evaluations have landed (they run right after it,
-in the same call); a fine-tune is started only when the time left fits it (the slowest so far), and one cut by
-the deadline starts over in the next call.
+in the same call, or in the next call when the machine was kept warm: ``--scratch`` is git-ignored and stays; on a
+fresh machine the model trains again, seeded, to the same weights). A piece is started only when the time left
+fits it with its evaluations (a call's first piece at the slowest time of its kind so far, which includes
+compiling Triton's kernels on a fresh machine; later ones at the median), and a fine-tune cut by the deadline
+starts over in the next call. Unpack each call's ledger before the next call: one that starts from an older
+ledger finds the models of the pieces it lacks and evaluates them again (the evaluations are deterministic: the
+same per-prompt records; the ledger keeps no time for such a model).
 
-On a lent GPU, one call (the ledger returns as one file; unpack it over the repository and commit it). The
-tracked files are about 67 MiB and a call carries 64: delete the 13.9M start weights from the working tree first,
-``rm -r docs/bench/pretrain-base-13m-2026-11-24/weights`` (git keeps them; the experiment reads the base in
-``upgrade/assets/recall-base``). A returned file holds at most 16 MiB, and the cache has grown past that (17.9 MB
-after a race of 2026-11-24): split it (``split -b 15M``) or keep carrying the one you have.
+On a lent GPU, one call (the ledger returns as one file, written again every 15 s so that a call stopped by its
+time limit still returns what landed; unpack it over the repository and commit it). The tracked files are about
+67 MiB and a call carries 64: delete the 13.9M start weights from the working tree first, ``rm -r
+docs/bench/pretrain-base-13m-2026-11-24/weights`` (git keeps them; the experiment reads the base in
+``upgrade/assets/recall-base``). A returned file holds at most 16 MiB, and an experiment call's cache is about
+25 MB: split it (``split -b 15M``) or keep carrying the one you have.
 
     tar xzf triton-cache.tgz 2>/dev/null; export TRITON_CACHE_DIR=$PWD/.triton-cache TRITON_CACHE_AUTOTUNING=1
-    python scripts/longctx_experiment.py run --minutes 8; \\
-        tar czf $OUT/longctx-runs.tgz docs/results/longctx-runs    # ';': what landed returns after a failure too
-    tar czf $OUT/triton-cache.tgz .triton-cache
+    ( while sleep 15; do tar czf $OUT/partial.tgz docs/results/longctx-runs \\
+        && mv $OUT/partial.tgz $OUT/longctx-runs.tgz; done ) &
+    python scripts/longctx_experiment.py run --minutes 9; kill %1
+    tar czf $OUT/longctx-runs.tgz docs/results/longctx-runs    # after the run: what landed, after a failure too
 
-Triton's kernel cache, returned as ``triton-cache.tgz`` and carried into the next call (git ignores it), cuts the
-start of a call's first process from about 110 s to 25 s on an H100 (measured on the base's pretraining stages,
-docs/bench/pretrain-base-13m-2026-11-24; later processes in a call find the cache warm anyway);
-TRITON_CACHE_AUTOTUNING keeps the tuned configurations of autotuned kernels (mamba_ssm's) in it too.
+Triton's kernel cache, carried into the call as ``triton-cache.tgz`` (git ignores it), cuts the start of a call's
+first process from about 110 s to 25 s on an H100 when it holds the call's kernels (measured on the base's
+pretraining stages, docs/bench/pretrain-base-13m-2026-11-24); TRITON_CACHE_AUTOTUNING keeps the tuned
+configurations of autotuned kernels (mamba_ssm's) in it too. The pretraining's cache lacks the experiment's
+kernels: on a fresh H100 a control fine-tune took 200-207 s and a test evaluation 230 s, on a machine kept warm
+from the call before 103-108 s and 162-167 s (2026-11-24).
 
 The order: the base's test evaluation; the primary pair (the control, then the treatment): each one's
 learning-rate grid at seed 0 with validation recall (extended by a factor 3 beyond an end until the chosen rate is
@@ -429,7 +438,8 @@ def fine_tune(piece: Piece, ledger: Ledger, scratch: Path, deadline: float, devi
 
     recipe = recipe_for(piece, ledger.settings, scratch, device)
     run = Path(recipe["output_dir"])
-    if not (run / "final" / "config.json").is_file():
+    reused = (run / "final" / "config.json").is_file()  # trained by an earlier call on this (warm) machine
+    if not reused:
         recipe_path = run.with_name(run.name + ".yaml")
         import yaml
 
@@ -451,7 +461,8 @@ def fine_tune(piece: Piece, ledger: Ledger, scratch: Path, deadline: float, devi
     losses = [row for row in rows if "loss" in row]
     return {"rates": piece.rates, "seed": piece.seed, "model": str(run / "final"),
             "final_loss": losses[-1]["loss"], "tokens_per_s": losses[-1].get("tokens_per_s"),
-            "gain_geomean": losses[-1].get("gain_geomean"), "steps": losses[-1]["step"]}
+            "gain_geomean": losses[-1].get("gain_geomean"), "steps": losses[-1]["step"],
+            **({"reused": True} if reused else {})}
 
 
 # -- evaluations -------------------------------------------------------------------------------------------------
@@ -897,7 +908,11 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
             if result is None:
                 log(f"longctx_experiment: {piece.name} cut at the deadline; it starts over in the next call")
                 break
-            ledger.land(piece.name, {**result, "seconds": round(time.perf_counter() - started, 1), **_where(device)})
+            if result.get("reused"):  # its ledger entry did not come back from that call; its time is unknown
+                log(f"longctx_experiment: {piece.name}'s model was already in {scratch}; it is not trained again")
+            else:
+                result["seconds"] = round(time.perf_counter() - started, 1)
+            ledger.land(piece.name, {**result, **_where(device)})
         else:
             result, records = evaluate(piece, ledger, device)
             ledger.land(piece.name, {**result, **_where(device)}, records)
@@ -925,7 +940,7 @@ def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf"), warm: bo
     processes that compiled Triton's kernels on a fresh machine (a third to a half again on the H100); later pieces
     find the kernels compiled and are costed at the median. 0 for the first of its kind, which is tried."""
     def typical(kind: str, arm: str | None = None) -> float:
-        times = [p.get("seconds", 0) for n, p in ledger.pieces.items() if n.startswith(kind + "/")
+        times = [p["seconds"] for n, p in ledger.pieces.items() if n.startswith(kind + "/") and "seconds" in p
                  and (arm is None or n.startswith(f"{kind}/{arm}/"))]
         if not times:
             return typical(kind) if arm is not None else 0.0

@@ -165,6 +165,23 @@ def test_estimates_use_the_arms_own_fine_tunes_and_the_median_once_warm(experime
     assert experiment._estimate(ledger, test) == pytest.approx(1.2 * 236 + 5)
 
 
+def test_a_model_left_by_an_earlier_call_is_not_trained_again_nor_timed(experiment, tmp_path):
+    """A warm machine keeps --scratch between calls; when the call that trained a model did not return its ledger,
+    the next call finds the model, lands it without a time (its real one is unknown), and estimates skip it."""
+    ledger = _ledger(experiment, tmp_path)
+    piece = experiment.Piece("train/mamba2-lora/lr0.001/seed1", "train", "mamba2-lora", 1, {"lr": 1e-3})
+    run = tmp_path / "scratch" / piece.name.replace("/", "__")
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 600, "loss": 0.4, "tokens_per_s": 2e5}) + "\n")
+    result = experiment.fine_tune(piece, ledger, tmp_path / "scratch", time.monotonic() + 60, "cpu")
+    assert result["reused"] and result["model"] == str(run / "final") and result["final_loss"] == 0.4
+    ledger.pieces.update({"train/mamba2-lora/lr0.001/seed0": {"seconds": 200.0}, piece.name: result,
+                          "test/base": {"seconds": 160.0}})
+    control = experiment.Piece("train/mamba2-lora/lr0.001/seed2", "train", "mamba2-lora", 2, {})
+    assert experiment._estimate(ledger, control, warm=True) == pytest.approx(1.1 * (200 + 160) + 10)
+
+
 def _records(scores: dict[str, list[int]], bucket: str = "2048-4096") -> dict:
     return {task: {bucket: {"score": values, "of": 1}} for task, values in scores.items()}
 
