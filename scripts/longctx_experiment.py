@@ -937,7 +937,7 @@ def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf"), warm: bo
     beta-off test and importance probe may not fit with its fine-tune; the model then waits in ``--scratch``, or
     trains once more on a fresh machine, for the rest). A fine-tune's time is its own arm's when that arm has one.
     The call's first piece (``warm`` False) is costed at the slowest of its kind so far, which includes the
-    processes that compiled Triton's kernels on a fresh machine (a third to a half again on the H100); later pieces
+    processes that compiled Triton's kernels on a fresh machine (up to twice as long on the H100); later pieces
     find the kernels compiled and are costed at the median. 0 for the first of its kind, which is tried."""
     def typical(kind: str, arm: str | None = None) -> float:
         times = [p["seconds"] for n, p in ledger.pieces.items() if n.startswith(kind + "/") and "seconds" in p
