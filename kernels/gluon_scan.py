@@ -64,11 +64,17 @@ class BwdVariant(NamedTuple):
     channels. With ``NW > 1`` the sums of ``dk``, ``dq`` and the decay gradient over a program's channels cross
     the warps inside the kernel (Gluon reduces through shared memory, a barrier per token) before the atomics:
     ``NW`` times fewer atomics per token. ``PROBE`` (timing only, wrong gradients): 1 leaves out the ``dk``,
-    ``dq`` atomics, to measure what they cost."""
+    ``dq`` atomics, to measure what they cost. ``BLOCK4``: every 4-token group whose tokens are none of them a
+    reference (the common case: one group in 64 holds a chunk's last token) runs branch-free, its recompute
+    updates and reverse steps one basic block, so that ptxas can issue the group's loads together instead of
+    waiting on each token's in turn (the result is bit for bit the same). ``MAXNREG``: a register cap (more warps
+    resident per SM: at 200, B = 1's 1280 one-warp programs of ``b2w1`` fit one wave on an H100)."""
 
     CPT: int
     NW: int
     PROBE: int = 0
+    BLOCK4: int = 0
+    MAXNREG: int = 0
 
     def block_v(self) -> int:
         return 2 * self.CPT * self.NW
@@ -81,13 +87,19 @@ BWD_VARIANTS = {
     "b1w1": BwdVariant(1, 1),
     "b1w4": BwdVariant(1, 4),
     "b2w1-probe-no-dkdq-atomics": BwdVariant(2, 1, 1),
+    "b1w1g": BwdVariant(1, 1, BLOCK4=1),
+    "b2w1g": BwdVariant(2, 1, BLOCK4=1),
+    "b2w1gr200": BwdVariant(2, 1, BLOCK4=1, MAXNREG=200),
+    "b2w1r200": BwdVariant(2, 1, MAXNREG=200),
 }
-BWD_VARIANT_BY_ROWS = ((None, "b1w1"),)  # as FWD_VARIANT_BY_ROWS (b1w1: 42.6 ms against b2w1 44.1, B = 1, L = 8192)
+# as FWD_VARIANT_BY_ROWS (the H100 sweep of 2026-11-24, B = 1, L = 8192: b2w1g 36.1 ms, b2w1 41.4, b1w1 42.0)
+BWD_VARIANT_BY_ROWS = ((None, "b2w1g"),)
 BWD_VARIANT_ENV = "PALIMPSA_GLUON_BWD_VARIANT"
 
 
 def backward_variant(rows: int, head_dim: int) -> str:
-    """The backward's variant for ``rows = S H`` rows: the environment's, else the table's, else ``b2w1``."""
+    """The backward's variant for ``rows = S H`` rows: the environment's, else the table's (``b1w1`` where ``P``
+    does not divide by its channels)."""
     name = os.environ.get(BWD_VARIANT_ENV)
     if name:
         if name not in BWD_VARIANTS:
@@ -471,9 +483,62 @@ if gluon is not None:
         return b_m, b_j, b_sc, b_c, b_e
 
     @gluon.jit
+    def _bwd_scales4(b_sc, t, T, g, bos, i_h, H: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr):
+        """``_bwd_step``'s scalar walk over tokens ``t .. t + 3`` (positions in the sequence) on the assumption
+        that none of them is a reference: their log-scales, and whether one of them is (then the assumption is
+        void and the caller takes the general path). The four decay loads issue together."""
+        b_a0 = gl.load(g + (bos + t) * H + i_h).to(gl.float64)
+        b_a1 = gl.load(g + (bos + t + 1) * H + i_h).to(gl.float64)
+        b_a2 = gl.load(g + (bos + t + 2) * H + i_h).to(gl.float64)
+        b_a3 = gl.load(g + (bos + t + 3) * H + i_h).to(gl.float64)
+        s1 = b_sc - b_a0
+        s2 = s1 - b_a1
+        s3 = s2 - b_a2
+        s4 = s3 - b_a3
+        # a token of t .. t + 3 is a chunk's last (position CT - 1 modulo CT) exactly when t % CT >= CT - 4
+        over = (s1 > TAU_) | (s2 > TAU_) | (s3 > TAU_) | (s4 > TAU_)
+        any_ref = over | (t % CT >= CT - 4) | ((t <= T - 1) & (T - 1 <= t + 3))
+        return s1, s2, s3, s4, any_ref
+
+    @gluon.jit
+    def _bwd_plain(b_m, b_j, b_sc, v, kkq, beta, tok, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr,
+                   P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr):
+        """``_bwd_step`` of a token known not to be a reference, at its log-scale ``b_sc``: no carry, no branch."""
+        b_e = gl.exp(b_sc.to(gl.float32))
+        p_k = kkq + (tok * G + i_g) * (3 * N) + o_n
+        b_v = gl.load(v + (tok * H + i_h) * P + o_v).to(gl.float32) * b_e
+        b_m = b_m + gl.expand_dims(b_v, 1) * gl.expand_dims(gl.load(p_k), 0)
+        if USE_BETA:
+            b_b = gl.load(beta + (tok * H + i_h) * P + o_v).to(gl.float32) * b_e
+            b_j = b_j + gl.expand_dims(b_b, 1) * gl.expand_dims(gl.load(p_k + N), 0)
+        return b_m, b_j, b_e
+
+    @gluon.jit
+    def _bwd_walk4(b_m, b_j, b_sc, start, v, kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr,
+                   G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr,
+                   USE_BETA: gl.constexpr):
+        """``_bwd_walk`` over the four tokens from ``start`` (all inside the sequence): branch-free when none of
+        them is a reference."""
+        s1, s2, s3, s4, any_ref = _bwd_scales4(b_sc, start, T, g, bos, i_h, H, CT, TAU_)
+        if any_ref:
+            b_m, b_j, b_sc, _, _ = _bwd_walk(b_m, b_j, b_sc, start, start + 4, v, kkq, g, beta, bos, T, i_h, i_g,
+                                             o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+        else:
+            tok = bos + start
+            b_m, b_j, _ = _bwd_plain(b_m, b_j, s1, v, kkq, beta, tok, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA)
+            b_m, b_j, _ = _bwd_plain(b_m, b_j, s2, v, kkq, beta, tok + 1, i_h, i_g, o_v, o_n, H, G, P, N,
+                                     USE_BETA)
+            b_m, b_j, _ = _bwd_plain(b_m, b_j, s3, v, kkq, beta, tok + 2, i_h, i_g, o_v, o_n, H, G, P, N,
+                                     USE_BETA)
+            b_m, b_j, _ = _bwd_plain(b_m, b_j, s4, v, kkq, beta, tok + 3, i_h, i_g, o_v, o_n, H, G, P, N,
+                                     USE_BETA)
+            b_sc = s4
+        return b_m, b_j, b_sc
+
+    @gluon.jit
     def _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta, tok, i_h,
                      i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
-                     USE_BETA: gl.constexpr, USE_DU: gl.constexpr, PROBE: gl.constexpr):
+                     USE_BETA: gl.constexpr, USE_DU: gl.constexpr, PROBE: gl.constexpr, CARRY: gl.constexpr = True):
         """The reverse step of token ``tok`` from its own rescaled state (``emulation._Adjoint.reverse``): writes
         ``dv``, ``dbeta``, adds ``dk``, ``dq``, ``dlog_decay``; returns the adjoints carried to the token before."""
         p_k = kkq + (tok * G + i_g) * (3 * N) + o_n
@@ -509,8 +574,9 @@ if gluon is not None:
             gl.atomic_add(dk + (tok * G + i_g) * N + o_n, b_dk * b_e, sem="relaxed")
             gl.atomic_add(dq + (tok * G + i_g) * N + o_n, b_dq, sem="relaxed")
         gl.atomic_add(dg + tok * H + i_h, b_da, sem="relaxed")
-        if b_c != 1.0:  # a reference token: carry the adjoints into the previous token's gauge (warp-uniform)
-            b_dm, b_dj = b_dm * b_c, b_dj * b_c
+        if CARRY:  # (not when the caller knows the token is no reference)
+            if b_c != 1.0:  # a reference token: carry the adjoints into the previous token's gauge (warp-uniform)
+                b_dm, b_dj = b_dm * b_c, b_dj * b_c
         return b_dm, b_dj
 
     @gluon.jit
@@ -529,7 +595,8 @@ if gluon is not None:
     @gluon.jit
     def _bwd_keep(b_m, b_j, b_sc, slot, count, start, EVERY: gl.constexpr, p_m, p_j, p_s, o_s, v, kkq, g, beta,
                   bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr,
-                  BV: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr, NW: gl.constexpr):
+                  BV: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr, NW: gl.constexpr,
+                  BLOCK4: gl.constexpr):
         """Walk ``count`` groups of ``EVERY`` tokens from ``start``, keeping the state (and its log-scale) before
         each group in scratch slots ``slot, slot + 1, ...`` (``emulation._keep_every``). Every thread reads back
         only what it wrote itself (same layout; the scale one copy per lane), so no barrier is needed."""
@@ -537,10 +604,71 @@ if gluon is not None:
             gl.store(p_m + (slot + b) * BV * N + o_s, b_m)
             gl.store(p_j + (slot + b) * BV * N + o_s, b_j)
             _bwd_store_scale(p_s + (slot + b) * 32 * NW, b_sc, NW)
-            if b < count - 1:
-                b_m, b_j, b_sc, _, _ = _bwd_walk(b_m, b_j, b_sc, start + EVERY * b, start + EVERY * b + EVERY, v,
-                                                 kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_,
-                                                 USE_BETA)
+            if b < count - 1:  # a whole group inside the sequence
+                if BLOCK4:
+                    for i4 in gl.static_range(EVERY // 4):
+                        b_m, b_j, b_sc = _bwd_walk4(b_m, b_j, b_sc, start + EVERY * b + 4 * i4, v, kkq, g, beta,
+                                                    bos, T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
+                else:
+                    b_m, b_j, b_sc, _, _ = _bwd_walk(b_m, b_j, b_sc, start + EVERY * b, start + EVERY * b + EVERY,
+                                                     v, kkq, g, beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, CT,
+                                                     TAU_, USE_BETA)
+
+    @gluon.jit
+    def _bwd_block4(b_dm, b_dj, b_m0, b_j0, b_s0, ts, p_m0, p_j0, b_ip, v, kkq, g, beta, dy, du, dv, dk, dq, dg,
+                    dbeta, bos, T, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
+                    N: gl.constexpr, CT: gl.constexpr, TAU_: gl.constexpr, USE_BETA: gl.constexpr,
+                    USE_DU: gl.constexpr, PROBE: gl.constexpr):
+        """The reverse steps of the whole 4-token block from ``ts``, from its first state in scratch (``p_m0``,
+        ``p_j0``; loaded as ``b_m0``, ``b_j0``; log-scale ``b_s0``), with two states live: the middle (token
+        ts + 1) and the walking one."""
+        b_mm, b_jm, b_sm, b_cm, b_em = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 2, v, kkq, g, beta, bos, T, i_h, i_g, o_v,
+                                                 o_n, H, G, P, N, CT, TAU_, USE_BETA)
+        b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 4, v, kkq, g, beta, bos, T, i_h, i_g, o_v,
+                                          o_n, H, G, P, N, CT, TAU_, USE_BETA)
+        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta,
+                                  bos + ts + 3, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA, USE_DU, PROBE)
+        b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 3, v, kkq, g, beta, bos, T, i_h, i_g, o_v,
+                                          o_n, H, G, P, N, CT, TAU_, USE_BETA)
+        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta,
+                                  bos + ts + 2, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA, USE_DU, PROBE)
+        b_dm, b_dj = _bwd_reverse(b_mm, b_jm, b_cm, b_em, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg,
+                                  dbeta, bos + ts + 1, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA, USE_DU, PROBE)
+        # the block start again from the scratch (an L1 hit) rather than live in registers
+        b_m0 = gl.load(p_m0)
+        b_j0 = gl.load(p_j0)
+        b_m, b_j, _, b_c, b_e = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 1, v, kkq, g, beta, bos, T, i_h, i_g, o_v, o_n,
+                                          H, G, P, N, CT, TAU_, USE_BETA)
+        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta,
+                                  bos + ts, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA, USE_DU, PROBE)
+        return b_dm, b_dj
+
+    @gluon.jit
+    def _bwd_block4_plain(b_dm, b_dj, b_m0, b_j0, s1, s2, s3, s4, ts, p_m0, p_j0, b_ip, v, kkq, beta, dy, du, dv,
+                          dk, dq, dg, dbeta, bos, i_h, i_g, o_v, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
+                          N: gl.constexpr, USE_BETA: gl.constexpr, USE_DU: gl.constexpr, PROBE: gl.constexpr):
+        """``_bwd_block4`` for a block none of whose tokens is a reference (log-scales ``s1 .. s4`` from
+        ``_bwd_scales4``): the same updates and reverse steps in the same order, so the same results, but no
+        carry and no branch: one basic block, whose loads ptxas may issue ahead of the arithmetic."""
+        tok = bos + ts
+        b_mm, b_jm, _ = _bwd_plain(b_m0, b_j0, s1, v, kkq, beta, tok, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA)
+        b_mm, b_jm, b_em = _bwd_plain(b_mm, b_jm, s2, v, kkq, beta, tok + 1, i_h, i_g, o_v, o_n, H, G, P, N,
+                                      USE_BETA)
+        b_m, b_j, _ = _bwd_plain(b_mm, b_jm, s3, v, kkq, beta, tok + 2, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA)
+        b_m, b_j, b_e = _bwd_plain(b_m, b_j, s4, v, kkq, beta, tok + 3, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA)
+        b_dm, b_dj = _bwd_reverse(b_m, b_j, 1.0, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta,
+                                  tok + 3, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA, USE_DU, PROBE, False)
+        b_m, b_j, b_e = _bwd_plain(b_mm, b_jm, s3, v, kkq, beta, tok + 2, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA)
+        b_dm, b_dj = _bwd_reverse(b_m, b_j, 1.0, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta,
+                                  tok + 2, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA, USE_DU, PROBE, False)
+        b_dm, b_dj = _bwd_reverse(b_mm, b_jm, 1.0, b_em, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg,
+                                  dbeta, tok + 1, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA, USE_DU, PROBE, False)
+        b_m0 = gl.load(p_m0)
+        b_j0 = gl.load(p_j0)
+        b_m, b_j, b_e = _bwd_plain(b_m0, b_j0, s1, v, kkq, beta, tok, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA)
+        b_dm, b_dj = _bwd_reverse(b_m, b_j, 1.0, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg, dbeta,
+                                  tok, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA, USE_DU, PROBE, False)
+        return b_dm, b_dj
 
     @gluon.jit
     def palimpsa_gluon_bwd_kernel(
@@ -550,6 +678,7 @@ if gluon is not None:
         CPT: gl.constexpr, NW: gl.constexpr, PROBE: gl.constexpr, USE_BETA: gl.constexpr,
         USE_INITIAL_STATE: gl.constexpr, USE_INITIAL_IMPORTANCE: gl.constexpr,
         USE_FINAL_STATE_GRADIENT: gl.constexpr, USE_DU: gl.constexpr, IS_VARLEN: gl.constexpr,
+        BLOCK4: gl.constexpr = 0,
     ):
         # the schedule of emulation._backward_one: checkpoint -> every 16th state (slab) -> every 4th -> 2 slots
         NB: gl.constexpr = CT // 16
@@ -588,7 +717,7 @@ if gluon is not None:
             b_j = gl.load(ck_i + o_ck + o_s) - b_ip
             b_sc = gl.to_tensor(0.0).to(gl.float64)
             _bwd_keep(b_m, b_j, b_sc, 0, nb, t0, 16, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * SS, o_s, v, kkq, g, beta,
-                      bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA, NW)
+                      bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA, NW, BLOCK4)
             for i_br in range(nb):
                 b = nb - 1 - i_br
                 tb = t0 + 16 * b
@@ -599,38 +728,32 @@ if gluon is not None:
                 b_sc = _bwd_load_scale(sc_s + (o_ss + b) * SS, NW)
                 ns = gl.cdiv(te - tb, 4)
                 _bwd_keep(b_m, b_j, b_sc, NB, ns, tb, 4, sc_m + o_sc, sc_j + o_sc, sc_s + o_ss * SS, o_s, v, kkq, g,
-                          beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA, NW)
+                          beta, bos, T, i_h, i_g, o_v, o_n, H, G, P, N, BV, CT, TAU_, USE_BETA, NW, BLOCK4)
                 for i_sr in range(ns):
                     s = ns - 1 - i_sr
                     ts = tb + 4 * s
                     n = gl.minimum(4, te - ts)
-                    b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
-                    b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
+                    p_m0 = sc_m + o_sc + (NB + s) * BV * N + o_s
+                    p_j0 = sc_j + o_sc + (NB + s) * BV * N + o_s
+                    b_m0 = gl.load(p_m0)
+                    b_j0 = gl.load(p_j0)
                     b_s0 = _bwd_load_scale(sc_s + (o_ss + NB + s) * SS, NW)
-                    if n == 4:  # two states live: the middle (token ts + 1) and the walking one
-                        b_mm, b_jm, b_sm, b_cm, b_em = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 2, v, kkq, g, beta, bos,
-                                                                 T, i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
-                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 4, v, kkq, g, beta, bos, T,
-                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
-                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
-                                                  dk, dq, dg, dbeta, bos + ts + 3, i_h, i_g, o_v, o_n, H, G, P, N,
-                                                  USE_BETA, USE_DU, PROBE)
-                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_mm, b_jm, b_sm, ts + 2, ts + 3, v, kkq, g, beta, bos, T,
-                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
-                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
-                                                  dk, dq, dg, dbeta, bos + ts + 2, i_h, i_g, o_v, o_n, H, G, P, N,
-                                                  USE_BETA, USE_DU, PROBE)
-                        b_dm, b_dj = _bwd_reverse(b_mm, b_jm, b_cm, b_em, b_dm, b_dj, b_ip, v, kkq, beta, dy, du,
-                                                  dv, dk, dq, dg, dbeta, bos + ts + 1, i_h, i_g, o_v, o_n, H, G, P,
-                                                  N, USE_BETA, USE_DU, PROBE)
-                        # the block start again from the scratch (an L1 hit) rather than live in registers
-                        b_m0 = gl.load(sc_m + o_sc + (NB + s) * BV * N + o_s)
-                        b_j0 = gl.load(sc_j + o_sc + (NB + s) * BV * N + o_s)
-                        b_m, b_j, _, b_c, b_e = _bwd_walk(b_m0, b_j0, b_s0, ts, ts + 1, v, kkq, g, beta, bos, T,
-                                                          i_h, i_g, o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA)
-                        b_dm, b_dj = _bwd_reverse(b_m, b_j, b_c, b_e, b_dm, b_dj, b_ip, v, kkq, beta, dy, du, dv,
-                                                  dk, dq, dg, dbeta, bos + ts, i_h, i_g, o_v, o_n, H, G, P, N,
-                                                  USE_BETA, USE_DU, PROBE)
+                    if n == 4:
+                        if BLOCK4:
+                            s1, s2, s3, s4, any_ref = _bwd_scales4(b_s0, ts, T, g, bos, i_h, H, CT, TAU_)
+                            if any_ref:
+                                b_dm, b_dj = _bwd_block4(b_dm, b_dj, b_m0, b_j0, b_s0, ts, p_m0, p_j0, b_ip, v, kkq,
+                                                         g, beta, dy, du, dv, dk, dq, dg, dbeta, bos, T, i_h, i_g,
+                                                         o_v, o_n, H, G, P, N, CT, TAU_, USE_BETA, USE_DU, PROBE)
+                            else:
+                                b_dm, b_dj = _bwd_block4_plain(b_dm, b_dj, b_m0, b_j0, s1, s2, s3, s4, ts, p_m0,
+                                                               p_j0, b_ip, v, kkq, beta, dy, du, dv, dk, dq, dg,
+                                                               dbeta, bos, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA,
+                                                               USE_DU, PROBE)
+                        else:
+                            b_dm, b_dj = _bwd_block4(b_dm, b_dj, b_m0, b_j0, b_s0, ts, p_m0, p_j0, b_ip, v, kkq, g,
+                                                     beta, dy, du, dv, dk, dq, dg, dbeta, bos, T, i_h, i_g, o_v, o_n,
+                                                     H, G, P, N, CT, TAU_, USE_BETA, USE_DU, PROBE)
                     else:  # a sequence's tail block: walk from the block start to each token in turn
                         for i_l in range(n):
                             last = ts + n - 1 - i_l
@@ -676,12 +799,14 @@ def compile_backward(*, variant: str = "b2w1", dtype: str = "bf16", heads: int =
     :func:`compile_forward`)."""
     mapping = BWD_VARIANTS[variant]
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": state_size, "CT": chunk_size, "TAU_": TAU,
-                  "CPT": mapping.CPT, "NW": mapping.NW, "PROBE": mapping.PROBE, "USE_BETA": use_beta,
+                  "CPT": mapping.CPT, "NW": mapping.NW, "PROBE": mapping.PROBE, "BLOCK4": mapping.BLOCK4,
+                  "USE_BETA": use_beta,
                   "USE_INITIAL_STATE": use_initial_state, "USE_INITIAL_IMPORTANCE": use_initial_importance,
                   "USE_FINAL_STATE_GRADIENT": use_final_state_gradient, "USE_DU": use_du, "IS_VARLEN": is_varlen}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "du", "dv", "dbeta")}
     types.update({"g": "*fp32", "sc_s": "*fp64", "cu_seqlens": "*i32", "chunk_offsets": "*i32"})
-    return _compile(palimpsa_gluon_bwd_kernel, BWD_POINTERS, types, constexprs, arch, mapping.NW)
+    return _compile(palimpsa_gluon_bwd_kernel, BWD_POINTERS, types, constexprs, arch, mapping.NW,
+                    mapping.MAXNREG)
 
 
 def _forward_constexprs(variant: FwdVariant) -> dict:
@@ -791,10 +916,10 @@ def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens,
         v, kkq, log_decay, beta, ip, ck_m, ck_i, dy.contiguous(), None if du is None else du.contiguous(), dm_t,
         di_t, sc_m, sc_j, sc_s, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
         H=heads, G=groups, P=head_dim, N=state_size, CT=chunk_size, TAU_=TAU, CPT=mapping.CPT, NW=mapping.NW,
-        PROBE=mapping.PROBE,
+        PROBE=mapping.PROBE, BLOCK4=mapping.BLOCK4,
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
         USE_FINAL_STATE_GRADIENT=use_final_grad, USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None,
-        num_warps=mapping.NW,
+        num_warps=mapping.NW, **({"maxnreg": mapping.MAXNREG} if mapping.MAXNREG else {}),
     )
     return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype), dbeta,
             None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
@@ -815,6 +940,31 @@ def resource_usage(compiled) -> dict:
     found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", text))
     return {"registers": int(found["REG"]), "stack": int(found["STACK"]), "shared": int(found["SHARED"]),
             "local": int(found["LOCAL"])}
+
+
+def largest_block(compiled) -> dict:
+    """The kernel's longest straight run of SASS (no label inside, ended by a branch or a label), from
+    ``nvdisasm``: its length, and how many global loads it issues before its first FFMA (how far ptxas could
+    hoist a group's loads ahead of the arithmetic that waits on them)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        sass = subprocess.run([_cuda_tool("nvdisasm"), "-c", cubin.name], capture_output=True, text=True,
+                              check=True).stdout
+    opcode = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-Z0-9_]*)")
+    blocks, block = [], []
+    for line in sass.splitlines():
+        if re.match(r"^\.L_x_\d+:", line):
+            blocks.append(block)
+            block = []
+        elif m := opcode.match(line):
+            block.append(m.group(1))
+            if m.group(1) in ("BRA", "EXIT", "RET", "CALL"):
+                blocks.append(block)
+                block = []
+    longest = max([*blocks, block], key=len)
+    first_ffma = longest.index("FFMA") if "FFMA" in longest else len(longest)
+    return {"instructions": len(longest), "loads_before_arithmetic": longest[:first_ffma].count("LDG")}
 
 
 def loop_instructions(compiled, tokens: int) -> dict:

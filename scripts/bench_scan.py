@@ -357,7 +357,8 @@ def main() -> int:
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
     parser.add_argument("--quick", action="store_true", help="B=1 only")
-    parser.add_argument("--profile", action="store_true", help="one fwd+bwd at B=1, L=2048 (to run under ncu)")
+    parser.add_argument("--profile", action="store_true",
+                        help="one fwd+bwd at B=1, L=2048 of the first of --backends (to run under ncu)")
     parser.add_argument("--compare", action="store_true",
                         help="only time backward configurations against each other in interleaved rounds")
     args = parser.parse_args()
@@ -365,8 +366,9 @@ def main() -> int:
         print(f"{torch.cuda.get_device_name()}: backward configurations at B=1, L=8192, interleaved rounds")
         write_json(args.json, {"compare": compare()})
         return 0
-    if args.profile:
-        forward_backward = ours(scan_inputs(1, 2048))[1]
+    if args.profile:  # the first of --backends
+        backend = next(b for b in args.backends.split(",") + ["triton"] if b)
+        forward_backward = ours(scan_inputs(1, 2048), backend=backend)[1]
         forward_backward()
         torch.cuda.synchronize()
         return 0

@@ -57,7 +57,8 @@ def inspect(kernel: str, options: dict) -> dict:
     per_token = {name: loop["opcodes"].get(name, 0) / loop["tokens"] for name in ("MUFU", "SHFL", "LDG", "BAR")}
     return {**gluon_scan.resource_usage(compiled), "target": "sm_90a" if ".target sm_90a" in compiled.asm["ptx"]
             else "?", "instructions_per_element": sum(loop["opcodes"].values()) / loop["tokens"] / elements,
-            "per_token": per_token, "elements_per_thread": elements, "loop": loop}
+            "per_token": per_token, "elements_per_thread": elements, "loop": loop,
+            "largest_block": gluon_scan.largest_block(compiled)}
 
 
 def main() -> int:
@@ -86,7 +87,9 @@ def main() -> int:
             print(f"  {name:32s} FAILED to compile: {r['error']}")
             continue
         t = r["per_token"]
-        print(f"  {name:32s} registers {r['registers']:3d}, local {r['local']} B, shared {r['shared']} B; loop: "
+        print(f"  {name:32s} registers {r['registers']:3d}, stack {r['stack']} B, local {r['local']} B, shared "
+              f"{r['shared']} B; longest block {r['largest_block']['instructions']} SASS, "
+              f"{r['largest_block']['loads_before_arithmetic']} LDG before its first FFMA; loop: "
               f"{r['instructions_per_element']:.2f} SASS per element-token, per token {t['MUFU']:.0f} MUFU "
               f"{t['SHFL']:.0f} SHFL {t['LDG']:.0f} LDG {t['BAR']:.0f} BAR, renormalising branch "
               f"{sum(r['loop']['branch'].values())} instructions")

@@ -38,7 +38,12 @@ FWD_SASS = {
 # the backward's, likewise (one warp with one channel pair per thread stays near 168; several warps with one pair
 # take 231-254 under 3.5.1 - 3.7.1 and 167 under 3.9)
 BWD_REGISTERS = {"b2w1": (238, 255), "b2w2": (238, 255), "b2w4": (238, 255), "b1w1": (160, 175),
-                 "b1w4": (160, 255), "b2w1-probe-no-dkdq-atomics": (238, 255)}
+                 "b1w4": (160, 255), "b2w1-probe-no-dkdq-atomics": (238, 255), "b1w1g": (160, 175),
+                 "b2w1g": (238, 255), "b2w1gr200": (192, 200), "b2w1r200": (192, 200)}
+# the stack a variant may keep at the training launch: a register cap (``r<MAXNREG>``) trades spills for warps per
+# SM, and the branch-free 4-token blocks (``g``) keep more loads in flight, which one channel pair per thread at
+# ptxas's 168 registers parks partly on the stack (48 bytes under 3.9)
+BWD_STACK = {"b1w1g": 64, "b2w1gr200": 256, "b2w1r200": 16}
 SCRIPT = ROOT / "scripts" / "inspect_gluon_scan.py"
 
 
@@ -65,19 +70,26 @@ def test_backward_variant_compiles_for_sm90a_without_spills(compiled, variant, l
     assert "error" not in r, r
     assert r["target"] == "sm_90a"
     assert r["local"] == 0, f"local memory: {r}"
-    assert "STL" not in r["loop"]["opcodes"] and "LDL" not in r["loop"]["opcodes"], f"spills in the loop: {r}"
+    if variant not in BWD_STACK:  # (those that may spill do it where ptxas likes)
+        assert "STL" not in r["loop"]["opcodes"] and "LDL" not in r["loop"]["opcodes"], f"spills in the loop: {r}"
     if launch == "training":
-        assert r["stack"] == 0, f"register spills: {r}"
+        assert r["stack"] <= BWD_STACK.get(variant, 0), f"register spills: {r}"
         low, high = BWD_REGISTERS[variant]
         assert low <= r["registers"] <= high, r
     else:  # ptxas 13 (Triton >= 3.7) caps some at 168 registers and parks prologue values on the stack
-        assert r["stack"] <= 32, f"register spills: {r}"
+        assert r["stack"] <= max(32, BWD_STACK.get(variant, 0)), f"register spills: {r}"
     # one warp sums in registers and shuffles; several sum dk, dq and the decay gradient through shared memory
     assert (r["shared"] == 0) == (mapping.NW == 1), r
     assert r["per_token"]["BAR"] == 0, r  # none in the recompute walk
-    # one recompute step: 2 FFMA per state and the token's loads, address and scale work (the renormalising
-    # multiply, 2 FMUL per state, counted where ptxas turns its branch into predication)
-    assert r["instructions_per_element"] <= 8.5 * (2 if mapping.CPT == 1 else 1), r
+    if launch == "training":
+        # a 4-token block without a reference is one basic block: its tokens' v, beta, k, k^2 loads issue ahead
+        # of the first update (27 under 3.9); without BLOCK4 each token's step waits on its own few loads
+        loads = r["largest_block"]["loads_before_arithmetic"]
+        assert loads >= 20 if mapping.BLOCK4 else loads <= 8, r["largest_block"]
+    if not mapping.BLOCK4:  # (with BLOCK4 the general walk is the rare path, and the innermost loop another one)
+        # one recompute step: 2 FFMA per state and the token's loads, address and scale work (the renormalising
+        # multiply, 2 FMUL per state, counted where ptxas turns its branch into predication)
+        assert r["instructions_per_element"] <= 8.5 * (2 if mapping.CPT == 1 else 1), r
 
 
 def test_every_forward_variant_has_its_asserted_numbers_and_the_tables_name_real_variants():
