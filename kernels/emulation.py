@@ -37,6 +37,9 @@ checkpoints every ``CT`` tokens (written by the forward), a slab of every ``slab
 (global memory in the kernel), every ``shared_every``-th state of a slab block (shared memory), and inside such a
 block of four tokens a two-slot schedule: walk to the middle and keep it, walk on to the last token, reverse it,
 walk from the middle to the one before, reverse it and the middle, then walk from the block start to the first.
+
+**Chunks in parallel** (:func:`chunk_parallel_backward`, the next kernel step, proven here first): the adjoint
+recursions are linear with a per-head scalar carry, so the chunks' reverse steps need not wait for one another.
 """
 
 from __future__ import annotations
@@ -323,3 +326,103 @@ def emulated_backward(v, k, q, log_decay, beta, importance_prior, initial_state,
     return ((grads["v"], grads["k"], grads["q"], grads["log_decay"], grads["beta"], dm0 if has_m0 else None,
              di0 if has_i0 else None), updates)
 
+
+
+def chunk_parallel_backward(v, k, q, log_decay, beta, importance_prior, initial_state, dy, dm_t, di_t, du, *,
+                            chunk_size=CHUNK_SIZE, dtype=torch.float64):
+    """The backward with its chunks independent of one another (issue 14's next step; not yet a kernel): gradients
+    of ``v, k, q, log_decay, beta, M0, I0`` as :func:`emulated_backward` returns them, for a batch of equal-length
+    sequences (no ``cu_seqlens``), in the true gauge.
+
+    The adjoint recursions are linear with a scalar carry per head and token: ``dM_{t-1} = a_t dM_t + s_t`` and
+    ``dI_{t-1} = a_t dI_t + r_t``, whose sources depend on the forward states, ``dy`` and ``du`` only. So:
+
+    1. every chunk runs its reverse steps alone, from a zero adjoint at its end (all chunks at once in a kernel:
+       at B = 1 and L = 8192, 32 times the programs of a sequential backward), giving each token's local
+       gradients and the chunk's local adjoint at its start, ``(L_M, L_I)``;
+    2. a scan over chunks gives the adjoint entering each chunk at its end: ``dM_in(c - 1) = L_M(c) + A_c
+       dM_in(c)`` with ``A_c`` the chunk's product of decays, ``dM_in`` of the last chunk ``dM_T`` (``[P, N]``
+       per chunk and head: small); what leaves the first chunk is ``dM0``;
+    3. every output of a chunk is affine in its entering adjoint, and its correction is a few products per chunk:
+       with ``A_t`` the decays after token ``t`` up to the chunk's end, ``dv += A_t (dM_in k_t)``, ``dbeta += A_t
+       (dI_in k_t^2)``, ``dk += A_t (dM_in^T v_t + 2 k_t (dI_in^T beta_t))`` (``[CT, N] x [N, P]`` matrix
+       products), and the decay gradient ``+= a_t A_t (<dM_in, M_{t-1}> + <dI_in, I_{t-1} - I_prior>)``, whose
+       inner products follow from the chunk's first state and a decayed running sum of ``v_r . dM_in k_r`` (no
+       per-token state needed). ``dq`` has no correction: it does not depend on the adjoints.
+    """
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    per_group = heads // groups
+    ip = importance_prior
+    kh = k.to(dtype).repeat_interleave(per_group, dim=2)  # [B, T, H, N]
+    qh = q.to(dtype).repeat_interleave(per_group, dim=2)
+    vv, a = v.to(dtype), log_decay.to(dtype).exp()  # a: [B, T, H]
+    bb = torch.zeros_like(vv) if beta is None else beta.to(dtype)
+    gy = torch.zeros_like(vv) if dy is None else dy.to(dtype)
+    gu = torch.zeros_like(vv) if du is None else du.to(dtype)
+    shape = (batch, heads, head_dim, state_size)
+    # the forward's states before each token (a kernel recomputes them from its checkpoints, chunk by chunk)
+    m = torch.zeros(shape, dtype=dtype) if initial_state is None else initial_state[0].to(dtype)
+    i = (torch.full(shape, ip, dtype=dtype) if initial_state is None or initial_state[1] is None
+         else initial_state[1].to(dtype))
+    before_m, before_i = [], []
+    for t in range(length):
+        before_m.append(m)
+        before_i.append(i)
+        at = a[:, t, :, None, None]
+        m = at * m + vv[:, t, ..., None] * kh[:, t, :, None, :]
+        i = at * i + (1 - at) * ip + bb[:, t, ..., None] * kh[:, t, :, None, :] ** 2
+    before_m.append(m)
+    before_i.append(i)
+    dv, dbeta = torch.zeros_like(vv), torch.zeros_like(vv)
+    dk, dq, dg = torch.zeros_like(kh), torch.zeros_like(qh), torch.zeros_like(a)
+    starts = list(range(0, length, chunk_size))
+    local, carry = [], []
+    for s in starts:  # 1: each chunk alone, from a zero adjoint at its end
+        dm, di = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+        for t in reversed(range(s, min(s + chunk_size, length))):
+            mt, it = before_m[t + 1], before_i[t + 1]
+            w = qh[:, t, :, None, :] / it  # q / I
+            gyt, gut = gy[:, t, ..., None], gu[:, t, ..., None]
+            dm = dm + gyt * w
+            di = di - gyt * w * mt / it - gut * w * w
+            dq[:, t] = (mt / it * gyt).sum(2) + 2 * qh[:, t] * (gut / it).sum(2)
+            dv[:, t] = (dm * kh[:, t, :, None, :]).sum(-1)
+            dbeta[:, t] = (di * kh[:, t, :, None, :] ** 2).sum(-1)
+            dk[:, t] = (dm * vv[:, t, ..., None]).sum(2) + 2 * kh[:, t] * (di * bb[:, t, ..., None]).sum(2)
+            at = a[:, t, :, None, None]
+            dg[:, t] = at[..., 0, 0] * ((dm * before_m[t]).sum((-1, -2)) + (di * (before_i[t] - ip)).sum((-1, -2)))
+            dm, di = at * dm, at * di
+        local.append((dm, di))
+        carry.append(a[:, s:s + chunk_size].prod(1)[..., None, None])  # [B, H, 1, 1]
+    # 2: the entering adjoints, a scan over chunks from the end
+    dm_in = torch.zeros(shape, dtype=dtype) if dm_t is None else dm_t.to(dtype)
+    di_in = torch.zeros(shape, dtype=dtype) if di_t is None else di_t.to(dtype)
+    entering = [None] * len(starts)
+    for c in reversed(range(len(starts))):
+        entering[c] = (dm_in, di_in)
+        dm_in, di_in = local[c][0] + carry[c] * dm_in, local[c][1] + carry[c] * di_in
+    dm0, di0 = dm_in, di_in
+    for c, s in enumerate(starts):  # 3: the corrections, affine in the entering adjoint
+        e = min(s + chunk_size, length)
+        dm_e, di_e = entering[c]
+        ac = a[:, s:e]  # [B, n, H]
+        after = torch.cat([ac[:, 1:].flip(1).cumprod(1).flip(1), torch.ones_like(ac[:, :1])], 1)  # A_t
+        kc, vc, bc = kh[:, s:e], vv[:, s:e], bb[:, s:e]
+        m_k = torch.einsum("bhpn,bthn->bthp", dm_e, kc)  # dM_in k_t
+        i_k = torch.einsum("bhpn,bthn->bthp", di_e, kc * kc)  # dI_in k_t^2
+        dv[:, s:e] += after[..., None] * m_k
+        dbeta[:, s:e] += after[..., None] * i_k
+        dk[:, s:e] += after[..., None] * (torch.einsum("bhpn,bthp->bthn", dm_e, vc)
+                                          + 2 * kc * torch.einsum("bhpn,bthp->bthn", di_e, bc))
+        # <dM_in, M_{t-1}> and <dI_in, I_{t-1} - I_prior> from the chunk's first state and a decayed running sum
+        acc = (dm_e * before_m[s]).sum((-1, -2)) + (di_e * (before_i[s] - ip)).sum((-1, -2))  # [B, H]
+        add = (vc * m_k).sum(-1) + (bc * i_k).sum(-1)  # [B, n, H]
+        for j in range(e - s):
+            dg[:, s + j] += ac[:, j] * after[:, j] * acc
+            acc = ac[:, j] * acc + add[:, j]
+    has_m0 = initial_state is not None
+    has_i0 = has_m0 and initial_state[1] is not None
+    return (dv, dk.view(batch, length, groups, per_group, state_size).sum(3),
+            dq.view(batch, length, groups, per_group, state_size).sum(3), dg, None if beta is None else dbeta,
+            dm0 if has_m0 else None, di0 if has_i0 else None)
