@@ -11,8 +11,9 @@ repository and returns the ledger, so the experiment spreads over as many 10-min
 needs. A fine-tuned model lives in ``--scratch`` only until its evaluations have landed (they run right after it,
 in the same call, or in the next call when the machine was kept warm: ``--scratch`` is git-ignored and stays; on a
 fresh machine the model trains again, seeded, to the same weights). A piece is started only when the time left
-fits it with its evaluations (a call's first piece at the slowest time of its kind so far, which includes
-compiling Triton's kernels on a fresh machine; later ones at the median), and a fine-tune cut by the deadline
+fits it with its evaluations (a call's first piece on a fresh machine at the slowest time of its kind so far,
+which includes compiling Triton's kernels; later ones, and every piece on a machine where an earlier call landed
+one, at the median), and a fine-tune cut by the deadline
 starts over in the next call. Unpack each call's ledger before the next call: one that starts from an older
 ledger finds the models of the pieces it lacks and evaluates them again (the evaluations are deterministic: the
 same per-prompt records; the ledger keeps no time for such a model).
@@ -35,7 +36,9 @@ first process from about 110 s to 25 s on an H100 when it holds the call's kerne
 pretraining stages, docs/bench/pretrain-base-13m-2026-11-24); TRITON_CACHE_AUTOTUNING keeps the tuned
 configurations of autotuned kernels (mamba_ssm's) in it too. The pretraining's cache lacks the experiment's
 kernels: on a fresh H100 a control fine-tune took 200-207 s and a test evaluation 230 s, on a machine kept warm
-from the call before 103-108 s and 162-167 s (2026-11-24).
+from the call before 103-116 s and 162-204 s (2026-11-24). A cache grown by the experiment's calls (26 MB: carry
+it after deleting ``upgrade/assets/tiny-mamba2/pytorch_model.bin`` from the working tree as well) brought a fresh
+machine's treatment fine-tune to 192 s and its test evaluation to 199 s.
 
 The order: the base's test evaluation; the primary pair (the control, then the treatment): each one's
 learning-rate grid at seed 0 with validation recall (extended by a factor 3 beyond an end until the chosen rate is
@@ -884,13 +887,17 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
     """Pieces in order until ``minutes`` are spent; the number that landed."""
     deadline = time.monotonic() + 60 * minutes
     landed = 0
+    # a piece landed here in an earlier call: the machine was kept warm, its kernels are compiled and cached
+    warm_mark = scratch / WARM_MARK
+    warm_machine = warm_mark.is_file()
     while True:
         ready, waiting = next_pieces(ledger)
         if not ready:
             log("longctx_experiment: nothing left to run" + (f" ({'; '.join(waiting)})" if waiting else ""))
             break
         piece = ready[0]
-        left, needs = deadline - time.monotonic(), _estimate(ledger, piece, 60 * minutes, warm=landed > 0)
+        left, needs = deadline - time.monotonic(), _estimate(ledger, piece, 60 * minutes,
+                                                              warm=landed > 0 or warm_machine)
         if left < needs:
             log(f"longctx_experiment: {left / 60:.1f} min left, {piece.name} needs about {needs / 60:.1f}; "
                 "stopping here")
@@ -917,10 +924,15 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
             result, records = evaluate(piece, ledger, device)
             ledger.land(piece.name, {**result, **_where(device)}, records)
         landed += 1
+        scratch.mkdir(parents=True, exist_ok=True)
+        warm_mark.touch()
         log(f"longctx_experiment: {piece.name} landed in {time.perf_counter() - started:.0f} s")
     if not keep_models:
         prune(ledger)
     return landed
+
+
+WARM_MARK = "warm"  # in --scratch once a piece has landed on this machine
 
 
 def _where(device: str) -> dict:

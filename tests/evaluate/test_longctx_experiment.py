@@ -165,6 +165,27 @@ def test_estimates_use_the_arms_own_fine_tunes_and_the_median_once_warm(experime
     assert experiment._estimate(ledger, test) == pytest.approx(1.2 * 236 + 5)
 
 
+def test_a_call_on_a_machine_kept_warm_costs_its_first_piece_at_the_median(experiment, tmp_path):
+    """Once a piece has landed on a machine its kernels are compiled, so the next call there (the machine kept
+    warm: --scratch stays) costs its first piece at the median, not at the slowest (a fresh machine's)."""
+    ledger = _ledger(experiment, tmp_path)
+    ledger.pieces.update({"test/mamba2-lora/seed0": {"seconds": 236.0}, "test/beta-lora/seed0": {"seconds": 162.0},
+                          "test/mamba2-lora/seed1": {"seconds": 164.0}})
+    scratch = tmp_path / "scratch"
+
+    def needs() -> float:
+        lines = []
+        assert experiment.run(ledger, scratch, 0.05, "cpu", log=lines.append) == 0
+        found = [re.search(r"test/base needs about ([0-9.]+)", line) for line in lines]
+        return float(next(m.group(1) for m in found if m))
+
+    assert needs() == pytest.approx((1.2 * 236 + 5) / 60, abs=0.05)  # fresh: the slowest
+    assert not scratch.exists()  # nothing landed: no mark
+    scratch.mkdir()
+    (scratch / experiment.WARM_MARK).touch()  # what a landed piece leaves
+    assert needs() == pytest.approx((1.2 * 164 + 5) / 60, abs=0.05)
+
+
 def test_a_model_left_by_an_earlier_call_is_not_trained_again_nor_timed(experiment, tmp_path):
     """A warm machine keeps --scratch between calls; when the call that trained a model did not return its ledger,
     the next call finds the model, lands it without a time (its real one is unknown), and estimates skip it."""
@@ -223,6 +244,7 @@ def test_the_protocol_at_toy_size_across_two_calls(experiment, tmp_path, capsys)
     first = json.loads((work / "ledger.json").read_text())
     assert list(first["pieces"]) == ["test/base"]
     assert "stopping here" in capsys.readouterr().out
+    assert (scratch / module.WARM_MARK).is_file()  # a piece landed: the next call here costs at the median
     ledger = module.Ledger(work)
     cut = module.Piece("train/mamba2-lora/lr0.001/seed0", "train", "mamba2-lora", 0, {"lr": 1e-3})
     assert module.fine_tune(cut, ledger, scratch, time.monotonic(), "cpu") is None  # stopped at its deadline
