@@ -461,13 +461,7 @@ if gluon is not None:
         if is_ref:
             b_m, b_j = b_m * b_c, b_j * b_c
         b_sc = gl.where(is_ref, 0.0, b_grown)
-        b_e = gl.exp(b_sc.to(gl.float32))
-        p_k = kkq + (tok * G + i_g) * (3 * N) + o_n
-        b_v = gl.load(v + (tok * H + i_h) * P + o_v).to(gl.float32) * b_e
-        b_m = b_m + gl.expand_dims(b_v, 1) * gl.expand_dims(gl.load(p_k), 0)
-        if USE_BETA:
-            b_b = gl.load(beta + (tok * H + i_h) * P + o_v).to(gl.float32) * b_e
-            b_j = b_j + gl.expand_dims(b_b, 1) * gl.expand_dims(gl.load(p_k + N), 0)
+        b_m, b_j, b_e = _bwd_plain(b_m, b_j, b_sc, v, kkq, beta, tok, i_h, i_g, o_v, o_n, H, G, P, N, USE_BETA)
         return b_m, b_j, b_sc, b_c, b_e
 
     @gluon.jit
