@@ -67,8 +67,9 @@ class BwdVariant(NamedTuple):
     ``dq`` atomics, to measure what they cost. ``BLOCK4``: every 4-token group whose tokens are none of them a
     reference (the common case: one group in 64 holds a chunk's last token) runs branch-free, its recompute
     updates and reverse steps one basic block, so that ptxas can issue the group's loads together instead of
-    waiting on each token's in turn (the result is bit for bit the same). ``MAXNREG``: a register cap (more warps
-    resident per SM: at 200, B = 1's 1280 one-warp programs of ``b2w1`` fit one wave on an H100)."""
+    waiting on each token's in turn (the same operations on the same values as the general path). ``MAXNREG``: a
+    register cap (more warps resident per SM: at 200, B = 1's 1280 one-warp programs of ``b2w1`` fit one wave on
+    an H100)."""
 
     CPT: int
     NW: int
