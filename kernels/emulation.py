@@ -38,8 +38,9 @@ checkpoints every ``CT`` tokens (written by the forward), a slab of every ``slab
 block of four tokens a two-slot schedule: walk to the middle and keep it, walk on to the last token, reverse it,
 walk from the middle to the one before, reverse it and the middle, then walk from the block start to the first.
 
-**Chunks in parallel** (:func:`chunk_parallel_backward`, the next kernel step, proven here first): the adjoint
-recursions are linear with a per-head scalar carry, so the chunks' reverse steps need not wait for one another.
+**Chunks in parallel** (:func:`chunk_parallel_forward`, :func:`chunk_parallel_backward`: the next kernel step,
+proven here first): the states and the adjoints are linear with a per-head scalar carry, so the chunks' walks need
+not wait for one another; only a small scan over chunks connects them.
 """
 
 from __future__ import annotations
@@ -426,3 +427,51 @@ def chunk_parallel_backward(v, k, q, log_decay, beta, importance_prior, initial_
     return (dv, dk.view(batch, length, groups, per_group, state_size).sum(3),
             dq.view(batch, length, groups, per_group, state_size).sum(3), dg, None if beta is None else dbeta,
             dm0 if has_m0 else None, di0 if has_i0 else None)
+
+
+def chunk_parallel_forward(v, k, q, log_decay, beta, importance_prior, initial_state, *, chunk_size=CHUNK_SIZE,
+                           dtype=torch.float64):
+    """The forward with its chunks independent of one another (the counterpart of
+    :func:`chunk_parallel_backward`): ``y``, the final ``(M, I)``, ``u`` and the chunk-start states (the
+    checkpoints the backward reads), for a batch of equal-length sequences, in the true gauge.
+
+    ``M`` and ``J = I - I_prior`` are linear with a per-head scalar carry (``J_t = a_t J_{t-1} + beta_t (x)
+    k_t^2``), so: 1. every chunk sums its own tokens from a zero state (``M_loc``, ``J_loc``: SSD's chunk states,
+    matrix products in a kernel); 2. a scan over chunks gives each chunk's first state, ``M_s(c + 1) = A_c M_s(c) +
+    M_loc(c)``; 3. every chunk walks its tokens from that state for the readouts, which are not linear
+    (``y = (M / I) q``), all chunks at once."""
+    batch, length, heads, head_dim = v.shape
+    per_group = heads // k.shape[2]
+    ip = importance_prior
+    kh = k.to(dtype).repeat_interleave(per_group, dim=2)
+    qh = q.to(dtype).repeat_interleave(per_group, dim=2)
+    vv, a = v.to(dtype), log_decay.to(dtype).exp()
+    bb = torch.zeros_like(vv) if beta is None else beta.to(dtype)
+    shape = (batch, heads, head_dim, k.shape[3])
+    m = torch.zeros(shape, dtype=dtype) if initial_state is None else initial_state[0].to(dtype)
+    j = (torch.zeros(shape, dtype=dtype) if initial_state is None or initial_state[1] is None
+         else initial_state[1].to(dtype) - ip)
+    starts = list(range(0, length, chunk_size))
+    local = []
+    for s in starts:  # 1: each chunk's own tokens, from zero
+        e = min(s + chunk_size, length)
+        ac = a[:, s:e]
+        after = torch.cat([ac[:, 1:].flip(1).cumprod(1).flip(1), torch.ones_like(ac[:, :1])], 1)  # decays after t
+        kc = kh[:, s:e]
+        local.append((torch.einsum("bth,bthp,bthn->bhpn", after, vv[:, s:e], kc),
+                      torch.einsum("bth,bthp,bthn->bhpn", after, bb[:, s:e], kc * kc), ac.prod(1)[..., None, None]))
+    firsts = []
+    for m_loc, j_loc, carry in local:  # 2: the chunks' first states, a scan over chunks
+        firsts.append((m, j))
+        m, j = carry * m + m_loc, carry * j + j_loc
+    y, u = torch.zeros_like(vv), torch.zeros_like(vv)
+    for (m, j), s in zip(firsts, starts, strict=True):  # 3: the readouts, every chunk from its first state
+        for t in range(s, min(s + chunk_size, length)):
+            at = a[:, t, :, None, None]
+            m = at * m + vv[:, t, ..., None] * kh[:, t, :, None, :]
+            j = at * j + bb[:, t, ..., None] * kh[:, t, :, None, :] ** 2
+            w = qh[:, t, :, None, :] / (j + ip)
+            y[:, t] = (m * w).sum(-1)
+            u[:, t] = (qh[:, t, :, None, :] * w).sum(-1)
+    checkpoints = [(fm, fj + ip) for fm, fj in firsts]
+    return y, (m, j + ip), u, checkpoints

@@ -171,3 +171,30 @@ def test_chunk_parallel_backward_matches_naive_at_any_chunk_size(length, groups,
         assert (g is None) == (name not in want), f"d{name} present where it should not be"
         if name in want:
             assert_close(g, want[name], F64_TOL, f"d{name}")
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 16, 1000])
+@pytest.mark.parametrize("length,groups,with_beta,with_state", [(1, 1, True, True), (33, 2, False, False),
+                                                               (100, 1, True, True)], ids=["T1", "T33-G2", "T100"])
+def test_chunk_parallel_forward_matches_naive_at_any_chunk_size(length, groups, with_beta, with_state, chunk_size):
+    """Chunk states summed from zero, a scan over chunks for their first states, then the readouts chunk by chunk:
+    the outputs, the final states and the chunk-start states equal the sequential reference's."""
+    inputs = with_fast_decays(make_inputs(2, length, 4, groups, 8, 32, with_beta=with_beta, with_state=with_state,
+                                          seed=length), seed=length)
+    want, _, _ = reference(inputs, 0.7, None)
+    x = {n: None if t is None else t.detach() for n, t in inputs.items()}
+    state = None if x["M0"] is None else (x["M0"], x["I0"])
+    args = (x["v"], x["k"], x["q"], x["log_decay"], x["beta"], 0.7, state)
+    y, (m, i), u, firsts = emulation.chunk_parallel_forward(*args, chunk_size=chunk_size)
+    for name, g, w in zip(("y", "M_T", "I_T", "u"), (y, m, i, u), want, strict=True):
+        assert_close(g, w, F64_TOL, name)
+    # the chunk-start states are the sequential walk's states after the tokens before them
+    for index, (fm, fi) in enumerate(firsts):
+        prefix = [None if t is None else t[:, :index * chunk_size].double() for t in args[:5]]
+        extra = torch.zeros(2, 1, 4, 8, dtype=torch.float64)  # one token that changes nothing: v = beta = 0, a = 1
+        prefix = [torch.cat([p, extra if n in ("v", "beta") else torch.zeros(2, 1, *p.shape[2:], dtype=p.dtype)], 1)
+                  if p is not None else None for n, p in zip(("v", "k", "q", "log_decay", "beta"), prefix)]
+        _, (m_s, i_s), _ = palimpsa_scan(*prefix, importance_prior=0.7, initial_state=state, output_final_state=True,
+                                         backend="naive")
+        assert_close(fm, m_s, F64_TOL, f"M at chunk {index}")
+        assert_close(fi, i_s, F64_TOL, f"I at chunk {index}")
