@@ -49,6 +49,9 @@ SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under 
 STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
 CHUNK_SIZE = 256  # tokens per checkpoint (CT)
 BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
+# "chunked" swaps in the chunk-parallel backward of chunked_bwd.py where no bwd_config is given (default
+# "sequential": this module's backward kernel)
+BACKWARD_ENV = "PALIMPSA_TRITON_BACKWARD"
 
 
 def _ops():
@@ -541,6 +544,11 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
 
     ``bwd_config = {"kernel": "gluon"}`` launches the Gluon backward instead (``gluon_scan.gluon_backward``; a
     ``"variant"`` key names one of ``gluon_scan.BWD_VARIANTS``)."""
+    if bwd_config.get("kernel") == "chunked":
+        from . import chunked_bwd  # in this form: see _forward
+
+        return chunked_bwd.chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t,
+                                            di_t, du, bwd_config, chunk_size, block_size)
     if bwd_config.get("kernel") == "gluon":
         from . import gluon_scan  # in this form: see _forward
 
@@ -714,6 +722,10 @@ def fused_recurrent_palimpsa_scan(
     """
     chunk_size = CHUNK_SIZE if chunk_size is None else chunk_size
     block_size = BLOCK_SIZE if block_size is None else block_size
+    if bwd_config is None and os.environ.get(BACKWARD_ENV, "sequential") != "sequential":
+        if os.environ[BACKWARD_ENV] != "chunked":
+            raise ValueError(f"{BACKWARD_ENV} must be 'sequential' or 'chunked', got {os.environ[BACKWARD_ENV]!r}")
+        bwd_config = {"kernel": "chunked"}
     if bwd_config is None or (v.shape[1] == 1 and bwd_config.get("kernel") == "gluon"):
         bwd_config = _backward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
     if chunk_size % block_size or block_size % 2:

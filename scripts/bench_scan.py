@@ -17,6 +17,7 @@ mamba_ssm is a benchmark-only dependency: on a box without its CUDA extension, p
 contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels.md says how).
 
     python scripts/bench_scan.py [--backends gluon,gluon@c2l2u2,gluon-bwd,triton] [--json out.json] [--sweep] [--quick]
+    python scripts/bench_scan.py --quick --backends triton,chunked,chunked@NSPLIT=4 --breakdown   # chunk-parallel bwd
     python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
 """
 
@@ -90,6 +91,8 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=fused_recurrent.CH
     beta = leaves.get("beta")
     if backend == "gluon-bwd" and fwd_config is None:  # the Gluon forward and backward (opt-in in palimpsa_scan)
         fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
+    if backend.split("@")[0] == "chunked" and bwd_config is None:  # chunked[@KEY=VALUE:...]: the chunk-parallel bwd
+        bwd_config = chunked_config(backend)
     if backend.startswith("gluon@") and fwd_config is None:  # gluon@<forward variant>[/<backward variant>]
         fwd_name, _, bwd_name = backend.removeprefix("gluon@").partition("/")
         fwd_config = {"kernel": "gluon", "variant": fwd_name}
@@ -112,6 +115,42 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=fused_recurrent.CH
         return torch.autograd.grad(forward(), list(leaves.values()), dy)
 
     return forward_only, forward_backward
+
+
+def chunked_config(backend: str) -> dict:
+    """``chunked@BV=4:NSPLIT=8:DOT=tf32x3`` -> the chunk-parallel backward's bwd_config (chunked_bwd.CHUNKED_CONFIG's
+    keys; numbers as ints)."""
+    config = {"kernel": "chunked"}
+    for item in filter(None, backend.partition("@")[2].split(":")):
+        key, _, value = item.partition("=")
+        config[key] = int(value) if value.lstrip("-").isdigit() else value
+    return config
+
+
+def breakdown(backends, batch=1, length=8192, rounds=5) -> list:
+    """The chunk-parallel backward's three launches timed with CUDA events (median of ``rounds`` fwd+bwd), for the
+    ``chunked`` backends of ``backends``."""
+    from palimpsa.kernels import chunked_bwd
+
+    rows = []
+    inputs = scan_inputs(batch, length)
+    for backend in (b for b in backends if b.split("@")[0] == "chunked"):
+        _, fwd_bwd = ours(inputs, backend=backend)
+        fwd_bwd()
+        times = {}
+        for _ in range(rounds):
+            chunked_bwd.TIMINGS = []
+            fwd_bwd()
+            torch.cuda.synchronize()
+            for name, start, end in chunked_bwd.TIMINGS:
+                times.setdefault(name, []).append(start.elapsed_time(end))
+        chunked_bwd.TIMINGS = None
+        row = {"backend": backend, "B": batch, "L": length,
+               **{f"{name}_ms": sorted(v)[len(v) // 2] for name, v in times.items()}}
+        rows.append(row)
+        print(f"  {backend} B={batch} L={length}: " + ", ".join(f"{n} {row[f'{n}_ms']:.2f} ms" for n in times),
+              flush=True)
+    return rows
 
 
 def ssd(inputs, chunk_scan):
@@ -352,13 +391,17 @@ def main() -> int:
                         help="comma-separated palimpsa_scan backends to time side by side (gluon: the Gluon forward "
                              "with the Triton backward; gluon@<fwd variant>[/<bwd variant>]: that one of "
                              "gluon_scan.FWD_VARIANTS, with the Triton backward or that of BWD_VARIANTS; gluon-bwd: "
-                             "the Gluon forward and backward)")
+                             "the Gluon forward and backward; chunked[@KEY=VALUE:...]: the Triton forward with the "
+                             "chunk-parallel backward, chunked_bwd.CHUNKED_CONFIG's keys overridden)")
     parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
     parser.add_argument("--quick", action="store_true", help="B=1 only")
     parser.add_argument("--profile", action="store_true",
                         help="one fwd+bwd at B=1, L=2048 of the first of --backends (to run under ncu)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the chunk-parallel backward's three launches (B=1, L=8192) of the chunked "
+                             "backends")
     parser.add_argument("--compare", action="store_true",
                         help="only time backward configurations against each other in interleaved rounds")
     args = parser.parse_args()
@@ -394,6 +437,10 @@ def main() -> int:
     result["step"] = [] if args.no_step else bench_steps((1, 16, 64), state_update)
     print_tables(result, chunk_scan is not None, state_update is not None, backends)
     write_json(args.json, result)
+    if args.breakdown:
+        print("\nthe chunk-parallel backward's launches (CUDA events, median of 5)")
+        result["breakdown"] = breakdown(backends)
+        write_json(args.json, result)
     if args.sweep:
         print("\nsweep of our kernels' tilings at B=1, L=8192 (defaults above)")
         result["sweep"] = sweep()

@@ -8,7 +8,8 @@ weighted loss over all four outputs are compared by relative RMS error with:
 - the sequential reference (naive) in float64 for the short case.
 
 Inputs mix decays near 1 (``log_decay`` about -1e-4) and near 0 (about -9), with beta up to 10. Tolerances: 1e-5
-for float32 inputs (the kernels use no TF32: they run no matrix products), 1e-2 for bfloat16. Prints a table and
+for float32 inputs (the kernels use no TF32: only the chunk-parallel backward runs matrix
+products, in IEEE float32), 1e-2 for bfloat16. Prints a table and
 exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an error row (with
 the message, also in the JSON) and the other cases still run.
 
@@ -161,11 +162,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter sequences (4096 instead of 16384)")
     parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--backend", default="triton", choices=("triton", "gluon", "gluon-bwd"),
+    parser.add_argument("--backend", default="triton", choices=("triton", "gluon", "gluon-bwd", "triton-chunked"),
                         help="the path to check: the Triton kernels, the Gluon forward with the Triton backward, or "
-                             "the Gluon forward and backward (PALIMPSA_GLUON_BACKWARD=1)")
+                             "the Gluon forward and backward (PALIMPSA_GLUON_BACKWARD=1), or the Triton forward with "
+                             "the chunk-parallel backward (PALIMPSA_TRITON_BACKWARD=chunked)")
     args = parser.parse_args()
     backend = args.backend
+    if backend == "triton-chunked":  # the Triton forward with the chunk-parallel backward
+        os.environ[fused_recurrent.BACKWARD_ENV] = "chunked"
+        backend = "triton"
     if backend == "gluon-bwd":
         os.environ[scan.GLUON_BACKWARD_ENV] = "1"
         backend = "gluon"
@@ -196,7 +201,7 @@ def main() -> int:
             rows.append((name, "error", args.backend, float("inf"), tol, False))
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
-          f"{args.backend}; no TF32 (no matrix products in the kernels)")
+          f"{args.backend}; no TF32 (the chunk-parallel backward's matrix products are IEEE float32)")
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:
         print(f"{case:44s} {label:11s} {ref:10s} {err:10.2e} {tol:7.0e}  {'yes' if ok else 'NO'}")

@@ -1,0 +1,386 @@
+"""The scan's backward with its chunks independent of one another (docs/kernels.md, "chunk-parallel backward").
+
+The adjoint recursions are linear with a scalar carry per head and token (palimpsa-math section 6)::
+
+    dM_{t-1} = a_t dM_t + s_t        dI_{t-1} = a_t dI_t + r_t
+
+and their sources ``s_t``, ``r_t`` depend on the forward states, ``dy`` and ``du`` only. So the sequential
+backward (``fused_recurrent.palimpsa_bwd_kernel``, one program walking a whole sequence) splits into three
+launches, each exact (``emulation.chunk_parallel_backward`` is the float64 statement of the same algorithm):
+
+1. ``palimpsa_bwd_local_kernel``: every chunk of ``CT`` tokens runs the sequential kernel's reverse steps alone,
+   from a zero adjoint at its end; ``NSPLIT`` programs share a (channel block, head) and take its chunks in turn,
+   so that at B = 1 the GPU gets ``NSPLIT`` times the programs of the sequential backward while the recompute
+   scratch stays one slab per program (a slab per chunk would be 32 x 84 MB at B = 1, L = 8192, 2.7b shapes). It
+   writes the tokens' local gradients (``dv``, ``dbeta`` in float32, ``dk``, ``dq``, ``dlog_decay`` added as in the
+   sequential kernel) and each chunk's local adjoint at its start ``(L_M, L_I)``.
+2. ``palimpsa_bwd_carry_kernel``: a scan over the chunks of a sequence, from its end, turns ``(L_M, L_I)`` into
+   the adjoint entering each chunk at its end, ``D(c - 1) = L(c) + A_c D(c)`` (``A_c`` the chunk's product of
+   decays, ``D`` of the last chunk the final-state gradient); what leaves the first chunk is ``dM0``, ``dI0``.
+   Elementwise, in place over ``L``.
+3. ``palimpsa_bwd_correct_kernel``: every output of a chunk is affine in its entering adjoint ``(D_M, D_I)``. With
+   ``A_t`` the decays after token ``t`` to the chunk's end: ``dv_t += A_t D_M k_t``, ``dbeta_t += A_t D_I k_t^2``,
+   ``dk_t += A_t (D_M^T v_t + 2 k_t (D_I^T beta_t))`` (matrix products per chunk and head), and
+   ``dlog_decay_t += A_t a_t (<D_M, M_{t-1}> + <D_I, I_{t-1} - I_prior>)``, whose inner products follow from
+   the chunk's checkpoint and a decayed running sum of ``v_r . D_M k_r + beta_r . D_I k_r^2``: no per-token state
+   is needed. ``dq`` does not depend on the adjoints.
+
+``dk`` and ``dq`` are summed over the heads of a group with atomics, as in the sequential kernel.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from . import fused_recurrent as fr
+
+# launch settings, overridable through bwd_config = {"kernel": "chunked", ...}
+CHUNKED_CONFIG = {"BV": 2, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 16, "DOT": "ieee",
+                  "correct_warps": 4}
+# a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
+TIMINGS = None
+WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
+
+
+@triton.jit
+def palimpsa_bwd_local_kernel(
+    v, k, q, g, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
+    dv, dk, dq, dg, dbeta, cu_seqlens, chunk_offsets, T,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
+    BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BS: tl.constexpr, NSPLIT: tl.constexpr,
+    USE_BETA: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
+    FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+):
+    i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = fr._program(
+        cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
+    i_sp = tl.program_id(2)
+    # this program's scratch slab: CT // BS state pairs of [BV, N]
+    o_sc = ((i_sp.to(tl.int64) * tl.num_programs(1) + i_nh) * tl.num_programs(0) + i_v) * (CT // BS) * BV * N
+    b_ip = tl.load(ip).to(ACC)
+    NT = tl.cdiv(T, CT)
+    for i_c in range(i_sp, NT, NSPLIT):
+        t0 = i_c * CT
+        nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
+        b_dm = tl.zeros(o_s.shape, dtype=ACC)
+        b_di = tl.zeros(o_s.shape, dtype=ACC)
+        b_an = tl.full([], 1, dtype=ACC)
+        # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
+        tl.debug_barrier()
+        o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
+        b_m = tl.load(ck_m + o_ck + o_s, mask=m_s, other=0)
+        b_i = tl.load(ck_i + o_ck + o_s, mask=m_s, other=1)
+        for j in range(nb):
+            tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
+            tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
+            if j < nb - 1:
+                for s in tl.static_range(BS):
+                    b_k, b_v, b_a, b_b = fr._load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
+                                                        o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                    b_m, b_i = fr._update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+        tl.debug_barrier()
+        # pass B: blocks in reverse, pairs of tokens in reverse inside a block, each pair recomputed
+        for i_jr in range(nb):
+            j = nb - 1 - i_jr
+            tb = t0 + j * BS
+            ne = tl.minimum(BS, T - tb)
+            n_pairs = (ne + 1) // 2
+            for i_pr in range(n_pairs):
+                i_p = n_pairs - 1 - i_pr
+                tok1 = bos + tb + 2 * i_p
+                valid2 = 2 * i_p + 1 < ne
+                b_q1, b_dy1, b_du1 = fr._load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                            H, G, P, N, USE_DU, ACC)
+                b_q2, b_dy2, b_du2 = fr._load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                            H, G, P, N, USE_DU, ACC)
+                b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
+                b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
+                for s in range(i_p):
+                    for w in tl.static_range(2):
+                        b_k, b_v, b_a, b_b = fr._load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
+                                                            i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                        b_m0, b_i0 = fr._update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+                b_k1, b_v1, b_a1, b_b1 = fr._load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                        H, G, P, N, USE_BETA, ACC)
+                b_m1, b_i1 = fr._update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
+                b_k2, b_v2, b_a2, b_b2 = fr._load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                        H, G, P, N, USE_BETA, ACC)
+                b_m2, b_i2 = fr._update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
+                b_dm, b_di, b_an = fr._reverse_step(
+                    b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
+                    tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+                b_dm, b_di, b_an = fr._reverse_step(
+                    b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
+                    tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+        # the chunk's local adjoint of the state before its first token
+        tl.store(lm + o_ck + o_s, b_dm * b_an, mask=m_s)
+        tl.store(li + o_ck + o_s, b_di * b_an, mask=m_s)
+
+
+@triton.jit
+def palimpsa_bwd_carry_kernel(
+    g, lm, li, dmT, diT, dm0, di0, cu_seqlens, chunk_offsets, T,
+    H: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CT: tl.constexpr, BE: tl.constexpr,
+    USE_FINAL_STATE_GRADIENT: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
+    IS_VARLEN: tl.constexpr, ACC: tl.constexpr,
+):
+    """For ``BE`` elements of one (sequence, head)'s state: ``L`` of every chunk replaced in place by the adjoint
+    entering the chunk at its end; the adjoint leaving the first chunk is ``dM0``, ``dI0``."""
+    i_e, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
+        boc = tl.load(chunk_offsets + i_n).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        boc = i_n.to(tl.int64) * tl.cdiv(T, CT)
+    o_e = i_e * BE + tl.arange(0, BE)
+    m_e = o_e < P * N
+    o_t = tl.arange(0, CT)
+    if USE_FINAL_STATE_GRADIENT:
+        b_dm = tl.load(dmT + i_nh.to(tl.int64) * P * N + o_e, mask=m_e, other=0).to(ACC)
+        b_di = tl.load(diT + i_nh.to(tl.int64) * P * N + o_e, mask=m_e, other=0).to(ACC)
+    else:
+        b_dm = tl.zeros([BE], dtype=ACC)
+        b_di = tl.zeros([BE], dtype=ACC)
+    NT = tl.cdiv(T, CT)
+    for i_r in range(NT):
+        i_c = NT - 1 - i_r
+        o_l = ((boc + i_c) * H + i_h) * P * N
+        b_lm = tl.load(lm + o_l + o_e, mask=m_e, other=0)
+        b_li = tl.load(li + o_l + o_e, mask=m_e, other=0)
+        tl.store(lm + o_l + o_e, b_dm, mask=m_e)
+        tl.store(li + o_l + o_e, b_di, mask=m_e)
+        b_g = tl.load(g + (bos + i_c * CT + o_t) * H + i_h, mask=i_c * CT + o_t < T, other=0).to(ACC)
+        b_carry = tl.exp(tl.sum(b_g, 0))
+        b_dm = b_lm + b_carry * b_dm
+        b_di = b_li + b_carry * b_di
+    if USE_INITIAL_STATE:
+        tl.store(dm0 + i_nh.to(tl.int64) * P * N + o_e, b_dm.to(dm0.dtype.element_ty), mask=m_e)
+    if USE_INITIAL_IMPORTANCE:
+        tl.store(di0 + i_nh.to(tl.int64) * P * N + o_e, b_di.to(di0.dtype.element_ty), mask=m_e)
+
+
+@triton.jit
+def palimpsa_bwd_correct_kernel(
+    v, k, g, beta, ip, ck_m, ck_i, lm, li, dv, dk, dg, dbeta, cu_seqlens, chunk_offsets, chunk_seq, T,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
+    CT: tl.constexpr, BT: tl.constexpr, USE_BETA: tl.constexpr, IS_VARLEN: tl.constexpr, DOT: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """The corrections of one chunk of one head from ``BP`` channels of the adjoint ``(D_M, D_I)`` entering it (in
+    ``lm``, ``li``), in sub-blocks of ``BT`` tokens. Every correction is linear in the adjoint, so the channel blocks'
+    parts of ``dk`` and ``dlog_decay`` add up (atomically)."""
+    i_ck, i_h, i_pb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_g = i_h // (H // G)
+    if IS_VARLEN:
+        i_n = tl.load(chunk_seq + i_ck)
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
+        i_c = i_ck - tl.load(chunk_offsets + i_n)
+    else:
+        NT = tl.cdiv(T, CT)
+        i_n = i_ck // NT
+        i_c = i_ck % NT
+        bos = i_n.to(tl.int64) * T
+    t0 = i_c * CT
+    n = tl.minimum(CT, T - t0)
+    o_p = i_pb * BP + tl.arange(0, BP)
+    o_k = tl.arange(0, BK)
+    m_pk = (o_p[:, None] < P) & (o_k[None, :] < N)
+    o_pk = o_p[:, None] * N + o_k[None, :]  # inside the head's [P, N] state
+    o_l = (i_ck.to(tl.int64) * H + i_h) * P * N
+    b_em = tl.load(lm + o_l + o_pk, mask=m_pk, other=0).to(ACC)  # D_M, [BP, BK]
+    b_ei = tl.load(li + o_l + o_pk, mask=m_pk, other=0).to(ACC)  # D_I
+    b_ip = tl.load(ip).to(ACC)
+    b_cm = tl.load(ck_m + o_l + o_pk, mask=m_pk, other=0).to(ACC)
+    b_ci = tl.load(ck_i + o_l + o_pk, mask=m_pk, other=1).to(ACC)
+    # <D_M, M_{t-1}> + <D_I, I_{t-1} - I_prior> at the chunk's first token
+    b_run = tl.sum(tl.sum(b_em * b_cm + tl.where(m_pk, b_ei * (b_ci - b_ip), 0), 1), 0)
+    # the chunk's total log decay, for the decays after each token
+    o_c = tl.arange(0, CT)
+    b_total = tl.sum(tl.load(g + (bos + t0 + o_c) * H + i_h, mask=o_c < n, other=0).to(ACC), 0)
+    b_pre = tl.zeros([], dtype=ACC)  # log decay of the sub-blocks done
+    o_b = tl.arange(0, BT)
+    tril = o_b[:, None] > o_b[None, :]
+    for j in range(tl.cdiv(n, BT)):
+        o_t = j * BT + o_b
+        m_t = o_t < n
+        tok = bos + t0 + o_t
+        b_g = tl.load(g + tok * H + i_h, mask=m_t, other=0).to(ACC)
+        b_s = b_pre + tl.cumsum(b_g, 0)  # log decay from the chunk start through token t
+        b_after = tl.exp(b_total - b_s)  # A_t
+        m_tk = m_t[:, None] & (o_k[None, :] < N)
+        m_tp = m_t[:, None] & (o_p[None, :] < P)
+        b_k = tl.load(k + (tok[:, None] * G + i_g) * N + o_k[None, :], mask=m_tk, other=0).to(ACC)
+        b_v = tl.load(v + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
+        b_mk = tl.dot(b_k, tl.trans(b_em), input_precision=DOT)  # [BT, BP]: D_M k_t
+        b_dkc = tl.dot(b_v, b_em, input_precision=DOT)  # [BT, BK]: D_M^T v_t
+        b_add = tl.sum(b_v * b_mk, 1)  # v_t . D_M k_t
+        p_dv = dv + (tok[:, None] * H + i_h) * P + o_p[None, :]
+        tl.store(p_dv, tl.load(p_dv, mask=m_tp, other=0) + b_after[:, None] * b_mk, mask=m_tp)
+        if USE_BETA:
+            b_b = tl.load(beta + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
+            b_ik = tl.dot(b_k * b_k, tl.trans(b_ei), input_precision=DOT)  # D_I k_t^2
+            b_dkc += 2 * b_k * tl.dot(b_b, b_ei, input_precision=DOT)
+            b_add += tl.sum(b_b * b_ik, 1)
+            p_db = dbeta + (tok[:, None] * H + i_h) * P + o_p[None, :]
+            tl.store(p_db, tl.load(p_db, mask=m_tp, other=0) + b_after[:, None] * b_ik, mask=m_tp)
+        tl.atomic_add(dk + (tok[:, None] * G + i_g) * N + o_k[None, :], b_after[:, None] * b_dkc, mask=m_tk,
+                      sem="relaxed")
+        # a_t <D, S_{t-1}>: the carried sum decayed to t, plus this sub-block's earlier tokens, decayed
+        b_w = tl.where(tril, tl.exp(b_s[:, None] - b_s[None, :]), 0)
+        b_acc = tl.exp(b_s - b_pre) * b_run + tl.sum(b_w * b_add[None, :], 1)
+        tl.atomic_add(dg + tok * H + i_h, b_after * b_acc, mask=m_t, sem="relaxed")
+        b_last = b_pre + tl.sum(b_g, 0)
+        b_run = tl.exp(b_last - b_pre) * b_run + tl.sum(tl.where(m_t, tl.exp(b_last - b_s) * b_add, 0), 0)
+        b_pre = b_last
+
+
+def _splits(config: dict, programs: int, max_chunks: int, device: torch.device) -> int:
+    """``NSPLIT``: the config's, or (0) the least that gives ``WAVES`` waves of eight programs per SM."""
+    if config.get("NSPLIT", 0):
+        return max(1, min(int(config["NSPLIT"]), max_chunks))
+    sms = fr._sm_count(device) if device.type == "cuda" else 1
+    return max(1, min(max_chunks, triton.cdiv(WAVES * 8 * sms, programs)))
+
+
+def _marker():
+    """``mark(name)`` closes the launch before (if any) and opens ``name`` (None: only closes), with CUDA events
+    appended to ``TIMINGS`` where it is a list; a no-op otherwise."""
+    if TIMINGS is None or not torch.cuda.is_available():
+        return lambda name: None
+    current = []
+
+    def mark(name):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        if current:
+            TIMINGS.append((current.pop(), current.pop(), event))
+        if name is not None:
+            current.extend([event, name])
+
+    return mark
+
+
+def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, bwd_config,
+                     chunk_size, block_size):
+    """The gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent), as ``fused_recurrent._backward``
+    returns them, by the three launches of this module."""
+    config = {**CHUNKED_CONFIG, **{key: val for key, val in bwd_config.items() if key != "kernel"}}
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    n_states = fr._n_states(batch, cu_seqlens)
+    offsets = fr._first_checkpoints(cu_seqlens, chunk_size)
+    n_chunks = ck_m.shape[0]
+    device, state_dtype = v.device, fr._state_dtype(v.dtype)
+    acc = fr._acc_dtype(v.dtype)
+    block_v = min(int(config["BV"]), triton.next_power_of_2(head_dim))
+    block_k = triton.next_power_of_2(state_size)
+    n_blocks_v = triton.cdiv(head_dim, block_v)
+    # the longest sequence's chunks bound the useful splits
+    max_chunks = triton.cdiv(length, chunk_size) if cu_seqlens is None else n_chunks
+    nsplit = _splits(config, n_blocks_v * n_states * heads, max_chunks, device)
+    use_final_grad = dm_t is not None or di_t is not None
+    if use_final_grad:
+        dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
+        di_t = torch.zeros_like(dm_t) if di_t is None else di_t
+        dm_t, di_t = dm_t.contiguous(), di_t.contiguous()
+    dy = dy.contiguous()
+    du = None if du is None else du.contiguous()
+    scratch = (nsplit * n_blocks_v * n_states * heads * (chunk_size // block_size), block_v, state_size)
+    sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
+    sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
+    lm = fr._output(ck_m.shape, state_dtype, device)
+    li = fr._output(ck_m.shape, state_dtype, device)
+    # dv, dbeta gather a local part and a correction: float32 until both are in (the input dtype when that is it)
+    dv = fr._output(v.shape, state_dtype, device)
+    dbeta = None if beta is None else fr._output(beta.shape, state_dtype, device)
+    dk = torch.zeros(k.shape, dtype=state_dtype, device=device)
+    dq = torch.zeros(q.shape, dtype=state_dtype, device=device)
+    dg = torch.zeros(log_decay.shape, dtype=state_dtype, device=device)
+    dm0 = None if m0 is None else fr._output(m0.shape, state_dtype, device)
+    di0 = None if i0 is None else fr._output(i0.shape, state_dtype, device)
+    mark = _marker()
+    common = {"USE_BETA": beta is not None, "IS_VARLEN": cu_seqlens is not None, "ACC": acc}
+    mark("local")
+    palimpsa_bwd_local_kernel[(n_blocks_v, n_states * heads, nsplit)](
+        v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
+        dv, dk, dq, dg, dbeta, cu_seqlens, offsets, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=block_k, CT=chunk_size, BS=block_size,
+        NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
+        num_warps=config["num_warps"], **common,
+    )
+    del sc_m, sc_i
+    mark("carry")
+    block_e = min(1024, triton.next_power_of_2(head_dim * state_size))
+    palimpsa_bwd_carry_kernel[(triton.cdiv(head_dim * state_size, block_e), n_states * heads)](
+        log_decay, lm, li, dm_t, di_t, dm0, di0, cu_seqlens, offsets, length,
+        H=heads, P=head_dim, N=state_size, CT=chunk_size, BE=block_e, USE_FINAL_STATE_GRADIENT=use_final_grad,
+        USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        IS_VARLEN=cu_seqlens is not None, ACC=acc, num_warps=4,
+    )
+    mark("correct")
+    chunk_seq = None
+    if cu_seqlens is not None:
+        counts = fr._chunk_counts(cu_seqlens, chunk_size)
+        chunk_seq = torch.repeat_interleave(torch.arange(n_states, device=device, dtype=torch.int32), counts,
+                                            output_size=n_chunks)
+    # tl.dot wants every dimension >= 16 on a GPU (the interpreter takes any, which the tests use to split P)
+    least = 16 if v.is_cuda else 1
+    block_p = max(least, min(int(config["BP"]), triton.next_power_of_2(head_dim)))
+    block_t = max(least, min(int(config["BT"]), chunk_size))
+    palimpsa_bwd_correct_kernel[(n_chunks, heads, triton.cdiv(head_dim, block_p))](
+        v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dv, dk, dg, dbeta, cu_seqlens, offsets, chunk_seq, length,
+        H=heads, G=groups, P=head_dim, N=state_size, BP=block_p, BK=max(least, block_k), CT=chunk_size, BT=block_t,
+        DOT=config["DOT"], num_warps=config["correct_warps"], **common,
+    )
+    mark(None)
+    return (dv.to(v.dtype), dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype),
+            None if dbeta is None else dbeta.to(beta.dtype), None if dm0 is None else dm0.to(m0.dtype),
+            None if di0 is None else di0.to(i0.dtype))
+
+
+def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
+                    state_size: int = 128, chunk_size: int = 256, block_size: int = 8, arch: int = 90,
+                    config: dict | None = None) -> dict:
+    """The three kernels compiled for ``sm_<arch>a`` without a GPU (``triton.compile`` with a GPU target, every
+    pointer 16-byte aligned, beta on, no states in or out, no ``du``), at the launch ``chunked_backward`` makes on
+    a GPU: ``{name: resource usage}`` (``gluon_scan.resource_usage``: registers, stack, shared memory)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .gluon_scan import resource_usage
+
+    config = {**CHUNKED_CONFIG, **(config or {})}
+    low = {n: f"*{dtype}" for n in ("v", "k", "q", "beta", "dy", "du")}
+    low.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32", "chunk_seq": "*i32"})
+    acc = tl.float32
+    shape = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size}
+    launches = {
+        "local": (palimpsa_bwd_local_kernel, config["num_warps"], {
+            **shape, "G": groups, "BV": min(config["BV"], head_dim), "BK": triton.next_power_of_2(state_size),
+            "BS": block_size, "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_DU": False,
+            "IS_VARLEN": False, "TRANS": config["TRANS"], "FAST_RCP": True, "ACC": acc}),
+        "carry": (palimpsa_bwd_carry_kernel, 4, {
+            **shape, "BE": min(1024, triton.next_power_of_2(head_dim * state_size)),
+            "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False,
+            "IS_VARLEN": False, "ACC": acc}),
+        "correct": (palimpsa_bwd_correct_kernel, config["correct_warps"], {
+            **shape, "G": groups, "BP": max(16, min(config["BP"], triton.next_power_of_2(head_dim))),
+            "BK": max(16, triton.next_power_of_2(state_size)), "BT": max(16, min(config["BT"], chunk_size)),
+            "USE_BETA": True, "IS_VARLEN": False, "DOT": config["DOT"], "ACC": acc}),
+    }
+    usage = {}
+    for name, (kernel, warps, constexprs) in launches.items():
+        pointers = [p for p in kernel.arg_names if p not in constexprs and p != "T"]
+        signature = {p: low.get(p, "*fp32") for p in pointers}
+        signature["T"] = "i32"
+        signature.update({c: "constexpr" for c in constexprs})
+        attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
+        compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs),
+                                  target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+        usage[name] = resource_usage(compiled)
+    return usage
