@@ -23,8 +23,15 @@ time limit still returns what landed; unpack it over the repository and commit i
 67 MiB and a call carries 64: delete the 13.9M start weights from the working tree first, ``rm -r
 docs/bench/pretrain-base-13m-2026-11-24/weights`` (git keeps them; the experiment reads the base in
 ``upgrade/assets/recall-base``). A returned file holds at most 16 MiB, and an experiment call's cache is about
-25 MB: split it (``split -b 15M``) or keep carrying the one you have.
+25 MB: split it (``split -b 15M``) or keep carrying the one you have. The GPU image (Python 3.12) has every
+dependency but pydantic: carry its wheels, fetched here with ``pip download pydantic --only-binary=:all:
+--python-version 3.12 --platform manylinux2014_x86_64 -d .whl`` (``.whl`` is git-ignored), and install them first;
+the package itself is imported from the working tree through a folder of links.
 
+    site=$(mktemp -d); mkdir $site/palimpsa; touch $site/palimpsa/__init__.py; export PYTHONPATH=$site
+    ln -s $PWD/upgrade $site/palimpsa/upgrade; ln -s $PWD/kernels $site/palimpsa/kernels
+    python3 -m pip install --no-index --no-deps .whl/pydantic*.whl .whl/annotated_types*.whl \\
+        .whl/typing_inspection*.whl
     tar xzf triton-cache.tgz 2>/dev/null; export TRITON_CACHE_DIR=$PWD/.triton-cache TRITON_CACHE_AUTOTUNING=1
     ( while sleep 15; do tar czf $OUT/partial.tgz docs/results/longctx-runs \\
         && mv $OUT/partial.tgz $OUT/longctx-runs.tgz; done ) &
