@@ -35,7 +35,9 @@ import triton.language as tl
 from . import fused_recurrent as fr
 
 # launch settings, overridable through bwd_config = {"kernel": "chunked", ...}
-CHUNKED_CONFIG = {"BV": 2, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 16, "DOT": "ieee",
+# DOT "auto": IEEE float32 matrix products for float32 and float64 inputs, TF32 (10-bit mantissa, ~5e-4) for 16-bit
+# ones, whose gradients are rounded to 8 (bf16) or 11 (fp16) bits anyway
+CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 16, "DOT": "auto",
                   "correct_warps": 4}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
@@ -199,19 +201,23 @@ def palimpsa_bwd_correct_kernel(
     b_ci = tl.load(ck_i + o_l + o_pk, mask=m_pk, other=1).to(ACC)
     # <D_M, M_{t-1}> + <D_I, I_{t-1} - I_prior> at the chunk's first token
     b_run = tl.sum(tl.sum(b_em * b_cm + tl.where(m_pk, b_ei * (b_ci - b_ip), 0), 1), 0)
-    # the chunk's total log decay, for the decays after each token
+    # the chunk's log decays. Every decay product below is the exponential of a sum of them over the tokens it
+    # spans, never of a difference of two running sums: at log decays near -10 per token such sums reach -2500 and
+    # their difference would lose ~1e-4 to rounding (all terms have one sign, so a direct sum loses nothing)
     o_c = tl.arange(0, CT)
-    b_total = tl.sum(tl.load(g + (bos + t0 + o_c) * H + i_h, mask=o_c < n, other=0).to(ACC), 0)
-    b_pre = tl.zeros([], dtype=ACC)  # log decay of the sub-blocks done
+    b_gc = tl.load(g + (bos + t0 + o_c) * H + i_h, mask=o_c < n, other=0).to(ACC)
     o_b = tl.arange(0, BT)
-    tril = o_b[:, None] > o_b[None, :]
+    before = o_b[:, None] > o_b[None, :]  # [t, r]: r before t
+    # [t, r, u]: r < u <= t, the tokens whose decays carry a contribution of token r to token t
+    spans = (o_b[None, None, :] > o_b[None, :, None]) & (o_b[None, None, :] <= o_b[:, None, None])
     for j in range(tl.cdiv(n, BT)):
         o_t = j * BT + o_b
         m_t = o_t < n
         tok = bos + t0 + o_t
         b_g = tl.load(g + tok * H + i_h, mask=m_t, other=0).to(ACC)
-        b_s = b_pre + tl.cumsum(b_g, 0)  # log decay from the chunk start through token t
-        b_after = tl.exp(b_total - b_s)  # A_t
+        b_later = tl.sum(tl.where(o_c >= j * BT + BT, b_gc, 0), 0)  # the chunk's tokens after this sub-block
+        b_rest = tl.sum(tl.where(before, b_g[:, None], 0), 0)  # this sub-block's tokens after t
+        b_after = tl.exp(b_later + b_rest)  # A_t
         m_tk = m_t[:, None] & (o_k[None, :] < N)
         m_tp = m_t[:, None] & (o_p[None, :] < P)
         b_k = tl.load(k + (tok[:, None] * G + i_g) * N + o_k[None, :], mask=m_tk, other=0).to(ACC)
@@ -220,23 +226,24 @@ def palimpsa_bwd_correct_kernel(
         b_dkc = tl.dot(b_v, b_em, input_precision=DOT)  # [BT, BK]: D_M^T v_t
         b_add = tl.sum(b_v * b_mk, 1)  # v_t . D_M k_t
         p_dv = dv + (tok[:, None] * H + i_h) * P + o_p[None, :]
-        tl.store(p_dv, tl.load(p_dv, mask=m_tp, other=0) + b_after[:, None] * b_mk, mask=m_tp)
+        b_dv = tl.load(p_dv, mask=m_tp, other=0).to(ACC) + b_after[:, None] * b_mk
+        tl.store(p_dv, b_dv.to(dv.dtype.element_ty), mask=m_tp)
         if USE_BETA:
             b_b = tl.load(beta + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
             b_ik = tl.dot(b_k * b_k, tl.trans(b_ei), input_precision=DOT)  # D_I k_t^2
             b_dkc += 2 * b_k * tl.dot(b_b, b_ei, input_precision=DOT)
             b_add += tl.sum(b_b * b_ik, 1)
             p_db = dbeta + (tok[:, None] * H + i_h) * P + o_p[None, :]
-            tl.store(p_db, tl.load(p_db, mask=m_tp, other=0) + b_after[:, None] * b_ik, mask=m_tp)
+            b_db = tl.load(p_db, mask=m_tp, other=0).to(ACC) + b_after[:, None] * b_ik
+            tl.store(p_db, b_db.to(dbeta.dtype.element_ty), mask=m_tp)
         tl.atomic_add(dk + (tok[:, None] * G + i_g) * N + o_k[None, :], b_after[:, None] * b_dkc, mask=m_tk,
                       sem="relaxed")
-        # a_t <D, S_{t-1}>: the carried sum decayed to t, plus this sub-block's earlier tokens, decayed
-        b_w = tl.where(tril, tl.exp(b_s[:, None] - b_s[None, :]), 0)
-        b_acc = tl.exp(b_s - b_pre) * b_run + tl.sum(b_w * b_add[None, :], 1)
+        # a_t <D, S_{t-1}>: the sum carried into the sub-block decayed to t, plus its earlier tokens' terms decayed
+        b_span = tl.sum(tl.where(spans, b_g[None, None, :], 0), 2)  # [t, r]
+        b_w = tl.where(before, tl.exp(b_span), 0)
+        b_acc = tl.exp(tl.cumsum(b_g, 0)) * b_run + tl.sum(b_w * b_add[None, :], 1)
         tl.atomic_add(dg + tok * H + i_h, b_after * b_acc, mask=m_t, sem="relaxed")
-        b_last = b_pre + tl.sum(b_g, 0)
-        b_run = tl.exp(b_last - b_pre) * b_run + tl.sum(tl.where(m_t, tl.exp(b_last - b_s) * b_add, 0), 0)
-        b_pre = b_last
+        b_run = tl.exp(tl.sum(b_g, 0)) * b_run + tl.sum(tl.exp(b_rest) * b_add, 0)
 
 
 def _splits(config: dict, programs: int, max_chunks: int, device: torch.device) -> int:
@@ -245,6 +252,12 @@ def _splits(config: dict, programs: int, max_chunks: int, device: torch.device) 
         return max(1, min(int(config["NSPLIT"]), max_chunks))
     sms = fr._sm_count(device) if device.type == "cuda" else 1
     return max(1, min(max_chunks, triton.cdiv(WAVES * 8 * sms, programs)))
+
+
+def _dot_precision(name: str, dtype: torch.dtype) -> str:
+    if name != "auto":
+        return name
+    return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
 
 
 def _marker():
@@ -283,6 +296,11 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     # the longest sequence's chunks bound the useful splits
     max_chunks = triton.cdiv(length, chunk_size) if cu_seqlens is None else n_chunks
     nsplit = _splits(config, n_blocks_v * n_states * heads, max_chunks, device)
+    if nsplit == 1 and not config.get("NSPLIT"):
+        # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
+        # the corrections to the sequential kernel's work
+        return fr._backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
+                            fr._backward_config(n_states, heads, head_dim, device), chunk_size, block_size)
     use_final_grad = dm_t is not None or di_t is not None
     if use_final_grad:
         dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
@@ -295,9 +313,10 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
     lm = fr._output(ck_m.shape, state_dtype, device)
     li = fr._output(ck_m.shape, state_dtype, device)
-    # dv, dbeta gather a local part and a correction: float32 until both are in (the input dtype when that is it)
-    dv = fr._output(v.shape, state_dtype, device)
-    dbeta = None if beta is None else fr._output(beta.shape, state_dtype, device)
+    # dv, dbeta: the local part in the input dtype, the correction added in float32 and rounded again (for 16-bit
+    # inputs at most one more rounding of the local part: a float32 copy would cost 2 x 168 MB at B = 1, L = 8192)
+    dv = fr._output(v.shape, v.dtype, device)
+    dbeta = None if beta is None else fr._output(beta.shape, beta.dtype, device)
     dk = torch.zeros(k.shape, dtype=state_dtype, device=device)
     dq = torch.zeros(q.shape, dtype=state_dtype, device=device)
     dg = torch.zeros(log_decay.shape, dtype=state_dtype, device=device)
@@ -335,11 +354,11 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     palimpsa_bwd_correct_kernel[(n_chunks, heads, triton.cdiv(head_dim, block_p))](
         v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dv, dk, dg, dbeta, cu_seqlens, offsets, chunk_seq, length,
         H=heads, G=groups, P=head_dim, N=state_size, BP=block_p, BK=max(least, block_k), CT=chunk_size, BT=block_t,
-        DOT=config["DOT"], num_warps=config["correct_warps"], **common,
+        DOT=_dot_precision(config["DOT"], v.dtype), num_warps=config["correct_warps"], **common,
     )
     mark(None)
-    return (dv.to(v.dtype), dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype),
-            None if dbeta is None else dbeta.to(beta.dtype), None if dm0 is None else dm0.to(m0.dtype),
+    return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype),
+            dbeta, None if dm0 is None else dm0.to(m0.dtype),
             None if di0 is None else di0.to(i0.dtype))
 
 
@@ -371,7 +390,9 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
         "correct": (palimpsa_bwd_correct_kernel, config["correct_warps"], {
             **shape, "G": groups, "BP": max(16, min(config["BP"], triton.next_power_of_2(head_dim))),
             "BK": max(16, triton.next_power_of_2(state_size)), "BT": max(16, min(config["BT"], chunk_size)),
-            "USE_BETA": True, "IS_VARLEN": False, "DOT": config["DOT"], "ACC": acc}),
+            "USE_BETA": True, "IS_VARLEN": False, "ACC": acc,
+            "DOT": _dot_precision(config["DOT"], {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype,
+                                                                                                     torch.float32))}),
     }
     usage = {}
     for name, (kernel, warps, constexprs) in launches.items():

@@ -39,7 +39,7 @@ def inputs_for(batch, length, groups, **options) -> dict:
 
 
 def gradients(inputs: dict, backend: str, *, importance_prior=0.7, cu_seqlens=None, final_state=True,
-              uncertainty=True, bwd_config=None) -> list:
+              uncertainty=True, bwd_config=None, sizes=SMALL) -> list:
     """Every input gradient of a fixed random weighting of the outputs asked for."""
     state = None if inputs["M0"] is None else (inputs["M0"], inputs["I0"])
     args = (inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"])
@@ -50,17 +50,17 @@ def gradients(inputs: dict, backend: str, *, importance_prior=0.7, cu_seqlens=No
     else:
         y, final, u = fused_recurrent.fused_recurrent_palimpsa_scan(
             *args, importance_prior, state, final_state, uncertainty, cu_seqlens, fwd_config=FWD,
-            bwd_config=bwd_config, **SMALL)
+            bwd_config=bwd_config, **sizes)
     outputs = [y, *(final if final_state else ()), *([u] if uncertainty else [])]
     gen = torch.Generator().manual_seed(5)
-    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device)).sum() for o in outputs)
+    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o)).sum() for o in outputs)
     leaves = [t for t in inputs.values() if t is not None and t.requires_grad]
     return list(torch.autograd.grad(loss, leaves))
 
 
 def check(inputs: dict, config: dict, tol=F64_TOL, **options) -> None:
     exact = {n: None if t is None else t.detach().double().requires_grad_(True) for n, t in inputs.items()}
-    want = gradients(exact, "naive", **options)
+    want = gradients(exact, "naive", **{k: v for k, v in options.items() if k != "sizes"})
     got = gradients(inputs, "triton", bwd_config={"kernel": "chunked", **config}, **options)
     names = [n for n, t in inputs.items() if t is not None]
     assert len(want) == len(got) == len(names)
@@ -85,6 +85,13 @@ def test_matches_naive_every_gradient(length, groups, with_beta, with_state, con
 def test_packed_sequences_with_states():
     bounds = torch.tensor([0, 10, 11, 27, 40], dtype=torch.int32, device=DEVICE)
     check(inputs_for(1, 40, 2, n_states=4), {"NSPLIT": 2, "BT": 4}, cu_seqlens=bounds)
+
+
+def test_float32_fast_decays_over_long_chunks():
+    """Log decays near -8 over 64-token chunks: the decay products of the corrections are exponentials of sums of
+    log decays over the tokens they span; a difference of two running sums (~ -500 here) would lose ~3e-5."""
+    inputs = make_inputs(1, 128, 4, 2, 8, 16, dtype=torch.float32, requires_grad=True, device=DEVICE, seed=3)
+    check(inputs, {"NSPLIT": 2}, tol=1e-5, sizes={"chunk_size": 64, "block_size": 8})
 
 
 def test_only_some_outputs_carry_gradients():
@@ -139,3 +146,14 @@ def test_kernels_compile_for_sm90a_without_spills():
         assert found["stack"] == 0 and found["local"] == 0, (name, found)
         assert found["registers"] <= 255, (name, found)
     assert usage["local"]["registers"] >= 160, usage  # the states of two channels live in registers
+
+
+def test_a_full_grid_without_splits_runs_the_sequential_kernel(monkeypatch):
+    """Where the grid fills the GPU unsplit (auto NSPLIT of 1), the chunk-parallel launches would only add work:
+    the sequential kernel runs, with its own configuration."""
+    seen = []
+    real = fused_recurrent._backward
+    monkeypatch.setattr(fused_recurrent, "_backward", lambda *args: seen.append(args[-3]) or real(*args))
+    monkeypatch.setattr(chunked_bwd, "WAVES", 0)
+    check(inputs_for(1, 12, 1), {"NSPLIT": 0})
+    assert seen == [{"kernel": "chunked", "NSPLIT": 0}, fused_recurrent.BWD_CONFIG]
