@@ -203,6 +203,18 @@ def test_a_model_left_by_an_earlier_call_is_not_trained_again_nor_timed(experime
     assert experiment._estimate(ledger, control, warm=True) == pytest.approx(1.1 * (200 + 160) + 10)
 
 
+def test_an_evaluation_gives_its_cached_gpu_memory_back_before_the_next_piece(experiment, tmp_path, monkeypatch):
+    """Evaluations run in the runner's process and fine-tunes in a child: the memory PyTorch cached for an
+    evaluation must go back to the driver before the next piece, or a full fine-tune runs out beside it."""
+    events = []
+    monkeypatch.setattr(experiment, "evaluate", lambda piece, ledger, device: (events.append(piece.name)
+                                                                               or ({"seconds": 1.0}, None)))
+    monkeypatch.setattr(experiment, "release_memory", lambda: events.append("released"))
+    monkeypatch.setattr(experiment, "fine_tune", lambda *args: None)  # the piece after it, a fine-tune, is cut
+    experiment.run(_ledger(experiment, tmp_path), tmp_path / "scratch", 5, "cpu", log=lambda line: None)
+    assert events == ["test/base", "released"]
+
+
 def _records(scores: dict[str, list[int]], bucket: str = "2048-4096") -> dict:
     return {task: {bucket: {"score": values, "of": 1}} for task, values in scores.items()}
 
