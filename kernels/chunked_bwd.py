@@ -35,10 +35,13 @@ import triton.language as tl
 from . import fused_recurrent as fr
 
 # launch settings, overridable through bwd_config = {"kernel": "chunked", ...}
-# DOT "auto": IEEE float32 matrix products for float32 and float64 inputs, TF32 (10-bit mantissa, ~5e-4) for 16-bit
-# ones, whose gradients are rounded to 8 (bf16) or 11 (fp16) bits anyway
-CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 16, "DOT": "auto",
-                  "correct_warps": 4}
+# DOT "auto": TF32 matrix products (10-bit mantissa, ~5e-4) for 16-bit inputs, whose gradients are rounded to 8
+# (bf16) or 11 (fp16) bits anyway, and for float32 ones where PyTorch's float32 matmul precision allows TF32
+# (``torch.set_float32_matmul_precision("high")``); IEEE float32 otherwise, and for float64
+# BP 0 and correct_warps 0: 32 channels and 4 warps per correction program with TF32 products, 16 and 8 with IEEE
+# ones (whose FMA form spills with more channels or fewer warps)
+CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
+                  "correct_warps": 0}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -257,7 +260,17 @@ def _splits(config: dict, programs: int, max_chunks: int, device: torch.device) 
 def _dot_precision(name: str, dtype: torch.dtype) -> str:
     if name != "auto":
         return name
-    return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
+    if dtype == torch.float64 or (dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest"):
+        return "ieee"
+    return "tf32"
+
+
+def _block_p(dot: str) -> int:
+    return 16 if dot == "ieee" else 32
+
+
+def _correct_warps(dot: str) -> int:
+    return 8 if dot == "ieee" else 4
 
 
 def _marker():
@@ -349,12 +362,13 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
                                             output_size=n_chunks)
     # tl.dot wants every dimension >= 16 on a GPU (the interpreter takes any, which the tests use to split P)
     least = 16 if v.is_cuda else 1
-    block_p = max(least, min(int(config["BP"]), triton.next_power_of_2(head_dim)))
+    dot = _dot_precision(config["DOT"], v.dtype)
+    block_p = max(least, min(int(config["BP"]) or _block_p(dot), triton.next_power_of_2(head_dim)))
     block_t = max(least, min(int(config["BT"]), chunk_size))
     palimpsa_bwd_correct_kernel[(n_chunks, heads, triton.cdiv(head_dim, block_p))](
         v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dv, dk, dg, dbeta, cu_seqlens, offsets, chunk_seq, length,
         H=heads, G=groups, P=head_dim, N=state_size, BP=block_p, BK=max(least, block_k), CT=chunk_size, BT=block_t,
-        DOT=_dot_precision(config["DOT"], v.dtype), num_warps=config["correct_warps"], **common,
+        DOT=dot, num_warps=config["correct_warps"] or _correct_warps(dot), **common,
     )
     mark(None)
     return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype),
@@ -374,6 +388,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     from .gluon_scan import resource_usage
 
     config = {**CHUNKED_CONFIG, **(config or {})}
+    dot = _dot_precision(config["DOT"], {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32))
     low = {n: f"*{dtype}" for n in ("v", "k", "q", "beta", "dy", "du")}
     low.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32", "chunk_seq": "*i32"})
     acc = tl.float32
@@ -387,12 +402,10 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "BE": min(1024, triton.next_power_of_2(head_dim * state_size)),
             "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False,
             "IS_VARLEN": False, "ACC": acc}),
-        "correct": (palimpsa_bwd_correct_kernel, config["correct_warps"], {
-            **shape, "G": groups, "BP": max(16, min(config["BP"], triton.next_power_of_2(head_dim))),
+        "correct": (palimpsa_bwd_correct_kernel, config["correct_warps"] or _correct_warps(dot), {
+            **shape, "G": groups, "BP": max(16, min(config["BP"] or _block_p(dot), triton.next_power_of_2(head_dim))),
             "BK": max(16, triton.next_power_of_2(state_size)), "BT": max(16, min(config["BT"], chunk_size)),
-            "USE_BETA": True, "IS_VARLEN": False, "ACC": acc,
-            "DOT": _dot_precision(config["DOT"], {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype,
-                                                                                                     torch.float32))}),
+            "USE_BETA": True, "IS_VARLEN": False, "DOT": dot, "ACC": acc}),
     }
     usage = {}
     for name, (kernel, warps, constexprs) in launches.items():

@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--tf32", action="store_true",
+                        help="torch.set_float32_matmul_precision('high') for both models: TF32 for float32 matrix "
+                             "products, the chunk-parallel backward's corrections included")
     parser.add_argument("--full-recompute", action="store_true",
                         help="also time the upgraded model with plain checkpointing (its scan run twice per step)")
     parser.add_argument("--chunk-size", type=int, default=fused_recurrent.CHUNK_SIZE,
@@ -136,6 +139,8 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench_train.py needs a CUDA GPU")
     fused_recurrent.CHUNK_SIZE, fused_recurrent.BLOCK_SIZE = args.chunk_size, args.block_size
+    if args.tf32:
+        torch.set_float32_matmul_precision("high")
     probe = PalimpsaConfig(d_model=args.d_model, n_layer=1, vocab_size=args.vocab)
     bwd_config = fused_recurrent._backward_config(1, probe.nheads, probe.headdim, torch.device("cuda"))
     # PALIMPSA_SCAN_BACKEND=gluon runs the Gluon forward (and, with PALIMPSA_GLUON_BACKWARD=1, backward) instead
@@ -145,7 +150,8 @@ def main() -> None:
         backend += " (Gluon backward)"
     elif os.environ.get(fused_recurrent.BACKWARD_ENV) == "chunked":
         backend += " (chunk-parallel Triton backward)"
-    scan = {"backend": backend, "chunk_size": args.chunk_size, "block_size": args.block_size,
+    scan = {"backend": backend, "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "chunk_size": args.chunk_size, "block_size": args.block_size,
             "bwd_config": bwd_config, "fwd_config": fused_recurrent.FWD_CONFIG}
     print(f"scan settings: {scan}")
     layers = spread_layers(args.upgraded, args.n_layer)

@@ -133,19 +133,37 @@ def test_splits_fill_the_waves_and_stop_at_the_chunks():
 
 
 def test_kernels_compile_for_sm90a_without_spills():
-    """The training launch (bf16, beta, 2.7b shapes) of each kernel fits the registers: the local kernel is the
-    sequential backward's body (227-229 registers for one warp with two channels), the corrections' matrix
-    products with 16 x 16 x 128 tiles in IEEE float32 take 184 under Triton 3.9 (larger tiles spill)."""
+    """The training launches (beta, 2.7b shapes; bf16 inputs with TF32 corrections, float32 ones with IEEE
+    corrections) fit the registers: the local kernel is the sequential backward's body (215 registers for one warp
+    with four channels in bf16, 240 in float32 under Triton 3.9), the corrections' 16 x 32 x 128 TF32 tiles take
+    180 with 4 warps, the 16 x 16 x 128 IEEE ones 240 with 8 (their FMA form spills with more channels or fewer
+    warps)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = "import json; from palimpsa.kernels import chunked_bwd; print(json.dumps(chunked_bwd.compile_kernels()))"
+    code = ("import json; from palimpsa.kernels import chunked_bwd as c; "
+            "print(json.dumps({d: c.compile_kernels(dtype=d) for d in ('bf16', 'fp32')}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     usage = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(usage) == {"local", "carry", "correct"}
-    for name, found in usage.items():
-        assert found["stack"] == 0 and found["local"] == 0, (name, found)
-        assert found["registers"] <= 255, (name, found)
-    assert usage["local"]["registers"] >= 160, usage  # the states of two channels live in registers
+    for dtype, launches in usage.items():
+        assert set(launches) == {"local", "carry", "correct"}
+        for name, found in launches.items():
+            assert found["stack"] == 0 and found["local"] == 0, (dtype, name, found)
+            assert found["registers"] <= 255, (dtype, name, found)
+        assert launches["local"]["registers"] >= 160, launches  # four channels' states live in registers
+
+
+def test_corrections_use_tf32_only_where_the_inputs_or_pytorch_allow_it():
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert [chunked_bwd._dot_precision("auto", d) for d in (torch.bfloat16, torch.float16, torch.float32,
+                                                                 torch.float64)] == ["tf32", "tf32", "ieee", "ieee"]
+        torch.set_float32_matmul_precision("high")
+        assert chunked_bwd._dot_precision("auto", torch.float32) == "tf32"
+        assert chunked_bwd._dot_precision("auto", torch.float64) == "ieee"
+        assert chunked_bwd._dot_precision("tf32x3", torch.float32) == "tf32x3"
+    finally:
+        torch.set_float32_matmul_precision(precision)
 
 
 def test_a_full_grid_without_splits_runs_the_sequential_kernel(monkeypatch):
