@@ -49,9 +49,11 @@ SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under 
 STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
 CHUNK_SIZE = 256  # tokens per checkpoint (CT)
 BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
-# "chunked" swaps in the chunk-parallel backward of chunked_bwd.py where no bwd_config is given (default
-# "sequential": this module's backward kernel)
+# The backward where no bwd_config is given: "sequential" (this module's kernel), "chunked" (chunked_bwd.py's
+# chunk-parallel one) or "auto" (the default: chunked on CUDA where its corrections run in TF32, see
+# chunked_by_default; chunked_bwd itself runs the sequential kernel where the grid needs no split)
 BACKWARD_ENV = "PALIMPSA_TRITON_BACKWARD"
+BACKWARDS = ("auto", "sequential", "chunked")
 
 
 def _ops():
@@ -461,6 +463,19 @@ def _backward_config(n_states: int, heads: int, head_dim: int, device: torch.dev
     return BWD_CONFIG
 
 
+def chunked_by_default(v: torch.Tensor) -> bool:
+    """Whether ``auto`` takes the chunk-parallel backward: on CUDA, where its corrections run in TF32, that is for
+    16-bit inputs and for float32 ones under ``torch.set_float32_matmul_precision("high")`` (or "medium"). There it
+    was the faster on an H100: 16.4 against 24.7 ms at B = 1, L = 8192, bf16; 0.46x against 0.39x the plain
+    model's tokens/s with all 64 layers of a 2.7b model upgraded (docs/bench/chunked-bwd-h100-2026-11-24). Its
+    IEEE float32 corrections cost what the split saves (0.39x both ways), so full float32 precision keeps the
+    sequential kernel."""
+    if not v.is_cuda:
+        return False
+    return v.dtype in (torch.bfloat16, torch.float16) or (
+        v.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest")
+
+
 def _state_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -722,9 +737,10 @@ def fused_recurrent_palimpsa_scan(
     """
     chunk_size = CHUNK_SIZE if chunk_size is None else chunk_size
     block_size = BLOCK_SIZE if block_size is None else block_size
-    if bwd_config is None and os.environ.get(BACKWARD_ENV, "sequential") != "sequential":
-        if os.environ[BACKWARD_ENV] != "chunked":
-            raise ValueError(f"{BACKWARD_ENV} must be 'sequential' or 'chunked', got {os.environ[BACKWARD_ENV]!r}")
+    backward = os.environ.get(BACKWARD_ENV) or "auto"
+    if backward not in BACKWARDS:
+        raise ValueError(f"{BACKWARD_ENV} must be one of {', '.join(BACKWARDS)}, got {backward!r}")
+    if bwd_config is None and (backward == "chunked" or (backward == "auto" and chunked_by_default(v))):
         bwd_config = {"kernel": "chunked"}
     if bwd_config is None or (v.shape[1] == 1 and bwd_config.get("kernel") == "gluon"):
         bwd_config = _backward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)

@@ -1,8 +1,9 @@
 """Benchmark the GPU Palimpsa scan (Gluon forward, Triton) against Mamba2's SSD (mamba_ssm) at mamba2-2.7b shapes.
 
 Times (``triton.testing.do_bench`` medians) the forward, forward + backward and peak extra memory of
-``palimpsa_scan`` for each backend of ``--backends`` (default: ``gluon,triton``, the new path with the old one as
-the in-run baseline; a backend that fails to compile or run is reported and skipped) and of mamba_ssm's
+``palimpsa_scan`` for each backend of ``--backends`` (default: ``gluon,sequential,chunked``: the Gluon forward, and
+the Triton forward with each of the two Triton backwards, side by side in one run; a backend that fails to compile
+or run is reported and skipped) and of mamba_ssm's
 ``mamba_chunk_scan_combined`` side by side, bf16 inputs,
 80 heads, P = 64, N = 128, one group, B in {1, 4}, L in {2048, 8192, 16384}; then one decoding step
 (``palimpsa_step``) against a Mamba2 step (mamba_ssm's ``selective_state_update``). If mamba_ssm cannot be
@@ -17,7 +18,7 @@ mamba_ssm is a benchmark-only dependency: on a box without its CUDA extension, p
 contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels.md says how).
 
     python scripts/bench_scan.py [--backends gluon,gluon@c2l2u2,gluon-bwd,triton] [--json out.json] [--sweep] [--quick]
-    python scripts/bench_scan.py --quick --backends triton,chunked,chunked@NSPLIT=4 --breakdown   # chunk-parallel bwd
+    python scripts/bench_scan.py --quick --backends sequential,chunked,chunked@NSPLIT=2 --breakdown   # the two bwds
     python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
 """
 
@@ -93,6 +94,8 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=fused_recurrent.CH
         fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
     if backend.split("@")[0] == "chunked" and bwd_config is None:  # chunked[@KEY=VALUE:...]: the chunk-parallel bwd
         bwd_config = chunked_config(backend)
+    if backend == "sequential" and bwd_config is None:  # the Triton forward with the sequential backward
+        bwd_config = fused_recurrent._backward_config(inputs["v"].shape[0], HEADS, HEAD_DIM, torch.device("cuda"))
     if backend.startswith("gluon@") and fwd_config is None:  # gluon@<forward variant>[/<backward variant>]
         fwd_name, _, bwd_name = backend.removeprefix("gluon@").partition("/")
         fwd_config = {"kernel": "gluon", "variant": fwd_name}
@@ -387,11 +390,13 @@ def copy_bandwidth_tbs() -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write every measurement here")
-    parser.add_argument("--backends", default="gluon,triton",
+    parser.add_argument("--backends", default="gluon,sequential,chunked",
                         help="comma-separated palimpsa_scan backends to time side by side (gluon: the Gluon forward "
                              "with the Triton backward; gluon@<fwd variant>[/<bwd variant>]: that one of "
                              "gluon_scan.FWD_VARIANTS, with the Triton backward or that of BWD_VARIANTS; gluon-bwd: "
-                             "the Gluon forward and backward; chunked[@KEY=VALUE:...]: the Triton forward with the "
+                             "the Gluon forward and backward; triton: palimpsa_scan's Triton path as dispatched "
+                             "(PALIMPSA_TRITON_BACKWARD, default auto); sequential: the Triton forward with the "
+                             "sequential backward; chunked[@KEY=VALUE:...]: the Triton forward with the "
                              "chunk-parallel backward, chunked_bwd.CHUNKED_CONFIG's keys overridden)")
     parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")

@@ -162,14 +162,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter sequences (4096 instead of 16384)")
     parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--backend", default="triton", choices=("triton", "gluon", "gluon-bwd", "triton-chunked"),
+    parser.add_argument("--backend", default="triton", choices=("triton", "gluon", "gluon-bwd", "triton-chunked",
+                                                                 "triton-sequential"),
                         help="the path to check: the Triton kernels, the Gluon forward with the Triton backward, or "
-                             "the Gluon forward and backward (PALIMPSA_GLUON_BACKWARD=1), or the Triton forward with "
-                             "the chunk-parallel backward (PALIMPSA_TRITON_BACKWARD=chunked)")
+                             "the Gluon forward and backward (PALIMPSA_GLUON_BACKWARD=1); triton: the Triton path as "
+                             "dispatched (the chunk-parallel backward for bf16 inputs, the sequential one for float32 "
+                             "at full precision), triton-chunked / triton-sequential: that backward everywhere")
     args = parser.parse_args()
     backend = args.backend
-    if backend == "triton-chunked":  # the Triton forward with the chunk-parallel backward
-        os.environ[fused_recurrent.BACKWARD_ENV] = "chunked"
+    if backend in ("triton-chunked", "triton-sequential"):  # the Triton forward with that backward everywhere
+        os.environ[fused_recurrent.BACKWARD_ENV] = backend.removeprefix("triton-")
         backend = "triton"
     if backend == "gluon-bwd":
         os.environ[scan.GLUON_BACKWARD_ENV] = "1"

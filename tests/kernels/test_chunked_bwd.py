@@ -118,9 +118,29 @@ def test_the_environment_switches_the_default_backward(monkeypatch):
     y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(*args, **SMALL)
     y.sum().backward()
     assert len(calls) == 1
+    monkeypatch.setenv(fused_recurrent.BACKWARD_ENV, "auto")  # the default: sequential off CUDA
+    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(*args, **SMALL)
+    y.sum().backward()
+    assert len(calls) == 1
     monkeypatch.setenv(fused_recurrent.BACKWARD_ENV, "parallel")
-    with pytest.raises(ValueError, match="PALIMPSA_TRITON_BACKWARD must be 'sequential' or 'chunked'"):
+    with pytest.raises(ValueError, match="PALIMPSA_TRITON_BACKWARD must be one of auto, sequential, chunked"):
         fused_recurrent.fused_recurrent_palimpsa_scan(*args, **SMALL)
+
+
+def test_auto_takes_the_chunked_backward_where_its_corrections_run_in_tf32(monkeypatch):
+    class Cuda:  # what chunked_by_default reads of a CUDA tensor
+        is_cuda = True
+
+        def __init__(self, dtype):
+            self.dtype = dtype
+
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    found = [fused_recurrent.chunked_by_default(Cuda(d)) for d in (torch.bfloat16, torch.float16, torch.float32,
+                                                                   torch.float64)]
+    assert found == [True, True, False, False]
+    assert not fused_recurrent.chunked_by_default(torch.zeros(1, dtype=torch.bfloat16))  # off CUDA
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert fused_recurrent.chunked_by_default(Cuda(torch.float32))
 
 
 def test_splits_fill_the_waves_and_stop_at_the_chunks():
