@@ -62,7 +62,7 @@ def run(dtype, backend):
     code._fused_recurrent_step = lambda: calls["step"].append(step()) or calls["step"][-1]
     with torch.no_grad():
         prompt = model(ids, use_cache=True)
-        following = model(prompt.logits[:, -1:].argmax(-1), cache_params=prompt.cache_params)
+        following = model(prompt.logits[:, -1:].argmax(-1), cache_params=code.cache_of(prompt))
     triton_module = sys.modules.get(code.__package__ + ".fused_recurrent")
     return {"module": type(model).__module__, "dtype": str(next(model.parameters()).dtype),
             "scan_calls": sum(f is not None for f in calls["scan"]),

@@ -19,7 +19,7 @@ from checkpoints import EMBEDDED
 from palimpsa.upgrade import PalimpsaConfig, PalimpsaForCausalLM, upgrade_model
 from palimpsa.upgrade.evaluate.generation import generate_text
 from palimpsa.upgrade.model.cache import PalimpsaCache
-from palimpsa.upgrade.model.modeling import PalimpsaMixer
+from palimpsa.upgrade.model.modeling import PalimpsaMixer, cache_of
 
 TINY = EMBEDDED
 VOCAB = 64
@@ -139,7 +139,7 @@ def test_cache_entries_per_layer_kind(model):
     config = model.config
     batch = 3
     output = model(random_ids(batch, 20), use_cache=True)
-    cache = output.cache_params
+    cache = cache_of(output)
     assert isinstance(cache, PalimpsaCache)
     conv_dim = config.ssm_dim + 2 * config.ngroups * config.d_state
     for i, layer in enumerate(model.backbone.layers):
@@ -180,16 +180,16 @@ def test_two_segments_carry_the_state(split):
     full = full_logits(model, ids)
     output = model(ids[:, :split], use_cache=True)
     with torch.no_grad():
-        second = model(ids[:, split:], cache_params=output.cache_params)
-    assert second.cache_params is output.cache_params
+        second = model(ids[:, split:], cache_params=cache_of(output))
+    assert cache_of(second) is cache_of(output)
     assert max_diff(output.logits, full[:, :split]) <= 1e-4
     assert max_diff(second.logits, full[:, split:]) <= 1e-4, max_diff(second.logits, full[:, split:])
-    assert output.cache_params.seen_tokens == 48
+    assert cache_of(output).seen_tokens == 48
 
 
 def test_without_cache_nothing_is_returned(model):
     output = model(random_ids(1, 8))
-    assert output.cache_params is None
+    assert cache_of(output) is None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_sampling_runs_and_is_reproducible():
 def test_reorder_cache_keeps_the_selected_rows():
     model = make_model(KINDS["mixed"], 2)
     ids = random_ids(3, 11, seed=7)
-    cache = model(ids, use_cache=True).cache_params
+    cache = cache_of(model(ids, use_cache=True))
     before_conv = [c.clone() for c in cache.conv]
     before_ssm = [tuple(None if s is None else s.clone() for s in state) for state in cache.ssm]
     order = torch.tensor([2, 0, 2])

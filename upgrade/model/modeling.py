@@ -314,17 +314,32 @@ class PalimpsaMixer(PlainMamba2Mixer):
         return gate.view(batch, length, self.nheads, self.headdim) * gain[..., None]
 
 
-@dataclass
-class PalimpsaCausalLMOutput(ModelOutput):
-    """``loss`` (when labels are given), float32 ``logits``, the updated ``cache_params`` (when caching) and, with
-    ``output_hidden_states``, ``hidden_states``: ``n_layer + 1`` tensors ``[B, L, d_model]`` in transformers'
-    convention (the residual stream entering each layer, the first being the embeddings, then the final norm's
-    output that the head reads). As a tuple (``return_dict=False``) the fields that are None are left out."""
+# transformers 5.24 renamed the recurrent cache from ``cache_params`` to ``cache``: in its outputs (ModelOutput turns a
+# ``cache_params=`` argument into ``cache=``, so an output class needs a field of the new name) and in what
+# ``generate`` passes back to the model. Earlier 5.x read ``cache_params``. The output's field takes the name this
+# transformers reads; ``forward`` and ``prepare_inputs_for_generation`` take either.
+CACHE_FIELD = "cache" if isinstance(getattr(ModelOutput, "cache_params", None), property) else "cache_params"
 
-    loss: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    cache_params: PalimpsaCache | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+def _output_class():
+    fields = {"loss": "torch.Tensor | None", "logits": "torch.Tensor | None", CACHE_FIELD: "PalimpsaCache | None",
+              "hidden_states": "tuple[torch.Tensor, ...] | None"}
+    namespace = {"__annotations__": fields, "__module__": __name__, "__qualname__": "PalimpsaCausalLMOutput",
+                 "__doc__": _OUTPUT_DOC, **dict.fromkeys(fields)}
+    return dataclass(type("PalimpsaCausalLMOutput", (ModelOutput,), namespace))
+
+
+_OUTPUT_DOC = """``loss`` (when labels are given), float32 ``logits``, the updated cache (when caching:
+    ``cache_params``, or ``cache`` under transformers >= 5.24, see ``CACHE_FIELD``; :func:`cache_of` reads either)
+    and, with ``output_hidden_states``, ``hidden_states``: ``n_layer + 1`` tensors ``[B, L, d_model]`` in
+    transformers' convention (the residual stream entering each layer, the first being the embeddings, then the
+    final norm's output that the head reads). As a tuple (``return_dict=False``) the fields that are None are left out."""
+PalimpsaCausalLMOutput = _output_class()
+
+
+def cache_of(output) -> PalimpsaCache | None:
+    """The cache a model output carries, under either transformers' name for it."""
+    return getattr(output, CACHE_FIELD)
 
 
 class PalimpsaBlock(GradientCheckpointingLayer):
@@ -490,16 +505,21 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids=None, inputs_embeds=None, labels=None, attention_mask=None, cache_params=None,
                 use_cache=None, cu_seqlens=None, logits_to_keep=0, output_hidden_states=None, return_dict=None,
-                **kwargs) -> PalimpsaCausalLMOutput | tuple:
+                cache=None, **kwargs) -> PalimpsaCausalLMOutput | tuple:
         """``input_ids`` ``[B, L]`` -> float32 logits ``[B, L, vocab_size]``; loss when ``labels`` is given.
 
-        ``cache_params`` (a :class:`PalimpsaCache`) continues from the state it holds and is updated in place;
-        ``use_cache=True`` without one starts a new cache. ``attention_mask`` ``[B, L]`` marks left padding.
+        ``cache_params`` (a :class:`PalimpsaCache`; ``cache`` is the same, transformers >= 5.24's name) continues
+        from the state it holds and is updated in place; ``use_cache=True`` without one starts a new cache.
+        ``attention_mask`` ``[B, L]`` marks left padding.
         ``cu_seqlens`` (``[S + 1]``, with ``B = 1``) marks packed sequences: no state crosses their borders.
         ``output_hidden_states`` and ``return_dict`` work as in transformers' causal LMs (None: the config's
         setting): see :class:`PalimpsaCausalLMOutput`.
         """
         config = self.config
+        if cache is not None:
+            if cache_params is not None and cache_params is not cache:
+                raise ValueError("pass the recurrent cache once, as cache_params or as cache")
+            cache_params = cache
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
         if cache_params is None and use_cache:
@@ -516,11 +536,12 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=config.vocab_size, **kwargs)
-        output = PalimpsaCausalLMOutput(loss=loss, logits=logits, cache_params=cache_params,
-                                        hidden_states=all_hidden_states)
+        output = PalimpsaCausalLMOutput(loss=loss, logits=logits, hidden_states=all_hidden_states,
+                                        **{CACHE_FIELD: cache_params})
         return output if return_dict else output.to_tuple()
 
-    # Generation: the recurrent cache travels as `cache_params`; after the prompt only the newest token is fed.
+    # Generation: the recurrent cache travels as `cache_params` (`cache` from transformers 5.24, see CACHE_FIELD);
+    # after the prompt only the newest token is fed.
     _is_stateful = True
 
     @classmethod
@@ -528,7 +549,8 @@ class PalimpsaForCausalLM(PalimpsaPreTrainedModel, GenerationMixin):
         return False
 
     def prepare_inputs_for_generation(self, input_ids, cache_params=None, attention_mask=None, inputs_embeds=None,
-                                      use_cache=True, is_first_iteration=False, **kwargs):
+                                      use_cache=True, is_first_iteration=False, cache=None, **kwargs):
+        cache_params = cache if cache is not None else cache_params
         if cache_params is not None and cache_params.seen_tokens:
             return {"input_ids": input_ids[:, -1:], "cache_params": cache_params, "use_cache": use_cache,
                     "logits_to_keep": 1}

@@ -1,14 +1,5 @@
 # kernel call 3: defaults BP/warps by precision; training throughput with TF32 allowed, sequential vs chunked
-set -u
-out=$OUT/k; mkdir -p $out
-site=$(mktemp -d); mkdir -p $site/palimpsa && touch $site/palimpsa/__init__.py
-ln -s $PWD/upgrade $site/palimpsa/upgrade && ln -s $PWD/kernels $site/palimpsa/kernels
-export PYTHONPATH=$site:$PWD/.bench_deps/site TRITON_DEFAULT_FP_FUSION=1
-tar xzf triton-cache.tgz 2>/dev/null; export TRITON_CACHE_DIR=$PWD/.triton-cache TRITON_CACHE_AUTOTUNING=1
-start=$(date +%s)
-{ nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > $out/machine.txt 2>&1
-cat $out/machine.txt
+source "$(dirname "$0")/../setup.sh"
 timeout 100 python3 scripts/check_scan_gpu.py --backend triton-chunked --quick --json $out/check-chunked.json > $out/check-chunked.log 2>&1
 echo "check exit $? at $(( $(date +%s) - start )) s"; grep -E " NO|checks passed|rror" $out/check-chunked.log | tail -8
 timeout 150 python3 scripts/bench_scan.py --quick --no-step --breakdown --backends triton,chunked,chunked@NSPLIT=2 --json $out/bench.json > $out/bench.log 2>&1
