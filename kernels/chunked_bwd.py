@@ -64,60 +64,12 @@ def palimpsa_bwd_local_kernel(
     b_ip = tl.load(ip).to(ACC)
     NT = tl.cdiv(T, CT)
     for i_c in range(i_sp, NT, NSPLIT):
-        t0 = i_c * CT
-        nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
-        b_dm = tl.zeros(o_s.shape, dtype=ACC)
-        b_di = tl.zeros(o_s.shape, dtype=ACC)
-        b_an = tl.full([], 1, dtype=ACC)
-        # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
-        tl.debug_barrier()
+        b_dm, b_di, b_an = fr._reverse_chunk(
+            v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta,
+            tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
+            i_c, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
+            H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
         o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
-        b_m = tl.load(ck_m + o_ck + o_s, mask=m_s, other=0)
-        b_i = tl.load(ck_i + o_ck + o_s, mask=m_s, other=1)
-        for j in range(nb):
-            tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
-            tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
-            if j < nb - 1:
-                for s in tl.static_range(BS):
-                    b_k, b_v, b_a, b_b = fr._load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
-                                                        o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                    b_m, b_i = fr._update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
-        tl.debug_barrier()
-        # pass B: blocks in reverse, pairs of tokens in reverse inside a block, each pair recomputed
-        for i_jr in range(nb):
-            j = nb - 1 - i_jr
-            tb = t0 + j * BS
-            ne = tl.minimum(BS, T - tb)
-            n_pairs = (ne + 1) // 2
-            for i_pr in range(n_pairs):
-                i_p = n_pairs - 1 - i_pr
-                tok1 = bos + tb + 2 * i_p
-                valid2 = 2 * i_p + 1 < ne
-                b_q1, b_dy1, b_du1 = fr._load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                            H, G, P, N, USE_DU, ACC)
-                b_q2, b_dy2, b_du2 = fr._load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                            H, G, P, N, USE_DU, ACC)
-                b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
-                b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
-                for s in range(i_p):
-                    for w in tl.static_range(2):
-                        b_k, b_v, b_a, b_b = fr._load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
-                                                            i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                        b_m0, b_i0 = fr._update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
-                b_k1, b_v1, b_a1, b_b1 = fr._load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                        H, G, P, N, USE_BETA, ACC)
-                b_m1, b_i1 = fr._update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
-                b_k2, b_v2, b_a2, b_b2 = fr._load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                        H, G, P, N, USE_BETA, ACC)
-                b_m2, b_i2 = fr._update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
-                b_dm, b_di, b_an = fr._reverse_step(
-                    b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
-                    tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
-                b_dm, b_di, b_an = fr._reverse_step(
-                    b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
-                    tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
         # the chunk's local adjoint of the state before its first token
         tl.store(lm + o_ck + o_s, b_dm * b_an, mask=m_s)
         tl.store(li + o_ck + o_s, b_di * b_an, mask=m_s)
@@ -134,13 +86,7 @@ def palimpsa_bwd_carry_kernel(
     entering the chunk at its end; the adjoint leaving the first chunk is ``dM0``, ``dI0``."""
     i_e, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
-        boc = tl.load(chunk_offsets + i_n).to(tl.int64)
-    else:
-        bos = i_n.to(tl.int64) * T
-        boc = i_n.to(tl.int64) * tl.cdiv(T, CT)
+    bos, T, boc = fr._bounds(cu_seqlens, chunk_offsets, i_n, T, CT, IS_VARLEN)
     o_e = i_e * BE + tl.arange(0, BE)
     m_e = o_e < P * N
     o_t = tl.arange(0, CT)
@@ -182,14 +128,10 @@ def palimpsa_bwd_correct_kernel(
     i_g = i_h // (H // G)
     if IS_VARLEN:
         i_n = tl.load(chunk_seq + i_ck)
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
-        i_c = i_ck - tl.load(chunk_offsets + i_n)
     else:
-        NT = tl.cdiv(T, CT)
-        i_n = i_ck // NT
-        i_c = i_ck % NT
-        bos = i_n.to(tl.int64) * T
+        i_n = i_ck // tl.cdiv(T, CT)
+    bos, T, boc = fr._bounds(cu_seqlens, chunk_offsets, i_n, T, CT, IS_VARLEN)
+    i_c = (i_ck - boc).to(tl.int32)
     t0 = i_c * CT
     n = tl.minimum(CT, T - t0)
     o_p = i_pb * BP + tl.arange(0, BP)

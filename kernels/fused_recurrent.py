@@ -141,6 +141,20 @@ def _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA: tl.constexpr, TRANS: t
 
 
 @triton.jit
+def _bounds(cu_seqlens, chunk_offsets, i_n, T, CT: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """Sequence ``i_n``'s first token, length and first checkpoint (``cu_seqlens`` and ``chunk_offsets`` with
+    packing, else every sequence ``T`` long)."""
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
+        boc = tl.load(chunk_offsets + i_n).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        boc = i_n.to(tl.int64) * tl.cdiv(T, CT)
+    return bos, T, boc
+
+
+@triton.jit
 def _program(cu_seqlens, chunk_offsets, T, H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
              BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr):
     """What a scan program owns: channel block ``i_v`` of (sequence, head) ``i_nh``, the sequence's first token
@@ -151,13 +165,7 @@ def _program(cu_seqlens, chunk_offsets, T, H: tl.constexpr, G: tl.constexpr, P: 
     """
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
-        boc = tl.load(chunk_offsets + i_n).to(tl.int64)
-    else:
-        bos = i_n.to(tl.int64) * T
-        boc = i_n.to(tl.int64) * tl.cdiv(T, CT)
+    bos, T, boc = _bounds(cu_seqlens, chunk_offsets, i_n, T, CT, IS_VARLEN)
     o_v = i_v * BV + tl.arange(0, BV)
     o_k = tl.arange(0, BK)
     m_s = _rows(o_v < P, TRANS) & _cols(o_k < N, TRANS)
@@ -304,6 +312,74 @@ def _load_readout_grads(q, dy, du, tok, valid, i_h, i_g, o_v, o_k, H: tl.constex
 
 
 @triton.jit
+def _reverse_chunk(
+    v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
+    i_c, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
+    BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
+    it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
+    and decay of the chunk's first token. Shared by the sequential backward and the chunk-parallel one's local
+    pass (chunked_bwd.py)."""
+    t0 = i_c * CT
+    nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
+    # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
+    tl.debug_barrier()
+    o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
+    b_m = tl.load(ck_m + o_ck + o_s, mask=m_s, other=0)
+    b_i = tl.load(ck_i + o_ck + o_s, mask=m_s, other=1)
+    for j in range(nb):
+        tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
+        tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
+        if j < nb - 1:
+            for s in tl.static_range(BS):
+                b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
+                                                 o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+    tl.debug_barrier()
+    # pass B: blocks in reverse, pairs of tokens in reverse inside a block, each pair recomputed
+    for i_jr in range(nb):
+        j = nb - 1 - i_jr
+        tb = t0 + j * BS
+        ne = tl.minimum(BS, T - tb)
+        n_pairs = (ne + 1) // 2
+        for i_pr in range(n_pairs):
+            i_p = n_pairs - 1 - i_pr
+            tok1 = bos + tb + 2 * i_p
+            valid2 = 2 * i_p + 1 < ne
+            # the pair's queries and output gradients: first touches, issued before the walk hides them
+            b_q1, b_dy1, b_du1 = _load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_DU, ACC)
+            b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_DU, ACC)
+            # the block start, reloaded for every pair (an L1 hit) rather than held in registers
+            b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
+            b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
+            for s in range(i_p):  # the walk from the block start to the pair, two tokens at a time
+                for w in tl.static_range(2):
+                    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
+                                                     i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                    b_m0, b_i0 = _update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+            b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                 H, G, P, N, USE_BETA, ACC)
+            b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
+            b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                 H, G, P, N, USE_BETA, ACC)
+            b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
+            b_dm, b_di, b_an = _reverse_step(
+                b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
+                tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+            b_dm, b_di, b_an = _reverse_step(
+                b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
+                tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+    return b_dm, b_di, b_an
+
+
+@triton.jit
 def palimpsa_bwd_kernel(
     v, k, q, g, beta, m0, i0, ip, ck_m, ck_i, dy, du, dmT, diT, sc_m, sc_i,
     dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, chunk_offsets, T,
@@ -329,60 +405,10 @@ def palimpsa_bwd_kernel(
 
     NT = tl.cdiv(T, CT)
     for i_r in range(NT):
-        i_c = NT - 1 - i_r
-        t0 = i_c * CT
-        nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
-        # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
-        tl.debug_barrier()
-        o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
-        b_m = tl.load(ck_m + o_ck + o_s, mask=m_s, other=0)
-        b_i = tl.load(ck_i + o_ck + o_s, mask=m_s, other=1)
-        for j in range(nb):
-            tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
-            tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
-            if j < nb - 1:
-                for s in tl.static_range(BS):
-                    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
-                                                     o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                    b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
-        tl.debug_barrier()
-        # pass B: blocks in reverse, pairs of tokens in reverse inside a block, each pair recomputed
-        for i_jr in range(nb):
-            j = nb - 1 - i_jr
-            tb = t0 + j * BS
-            ne = tl.minimum(BS, T - tb)
-            n_pairs = (ne + 1) // 2
-            for i_pr in range(n_pairs):
-                i_p = n_pairs - 1 - i_pr
-                tok1 = bos + tb + 2 * i_p
-                valid2 = 2 * i_p + 1 < ne
-                # the pair's queries and output gradients: first touches, issued before the walk hides them
-                b_q1, b_dy1, b_du1 = _load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                         H, G, P, N, USE_DU, ACC)
-                b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                         H, G, P, N, USE_DU, ACC)
-                # the block start, reloaded for every pair (an L1 hit) rather than held in registers
-                b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
-                b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
-                for s in range(i_p):  # the walk from the block start to the pair, two tokens at a time
-                    for w in tl.static_range(2):
-                        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
-                                                         i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                        b_m0, b_i0 = _update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
-                b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_BETA, ACC)
-                b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
-                b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_BETA, ACC)
-                b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
-                b_dm, b_di, b_an = _reverse_step(
-                    b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
-                    tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
-                b_dm, b_di, b_an = _reverse_step(
-                    b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
-                    tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+        b_dm, b_di, b_an = _reverse_chunk(
+            v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
+            NT - 1 - i_r, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
+            H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
 
     if USE_INITIAL_STATE:
         tl.store(dm0 + o_state + o_s, (b_dm * b_an).to(dm0.dtype.element_ty), mask=m_s)

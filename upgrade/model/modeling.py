@@ -333,7 +333,8 @@ _OUTPUT_DOC = """``loss`` (when labels are given), float32 ``logits``, the updat
     ``cache_params``, or ``cache`` under transformers >= 5.24, see ``CACHE_FIELD``; :func:`cache_of` reads either)
     and, with ``output_hidden_states``, ``hidden_states``: ``n_layer + 1`` tensors ``[B, L, d_model]`` in
     transformers' convention (the residual stream entering each layer, the first being the embeddings, then the
-    final norm's output that the head reads). As a tuple (``return_dict=False``) the fields that are None are left out."""
+    final norm's output that the head reads). As a tuple (``return_dict=False``) the fields that are None are left
+    out."""
 PalimpsaCausalLMOutput = _output_class()
 
 
