@@ -256,13 +256,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         # the corrections to the sequential kernel's work
         return fr._backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
                             fr._backward_config(n_states, heads, head_dim, device), chunk_size, block_size)
-    use_final_grad = dm_t is not None or di_t is not None
-    if use_final_grad:
-        dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
-        di_t = torch.zeros_like(dm_t) if di_t is None else di_t
-        dm_t, di_t = dm_t.contiguous(), di_t.contiguous()
-    dy = dy.contiguous()
-    du = None if du is None else du.contiguous()
+    use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
     scratch = (nsplit * n_blocks_v * n_states * heads * (chunk_size // block_size), block_v, state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)

@@ -579,6 +579,17 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
     return y, m_t, i_t, u, ck_m, ck_i
 
 
+def _incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du):
+    """The output gradients a backward launch reads, contiguous: whether a final-state gradient came in (then
+    both ``dM_T`` and ``dI_T``, zeros for the absent one), ``dy`` and ``du`` (or None)."""
+    use_final_grad = dm_t is not None or di_t is not None
+    if use_final_grad:
+        dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
+        di_t = torch.zeros_like(dm_t) if di_t is None else di_t
+        dm_t, di_t = dm_t.contiguous(), di_t.contiguous()
+    return use_final_grad, dm_t, di_t, dy.contiguous(), None if du is None else du.contiguous()
+
+
 def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, bwd_config,
               chunk_size, block_size):
     """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent).
@@ -604,13 +615,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     block_k = triton.next_power_of_2(state_size)
     n_blocks_v = triton.cdiv(head_dim, block_v)
     grid = (n_blocks_v, n_states * heads)
-    use_final_grad = dm_t is not None or di_t is not None
-    if use_final_grad:
-        dm_t = torch.zeros_like(ck_m[:1].expand(n_states, -1, -1, -1)) if dm_t is None else dm_t
-        di_t = torch.zeros_like(dm_t) if di_t is None else di_t
-        dm_t, di_t = dm_t.contiguous(), di_t.contiguous()
-    dy = dy.contiguous()
-    du = None if du is None else du.contiguous()
+    use_final_grad, dm_t, di_t, dy, du = _incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
     scratch = (grid[0] * grid[1] * (chunk_size // block_size), block_v, state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
