@@ -12,8 +12,8 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
    from a zero adjoint at its end; ``NSPLIT`` programs share a (channel block, head) and take its chunks in turn,
    so that at B = 1 the GPU gets ``NSPLIT`` times the programs of the sequential backward while the recompute
    scratch stays one slab per program (a slab per chunk would be 32 x 84 MB at B = 1, L = 8192, 2.7b shapes). It
-   writes the tokens' local gradients (``dv``, ``dbeta`` in float32, ``dk``, ``dq``, ``dlog_decay`` added as in the
-   sequential kernel) and each chunk's local adjoint at its start ``(L_M, L_I)``.
+   writes the tokens' local gradients (``dv``, ``dbeta`` in the output dtype; ``dk``, ``dq``, ``dlog_decay`` added
+   as in the sequential kernel) and each chunk's local adjoint at its start ``(L_M, L_I)``.
 2. ``palimpsa_bwd_carry_kernel``: a scan over the chunks of a sequence, from its end, turns ``(L_M, L_I)`` into
    the adjoint entering each chunk at its end, ``D(c - 1) = L(c) + A_c D(c)`` (``A_c`` the chunk's product of
    decays, ``D`` of the last chunk the final-state gradient); what leaves the first chunk is ``dM0``, ``dI0``.

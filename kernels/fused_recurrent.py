@@ -27,6 +27,7 @@ loaded under another name (the modeling code written beside a model's weights, w
 """
 
 import functools
+import importlib.util
 import json
 import os
 import re
@@ -489,14 +490,24 @@ def _backward_config(n_states: int, heads: int, head_dim: int, device: torch.dev
     return BWD_CONFIG
 
 
+@functools.lru_cache(maxsize=1)
+def _chunked_available() -> bool:
+    """Whether chunked_bwd.py sits beside this module: the copy that travels with a model's weights comes alone
+    (io/remote_code.py), and runs the sequential backward."""
+    try:
+        return bool(__package__) and importlib.util.find_spec(f"{__package__}.chunked_bwd") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def chunked_by_default(v: torch.Tensor) -> bool:
     """Whether ``auto`` takes the chunk-parallel backward: on CUDA, where its corrections run in TF32, that is for
     16-bit inputs and for float32 ones under ``torch.set_float32_matmul_precision("high")`` (or "medium"). There it
     was the faster on an H100: 16.4 against 24.7 ms at B = 1, L = 8192, bf16; 0.46x against 0.39x the plain
     model's tokens/s with all 64 layers of a 2.7b model upgraded (docs/bench/chunked-bwd-h100-2026-11-24). Its
     IEEE float32 corrections cost what the split saves (0.39x both ways), so full float32 precision keeps the
-    sequential kernel."""
-    if not v.is_cuda:
+    sequential kernel. The copy of this module beside a model's weights has no chunked_bwd.py: sequential there."""
+    if not v.is_cuda or not _chunked_available():
         return False
     return v.dtype in (torch.bfloat16, torch.float16) or (
         v.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest")

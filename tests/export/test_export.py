@@ -493,6 +493,8 @@ def test_the_copy_carries_the_triton_kernels(exports, cli_runs):
     spec.loader.exec_module(copy)  # beside the package's own operators, without a clash
     assert package.OPS_NAMESPACE == "palimpsa" and copy.OPS_NAMESPACE == "a_model_copy_fused_recurrent"
     assert copy.SAVE_UNDER_CHECKPOINTING[0] is not package.SAVE_UNDER_CHECKPOINTING[0]
+    # the chunk-parallel backward stays in the package: the copy's default backward is the sequential one
+    assert package._chunked_available() and not copy._chunked_available()
 
     run = cli_runs["gpu_check"]
     assert run.returncode == 0, run.stderr[-3000:]
