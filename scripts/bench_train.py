@@ -7,7 +7,8 @@ checkpointing per block as the trainer sets it up (blocks with a Palimpsa layer 
 sequence length, and the ratios. Targets (docs/kernels.md): with 8 of 64 layers upgraded >= 0.92x the plain
 model's tokens/s and <= 1.2x its peak memory; with all 64 >= 0.70x and <= 1.6x. Both models use the same Mamba2
 path for their plain layers; the Palimpsa layers use palimpsa_scan's "auto" backend (Triton on CUDA), or the one
-that PALIMPSA_SCAN_BACKEND names (PALIMPSA_TRITON_BACKWARD=chunked: with the chunk-parallel backward).
+that PALIMPSA_SCAN_BACKEND names. The layers feed the scan float32 inputs, so PALIMPSA_TRITON_BACKWARD's default
+(auto) takes the chunk-parallel backward under ``--tf32`` and the sequential one without it.
 
     python scripts/bench_train.py --json bench_train.json
     python scripts/bench_train.py --d-model 768 --n-layer 24 --upgraded 4 --seq-lens 2048   # a quick look
@@ -148,8 +149,11 @@ def main() -> None:
     backend = os.environ.get(BACKEND_ENV) or "auto"
     if backend == "gluon" and os.environ.get(GLUON_BACKWARD_ENV) == "1":
         backend += " (Gluon backward)"
-    elif os.environ.get(fused_recurrent.BACKWARD_ENV) == "chunked":
-        backend += " (chunk-parallel Triton backward)"
+    else:
+        # what fused_recurrent.chunked_by_default decides for the float32 inputs the layers give the scan
+        chosen = os.environ.get(fused_recurrent.BACKWARD_ENV) or "auto"
+        tf32 = torch.get_float32_matmul_precision() != "highest"
+        backend += " (chunk-parallel Triton backward)" if chosen == "chunked" or (chosen == "auto" and tf32) else ""
     scan = {"backend": backend, "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "chunk_size": args.chunk_size, "block_size": args.block_size,
             "bwd_config": bwd_config, "fwd_config": fused_recurrent.FWD_CONFIG}
