@@ -496,6 +496,23 @@ def test_yaml_no_reads_as_mixed_precision_no():
     assert load_recipe(TINY, ["train.mixed_precision=no"]).train.mixed_precision == "no"
 
 
+def test_tf32_follows_the_recipe(tmp_path, tiny_random):
+    """``train.tf32`` sets PyTorch's float32 matmul precision to "high" for the run (which also lets the scan's
+    backward run chunk-parallel on a GPU); without it the precision is left as it was."""
+    from palimpsa.upgrade.train.trainer import Trainer
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        for flag, want in (("false", before), ("true", "high")):
+            torch.set_float32_matmul_precision(before)
+            recipe = load_recipe(TINY, fast(tiny_random) + [f"output_dir={tmp_path / flag}", "train.max_steps=2",
+                                                            f"train.tf32={flag}"])
+            Trainer(recipe, log=lambda _line: None)
+            assert torch.get_float32_matmul_precision() == want
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def test_two_processes_equal_one_with_gradient_accumulation(tmp_path, tiny_random):
     """Data parallelism on the CPU as a user starts it, with ``torchrun --nproc_per_node 2`` and with ``accelerate
     launch --cpu --num_processes 2`` (which starts one process; the command starts the two): two processes joined

@@ -203,6 +203,10 @@ class TrainSection(Section):
     max_steps: int = Field(ge=1)
     grad_accum: int = Field(1, ge=1)
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    tf32: bool = Field(False, description="TF32 for float32 matrix products (torch.set_float32_matmul_precision "
+                                          "'high'); on a GPU it also lets the Palimpsa scan's backward take its "
+                                          "chunk-parallel form, which the layers' float32 scan inputs otherwise keep "
+                                          "sequential (docs/kernels.md)")
     seed: int = Seed
     log_every: int = Field(1, ge=1)
 

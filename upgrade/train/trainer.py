@@ -160,6 +160,8 @@ class Trainer:
         self.is_main = self.accelerator.is_main_process
         self.log = log if self.is_main else (lambda _line: None)
         set_seed(recipe.train.seed)
+        if recipe.train.tf32:
+            torch.set_float32_matmul_precision("high")
         self._check_run_directory()
         self.setup()
 
