@@ -74,7 +74,7 @@ def check(inputs: dict, config: dict, tol=F64_TOL, **options) -> None:
     "length, groups, with_beta, with_state, config",
     [
         (29, 2, True, True, {"NSPLIT": 2, "BT": 4}),  # chunks shared by two splits, corrections in sub-blocks
-        (33, 1, False, True, {"NSPLIT": 3, "BV": 2, "BP": 4}),  # no beta, channel blocks in both kernels
+        (21, 1, False, True, {"NSPLIT": 3, "BV": 2, "BP": 4}),  # no beta, channel blocks in both kernels
         (16, 4, True, False, {"NSPLIT": 0}),  # whole chunks only, no state in or out of the scan
     ],
 )
