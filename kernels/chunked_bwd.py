@@ -215,6 +215,21 @@ def _correct_warps(dot: str) -> int:
     return 8 if dot == "ieee" else 4
 
 
+def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chunk_size: int, on_gpu: bool) -> dict:
+    """The launches' block sizes and the corrections' precision and warps, from the config (0: the precision's
+    default). tl.dot wants every dimension >= 16 on a GPU; the interpreter takes any, which the tests use to split
+    the channels of the corrections."""
+    least = 16 if on_gpu else 1
+    dot = _dot_precision(config["DOT"], dtype)
+    return {"BV": min(int(config["BV"]), triton.next_power_of_2(head_dim)),
+            "BK": triton.next_power_of_2(state_size),
+            "BE": min(1024, triton.next_power_of_2(head_dim * state_size)),
+            "BP": max(least, min(int(config["BP"]) or _block_p(dot), triton.next_power_of_2(head_dim))),
+            "BKC": max(least, triton.next_power_of_2(state_size)),
+            "BT": max(least, min(int(config["BT"]), chunk_size)),
+            "DOT": dot, "correct_warps": int(config["correct_warps"]) or _correct_warps(dot)}
+
+
 def _marker():
     """``mark(name)`` closes the launch before (if any) and opens ``name`` (None: only closes), with CUDA events
     appended to ``TIMINGS`` where it is a list; a no-op otherwise."""
@@ -245,9 +260,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     n_chunks = ck_m.shape[0]
     device, state_dtype = v.device, fr._state_dtype(v.dtype)
     acc = fr._acc_dtype(v.dtype)
-    block_v = min(int(config["BV"]), triton.next_power_of_2(head_dim))
-    block_k = triton.next_power_of_2(state_size)
-    n_blocks_v = triton.cdiv(head_dim, block_v)
+    sizes = _sizes(config, v.dtype, head_dim, state_size, chunk_size, v.is_cuda)
+    n_blocks_v = triton.cdiv(head_dim, sizes["BV"])
     # the longest sequence's chunks bound the useful splits
     max_chunks = triton.cdiv(length, chunk_size) if cu_seqlens is None else n_chunks
     nsplit = _splits(config, n_blocks_v * n_states * heads, max_chunks, device)
@@ -257,36 +271,30 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         return fr._backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
                             fr._backward_config(n_states, heads, head_dim, device), chunk_size, block_size)
     use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
-    scratch = (nsplit * n_blocks_v * n_states * heads * (chunk_size // block_size), block_v, state_size)
+    scratch = (nsplit * n_blocks_v * n_states * heads * (chunk_size // block_size), sizes["BV"], state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
     lm = fr._output(ck_m.shape, state_dtype, device)
     li = fr._output(ck_m.shape, state_dtype, device)
     # dv, dbeta: the local part in the input dtype, the correction added in float32 and rounded again (for 16-bit
     # inputs at most one more rounding of the local part: a float32 copy would cost 2 x 168 MB at B = 1, L = 8192)
-    dv = fr._output(v.shape, v.dtype, device)
-    dbeta = None if beta is None else fr._output(beta.shape, beta.dtype, device)
-    dk = torch.zeros(k.shape, dtype=state_dtype, device=device)
-    dq = torch.zeros(q.shape, dtype=state_dtype, device=device)
-    dg = torch.zeros(log_decay.shape, dtype=state_dtype, device=device)
-    dm0 = None if m0 is None else fr._output(m0.shape, state_dtype, device)
-    di0 = None if i0 is None else fr._output(i0.shape, state_dtype, device)
+    buffers = fr._gradient_buffers(v, k, q, log_decay, beta, m0, i0)
+    dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     mark = _marker()
     common = {"USE_BETA": beta is not None, "IS_VARLEN": cu_seqlens is not None, "ACC": acc}
     mark("local")
     palimpsa_bwd_local_kernel[(n_blocks_v, n_states * heads, nsplit)](
         v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
         dv, dk, dq, dg, dbeta, cu_seqlens, offsets, length,
-        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=block_k, CT=chunk_size, BS=block_size,
+        H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
         num_warps=config["num_warps"], **common,
     )
     del sc_m, sc_i
     mark("carry")
-    block_e = min(1024, triton.next_power_of_2(head_dim * state_size))
-    palimpsa_bwd_carry_kernel[(triton.cdiv(head_dim * state_size, block_e), n_states * heads)](
+    palimpsa_bwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
         log_decay, lm, li, dm_t, di_t, dm0, di0, cu_seqlens, offsets, length,
-        H=heads, P=head_dim, N=state_size, CT=chunk_size, BE=block_e, USE_FINAL_STATE_GRADIENT=use_final_grad,
+        H=heads, P=head_dim, N=state_size, CT=chunk_size, BE=sizes["BE"], USE_FINAL_STATE_GRADIENT=use_final_grad,
         USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
         IS_VARLEN=cu_seqlens is not None, ACC=acc, num_warps=4,
     )
@@ -296,20 +304,13 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         counts = fr._chunk_counts(cu_seqlens, chunk_size)
         chunk_seq = torch.repeat_interleave(torch.arange(n_states, device=device, dtype=torch.int32), counts,
                                             output_size=n_chunks)
-    # tl.dot wants every dimension >= 16 on a GPU (the interpreter takes any, which the tests use to split P)
-    least = 16 if v.is_cuda else 1
-    dot = _dot_precision(config["DOT"], v.dtype)
-    block_p = max(least, min(int(config["BP"]) or _block_p(dot), triton.next_power_of_2(head_dim)))
-    block_t = max(least, min(int(config["BT"]), chunk_size))
-    palimpsa_bwd_correct_kernel[(n_chunks, heads, triton.cdiv(head_dim, block_p))](
+    palimpsa_bwd_correct_kernel[(n_chunks, heads, triton.cdiv(head_dim, sizes["BP"]))](
         v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dv, dk, dg, dbeta, cu_seqlens, offsets, chunk_seq, length,
-        H=heads, G=groups, P=head_dim, N=state_size, BP=block_p, BK=max(least, block_k), CT=chunk_size, BT=block_t,
-        DOT=dot, num_warps=config["correct_warps"] or _correct_warps(dot), **common,
+        H=heads, G=groups, P=head_dim, N=state_size, BP=sizes["BP"], BK=sizes["BKC"], CT=chunk_size,
+        BT=sizes["BT"], DOT=sizes["DOT"], num_warps=sizes["correct_warps"], **common,
     )
     mark(None)
-    return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype),
-            dbeta, None if dm0 is None else dm0.to(m0.dtype),
-            None if di0 is None else di0.to(i0.dtype))
+    return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
 
 
 def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
@@ -324,24 +325,23 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     from .gluon_scan import resource_usage
 
     config = {**CHUNKED_CONFIG, **(config or {})}
-    dot = _dot_precision(config["DOT"], {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32))
+    sizes = _sizes(config, {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32), head_dim,
+                   state_size, chunk_size, on_gpu=True)
     low = {n: f"*{dtype}" for n in ("v", "k", "q", "beta", "dy", "du")}
     low.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32", "chunk_seq": "*i32"})
     acc = tl.float32
     shape = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size}
     launches = {
         "local": (palimpsa_bwd_local_kernel, config["num_warps"], {
-            **shape, "G": groups, "BV": min(config["BV"], head_dim), "BK": triton.next_power_of_2(state_size),
-            "BS": block_size, "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_DU": False,
-            "IS_VARLEN": False, "TRANS": config["TRANS"], "FAST_RCP": True, "ACC": acc}),
+            **shape, "G": groups, "BV": sizes["BV"], "BK": sizes["BK"], "BS": block_size,
+            "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_DU": False, "IS_VARLEN": False,
+            "TRANS": config["TRANS"], "FAST_RCP": True, "ACC": acc}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
-            **shape, "BE": min(1024, triton.next_power_of_2(head_dim * state_size)),
-            "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False,
-            "IS_VARLEN": False, "ACC": acc}),
-        "correct": (palimpsa_bwd_correct_kernel, config["correct_warps"] or _correct_warps(dot), {
-            **shape, "G": groups, "BP": max(16, min(config["BP"] or _block_p(dot), triton.next_power_of_2(head_dim))),
-            "BK": max(16, triton.next_power_of_2(state_size)), "BT": max(16, min(config["BT"], chunk_size)),
-            "USE_BETA": True, "IS_VARLEN": False, "DOT": dot, "ACC": acc}),
+            **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,
+            "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": False, "ACC": acc}),
+        "correct": (palimpsa_bwd_correct_kernel, sizes["correct_warps"], {
+            **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BKC"], "BT": sizes["BT"], "USE_BETA": True,
+            "IS_VARLEN": False, "DOT": sizes["DOT"], "ACC": acc}),
     }
     usage = {}
     for name, (kernel, warps, constexprs) in launches.items():

@@ -601,6 +601,26 @@ def _incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du):
     return use_final_grad, dm_t, di_t, dy.contiguous(), None if du is None else du.contiguous()
 
 
+def _gradient_buffers(v, k, q, log_decay, beta, m0, i0) -> tuple:
+    """Where a backward launch writes the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent):
+    ``dv``, ``dbeta`` in the input dtype; ``dk``, ``dq``, ``dlog_decay`` zeroed in the state dtype (programs add
+    to them atomically); ``dM0``, ``dI0`` in the state dtype."""
+    device, state_dtype = v.device, _state_dtype(v.dtype)
+    return (_output(v.shape, v.dtype, device), torch.zeros(k.shape, dtype=state_dtype, device=device),
+            torch.zeros(q.shape, dtype=state_dtype, device=device),
+            torch.zeros(log_decay.shape, dtype=state_dtype, device=device),
+            None if beta is None else _output(beta.shape, beta.dtype, device),
+            None if m0 is None else _output(m0.shape, state_dtype, device),
+            None if i0 is None else _output(i0.shape, state_dtype, device))
+
+
+def _input_gradients(buffers: tuple, k, q, log_decay, m0, i0) -> tuple:
+    """The buffers of :func:`_gradient_buffers` after the launch, each in its input's dtype."""
+    dv, dk, dq, dg, dbeta, dm0, di0 = buffers
+    return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype), dbeta,
+            None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
+
+
 def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du, bwd_config,
               chunk_size, block_size):
     """Launch the backward kernel: the gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent).
@@ -630,14 +650,8 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     scratch = (grid[0] * grid[1] * (chunk_size // block_size), block_v, state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
-
-    dv = _output(v.shape, v.dtype, device)
-    dbeta = None if beta is None else _output(beta.shape, beta.dtype, device)
-    dk = torch.zeros(k.shape, dtype=state_dtype, device=device)
-    dq = torch.zeros(q.shape, dtype=state_dtype, device=device)
-    dg = torch.zeros(log_decay.shape, dtype=state_dtype, device=device)
-    dm0 = None if m0 is None else _output(m0.shape, state_dtype, device)
-    di0 = None if i0 is None else _output(i0.shape, state_dtype, device)
+    buffers = _gradient_buffers(v, k, q, log_decay, beta, m0, i0)
+    dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     palimpsa_bwd_kernel[grid](
         v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, dy, du, dm_t, di_t, sc_m, sc_i,
         dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
@@ -647,10 +661,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
         USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None, FAST_RCP=_fast_rcp(ip),
         ACC=_acc_dtype(v.dtype), **cfg,
     )
-    dlog_decay = dg.to(log_decay.dtype)
-    grads = (dv, dk.to(k.dtype), dq.to(q.dtype), dlog_decay, dbeta,
-             None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
-    return grads
+    return _input_gradients(buffers, k, q, log_decay, m0, i0)
 
 
 # The scan as one operator of the dispatcher (``torch.ops.palimpsa.triton_scan_forward``), so that selective

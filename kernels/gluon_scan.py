@@ -900,13 +900,8 @@ def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens,
     sc_j = torch.empty_like(sc_m)
     sc_s = torch.empty(grid[0] * grid[1] * slots * 32 * mapping.NW, dtype=torch.float64,
                        device=device)  # a copy per thread
-    dv = ts._output(v.shape, v.dtype, device)
-    dbeta = None if beta is None else ts._output(beta.shape, beta.dtype, device)
-    dk = torch.zeros(k.shape, dtype=torch.float32, device=device)
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=device)
-    dg = torch.zeros(log_decay.shape, dtype=torch.float32, device=device)
-    dm0 = None if m0 is None else ts._output(m0.shape, torch.float32, device)
-    di0 = None if i0 is None else ts._output(i0.shape, torch.float32, device)
+    buffers = ts._gradient_buffers(v, k, q, log_decay, beta, m0, i0)  # float32 states: Gluon takes no float64
+    dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     palimpsa_gluon_bwd_kernel[grid](
         v, kkq, log_decay, beta, ip, ck_m, ck_i, dy.contiguous(), None if du is None else du.contiguous(), dm_t,
         di_t, sc_m, sc_j, sc_s, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
@@ -916,8 +911,7 @@ def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens,
         USE_FINAL_STATE_GRADIENT=use_final_grad, USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None,
         num_warps=mapping.NW, **({"maxnreg": mapping.MAXNREG} if mapping.MAXNREG else {}),
     )
-    return (dv, dk.to(k.dtype), dq.to(q.dtype), dg.to(log_decay.dtype), dbeta,
-            None if dm0 is None else dm0.to(m0.dtype), None if di0 is None else di0.to(i0.dtype))
+    return ts._input_gradients(buffers, k, q, log_decay, m0, i0)
 
 def _cuda_tool(name: str) -> str:
     """A CUDA binary tool shipped inside the Triton wheel (``cuobjdump``, ``nvdisasm``)."""
