@@ -7,16 +7,17 @@
 Every piece is one fine-tune, one evaluation or one importance probe. ``run`` takes the next pieces in the
 protocol's order and writes each result to the ledger (``--work``/ledger.json, with the per-prompt scores in
 ``--work``/records/) as it lands. The ledger is small and meant to be committed: a device call starts from the
-repository and returns the ledger, so the experiment spreads over as many 10-minute calls and sessions as it
-needs. A fine-tuned model lives in ``--scratch`` only until its evaluations have landed (they run right after it,
-in the same call, or in the next call when the machine was kept warm: ``--scratch`` is git-ignored and stays; on a
-fresh machine the model trains again, seeded, to the same weights). A piece is started only when the time left
-fits it with its evaluations (a call's first piece on a fresh machine at the slowest time of its kind so far,
-which includes compiling Triton's kernels; later ones, and every piece on a machine where an earlier call landed
-one, at the median), and a fine-tune cut by the deadline
-starts over in the next call. Unpack each call's ledger before the next call: one that starts from an older
-ledger finds the models of the pieces it lacks and evaluates them again (the evaluations are deterministic: the
-same per-prompt records; the ledger keeps no time for such a model).
+repository and returns the ledger, so the experiment spreads over as many 10-minute calls and sessions as it needs.
+A fine-tuned model lives in ``--scratch`` only until its evaluations have landed (they run right after it, in the
+same call, or in the next call when the machine was kept warm: ``--scratch`` is git-ignored and stays; on a fresh
+machine the model trains again, seeded, to the same weights). A piece is started only when the time left fits it
+with its evaluations (a call's first piece on a fresh machine at the slowest time of its kind so far, which includes
+compiling Triton's kernels; later ones, and every piece on a machine where an earlier call landed one, at the
+median), and a fine-tune cut by the deadline starts over in the next call. ``--overlap`` trains the next fine-tune
+beside the evaluations: a fine-tune then starts when its own time fits, and its evaluations follow in the same call
+or the next one on a machine kept warm. Unpack each call's ledger before the next call: one that starts from an
+older ledger finds the models of the pieces it lacks and evaluates them again (the evaluations are deterministic:
+the same per-prompt records; the ledger keeps no time for such a model).
 
 On a lent GPU, one call (the ledger returns as one file, written again every 15 s so that a call stopped by its
 time limit still returns what landed; unpack it over the repository and commit it). The tracked files are about
@@ -35,7 +36,7 @@ the package itself is imported from the working tree through a folder of links.
     tar xzf triton-cache.tgz 2>/dev/null; export TRITON_CACHE_DIR=$PWD/.triton-cache TRITON_CACHE_AUTOTUNING=1
     ( while sleep 15; do tar czf $OUT/partial.tgz docs/results/longctx-runs \\
         && mv $OUT/partial.tgz $OUT/longctx-runs.tgz; done ) &
-    python scripts/longctx_experiment.py run --minutes 9; kill %1
+    python scripts/longctx_experiment.py run --minutes 9 --overlap; kill %1
     tar czf $OUT/longctx-runs.tgz docs/results/longctx-runs    # after the run: what landed, after a failure too
 
 Triton's kernel cache, carried into the call as ``triton-cache.tgz`` (git ignores it), cuts the start of a call's
@@ -62,6 +63,7 @@ import argparse
 import copy
 import json
 import math
+import os
 import platform
 import shutil
 import statistics
@@ -890,8 +892,12 @@ def _seed_spread(ledger: Ledger, name: str, task: str) -> list[float] | None:
 
 # -- the command -------------------------------------------------------------------------------------------------
 
-def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models: bool = False, log=print) -> int:
-    """Pieces in order until ``minutes`` are spent; the number that landed."""
+def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models: bool = False, log=print,
+        overlap: bool = False) -> int:
+    """Pieces in order until ``minutes`` are spent; the number that landed. ``overlap``: one fine-tune at a time
+    runs beside the evaluations (:func:`run_overlapped`)."""
+    if overlap:
+        return run_overlapped(ledger, scratch, minutes, device, keep_models, log)
     deadline = time.monotonic() + 60 * minutes
     landed = 0
     # a piece landed here in an earlier call: the machine was kept warm, its kernels are compiled and cached
@@ -941,6 +947,142 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
 
 
 WARM_MARK = "warm"  # in --scratch once a piece has landed on this machine
+OVERLAP_SLOWDOWN = 1.3  # a piece started beside another is costed this much longer (the two share the GPU)
+
+
+def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models: bool = False,
+                   log=print) -> int:
+    """:func:`run` in two lanes: the next fine-tune trains in its child process while this process runs the
+    evaluations that are ready, in order. On an H100 a fine-tune keeps the GPU about 97% busy after a 40-s start,
+    while a test evaluation spends its first 50 s building prompts on the CPU and its generation keeps the GPU about
+    25% busy (2026-11-25, ``nvidia-smi`` each second), so the two can share the GPU.
+
+    A fine-tune starts when its own time fits (its evaluations then run in this call if they fit, else in the next
+    call on a machine kept warm; a fresh machine trains it again, seeded); an evaluation when its time fits. While
+    the other lane is busy both are costed :data:`OVERLAP_SLOWDOWN` times longer. An evaluation that runs out of GPU
+    memory beside a fine-tune, or a fine-tune that fails beside an evaluation, ends the overlap: the rest of the
+    call runs one piece at a time (:func:`run`), the failed piece first."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    began = time.monotonic()
+    deadline = began + 60 * minutes
+    landed = 0
+    warm_mark = scratch / WARM_MARK
+    warm_machine = warm_mark.is_file()
+    training = None  # the fine-tune in flight: [piece, future, start, whether an evaluation ran beside it]
+    stop_training = False  # no fine-tune starts after one that did not fit or was cut
+
+    def mark_landed(piece: Piece, started: float) -> None:
+        nonlocal landed
+        landed += 1
+        scratch.mkdir(parents=True, exist_ok=True)
+        warm_mark.touch()
+        log(f"longctx_experiment: {piece.name} landed in {time.perf_counter() - started:.0f} s")
+
+    def finish_training() -> bool:
+        """Wait for the fine-tune in flight and land it; False when it failed beside an evaluation."""
+        nonlocal training, stop_training
+        piece, future, started, crowded = training
+        training = None
+        try:
+            result = future.result()
+        except SystemExit as failure:
+            if not crowded:
+                raise
+            log(f"longctx_experiment: {piece.name} failed beside an evaluation ({str(failure).splitlines()[0]}); "
+                "the rest of this call runs one piece at a time")
+            return False
+        if result is None:
+            log(f"longctx_experiment: {piece.name} cut at the deadline; it starts over in the next call")
+            stop_training = True
+            return True
+        if result.get("reused"):
+            log(f"longctx_experiment: {piece.name}'s model was already in {scratch}; it is not trained again")
+        else:
+            result["seconds"] = round(time.perf_counter() - started, 1)
+            if crowded:
+                result["overlapped"] = True
+        ledger.land(piece.name, {**result, **_where(device)})
+        mark_landed(piece, started)
+        return True
+
+    def serial_rest() -> int:
+        left = (deadline - time.monotonic()) / 60
+        return run(ledger, scratch, left, device, keep_models=True, log=log) if left > 0 else 0
+
+    with ThreadPoolExecutor(max_workers=1) as lane:
+        while True:
+            if training is not None and training[1].done() and not finish_training():
+                landed += serial_rest()
+                break
+            warm = landed > 0 or warm_machine
+            ready, waiting = next_pieces(ledger)
+            ready = [p for p in ready if training is None or p.name != training[0].name]
+            missing = [p for p in ready if p.train and p.train in ledger.pieces
+                       and not (Path(model_of(p, ledger)) / "config.json").is_file()]
+            if missing:  # their machine is gone (models live in --scratch): seeded, they train again
+                for piece in missing:
+                    log(f"longctx_experiment: {piece.train}'s model is not in {scratch}; it trains again")
+                    ledger.pieces.pop(piece.train, None)
+                ledger.save()
+                continue
+            train = next((p for p in ready if p.kind == "train"), None)
+            if training is None and train is not None and not stop_training:
+                needs, left = OVERLAP_SLOWDOWN * _estimate(ledger, train, warm=warm, alone=True), \
+                    deadline - time.monotonic()
+                if left >= needs:
+                    log(f"longctx_experiment: {train.name} ({len(ready)} ready; trains beside the evaluations)")
+                    training = [train, lane.submit(fine_tune, train, ledger, scratch, deadline, device),
+                                time.perf_counter(), False]
+                else:
+                    log(f"longctx_experiment: {left / 60:.1f} min left, {train.name} needs about {needs / 60:.1f}; "
+                        "no fine-tune starts after this")
+                    stop_training = True
+            evaluation = next((p for p in ready if p.kind != "train"), None)
+            if evaluation is not None:
+                needs = _estimate(ledger, evaluation, warm=warm) * (OVERLAP_SLOWDOWN if training else 1.0)
+                left = deadline - time.monotonic()
+                if left >= needs:
+                    beside = training[0].name if training else None
+                    log(f"longctx_experiment: {evaluation.name}" + (f" (beside {beside})" if beside else ""))
+                    if training:
+                        training[3] = True
+                    started, outcome = time.perf_counter(), None
+                    try:
+                        outcome = evaluate(evaluation, ledger, device)
+                    except torch.OutOfMemoryError:
+                        if training is None:
+                            raise
+                    if outcome is None:  # out of memory beside the fine-tune (the frames that held it are gone)
+                        release_memory()
+                        log(f"longctx_experiment: {evaluation.name} ran out of GPU memory beside {beside}; the "
+                            "rest of this call runs one piece at a time")
+                        finish_training()
+                        landed += serial_rest()
+                        break
+                    result, records = outcome
+                    ledger.land(evaluation.name, {**result, **({"overlapped": True} if beside else {}),
+                                                  **_where(device)}, records)
+                    release_memory()
+                    mark_landed(evaluation, started)
+                    continue
+                if training is None:
+                    log(f"longctx_experiment: {left / 60:.1f} min left, {evaluation.name} needs about "
+                        f"{needs / 60:.1f}; stopping here")
+                    break
+            if training is not None:  # nothing to evaluate beside it: wait, its own evaluations come next
+                if not finish_training():
+                    landed += serial_rest()
+                    break
+                continue
+            if not ready:
+                log("longctx_experiment: nothing left to run" + (f" ({'; '.join(waiting)})" if waiting else ""))
+            break
+    if not keep_models:
+        prune(ledger)
+    return landed
 
 
 def release_memory() -> None:
@@ -964,14 +1106,16 @@ def _where(device: str) -> dict:
     return {"device": name, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}
 
 
-def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf"), warm: bool = False) -> float:
+def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf"), warm: bool = False,
+              alone: bool = False) -> float:
     """Seconds a piece is expected to take, with a margin: a fine-tune counts the evaluations that follow it, or
     only the first of them when all of them would not fit in a ``call`` of that many seconds (the treatment's test,
     beta-off test and importance probe may not fit with its fine-tune; the model then waits in ``--scratch``, or
     trains once more on a fresh machine, for the rest). A fine-tune's time is its own arm's when that arm has one.
     The call's first piece (``warm`` False) is costed at the slowest of its kind so far, which includes the
     processes that compiled Triton's kernels on a fresh machine (up to twice as long on the H100); later pieces
-    find the kernels compiled and are costed at the median. 0 for the first of its kind, which is tried."""
+    find the kernels compiled and are costed at the median. 0 for the first of its kind, which is tried.
+    ``alone``: a fine-tune without its evaluations."""
     def typical(kind: str, arm: str | None = None) -> float:
         times = [p["seconds"] for n, p in ledger.pieces.items() if n.startswith(kind + "/") and "seconds" in p
                  and (arm is None or n.startswith(f"{kind}/{arm}/"))]
@@ -985,6 +1129,8 @@ def _estimate(ledger: Ledger, piece: Piece, call: float = float("inf"), warm: bo
     if piece.kind == "train":
         if not typical("train"):
             return 0.0
+        if alone:  # the fine-tune without its evaluations
+            return with_evaluations(0.0)
         search = (piece.seed == 0 and not piece.ablation and ARMS[piece.arm].grid is not None
                   and chosen_rates(ledger, piece.arm) is None)  # else a chosen model trained again: its tests follow
         if search:
@@ -1128,6 +1274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "results", help="where report writes")
     parser.add_argument("--minutes", type=float, default=9.0, help="run: time for this call (default 9)")
     parser.add_argument("--device", default=None, help="default: cuda when available")
+    parser.add_argument("--overlap", action="store_true",
+                        help="run: train the next fine-tune beside the evaluations (two lanes on one GPU)")
     group = parser.add_argument_group("settings (fixed by the first call on a --work; the protocol's by default)")
     group.add_argument("--base", default=None, help=f"the pretrained base (default {BASE.relative_to(ROOT)})")
     for name, kind in (("steps", int), ("batch-size", int), ("train-length", int), ("pretrain-length", int),
@@ -1174,13 +1322,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"longctx_experiment: wrote {args.output / 'longctx.md'} ({len(ledger.pieces)} pieces; verdict "
               f"{'decided' if state['verdict']['decided'] else 'not yet decided'})")
         return 0
+    if args.overlap:  # two processes' caches on one GPU: grow segments in place instead of fragmenting
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     ledger.save()
     print(plan_text(ledger), flush=True)
     landed = run(ledger, args.scratch, args.minutes, device, args.keep_models,
-                 log=lambda line: print(line, flush=True))
+                 log=lambda line: print(line, flush=True), overlap=args.overlap)
     print(f"longctx_experiment: {landed} pieces landed this call", flush=True)
     return 0
 

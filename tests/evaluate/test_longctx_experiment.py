@@ -215,6 +215,95 @@ def test_an_evaluation_gives_its_cached_gpu_memory_back_before_the_next_piece(ex
     assert events == ["test/base", "released"]
 
 
+class _Lanes:
+    """Stand-ins for fine_tune and evaluate that record what overlapped: a fine-tune waits until an evaluation has
+    started beside it (or 1 s passes), so the overlap is certain; ``fail`` names pieces that fail once."""
+
+    def __init__(self, experiment, tmp_path, fail=()):
+        import threading
+
+        self.experiment, self.tmp_path, self.fail = experiment, tmp_path, set(fail)
+        self.events, self.in_flight, self.started = [], set(), threading.Condition()
+        self.evaluations = 0  # started so far
+
+    def fine_tune(self, piece, ledger, scratch, deadline, device):
+        with self.started:
+            self.in_flight.add(piece.name)
+            begun = self.evaluations
+            self.started.wait_for(lambda: self.evaluations > begun, timeout=1.0)
+        self.in_flight.discard(piece.name)
+        if piece.name in self.fail:
+            self.fail.discard(piece.name)
+            raise SystemExit(f"longctx_experiment: {piece.name} failed (exit 1)")
+        final = self.tmp_path / "scratch" / piece.name.replace("/", "__") / "final"
+        final.mkdir(parents=True, exist_ok=True)
+        (final / "config.json").write_text("{}")
+        self.events.append(("trained", piece.name))
+        return {"rates": piece.rates, "seed": piece.seed, "model": str(final), "final_loss": 1.0}
+
+    def evaluate(self, piece, ledger, device):
+        with self.started:  # a fine-tune submitted just before may not have begun in its thread yet
+            self.started.wait_for(lambda: self.in_flight, timeout=0.3)
+            beside = sorted(self.in_flight)
+            self.evaluations += 1
+            self.started.notify_all()
+        if piece.name in self.fail and beside:
+            self.fail.discard(piece.name)
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        self.events.append(("evaluated", piece.name, tuple(beside)))
+        return ({"recall": 0.5, "rates": piece.rates} if piece.kind == "val" else {"seconds": 1.0}), None
+
+
+def _overlapped(experiment, tmp_path, monkeypatch, fail=()):
+    lanes = _Lanes(experiment, tmp_path, fail)
+    monkeypatch.setattr(experiment, "fine_tune", lanes.fine_tune)
+    monkeypatch.setattr(experiment, "evaluate", lanes.evaluate)
+    monkeypatch.setattr(experiment, "release_memory", lambda: None)
+    monkeypatch.setattr(experiment, "_where", lambda device: {})
+    ledger = _ledger(experiment, tmp_path, arms=("mamba2-lora",), ablations=(), seeds={"mamba2-lora": 1},
+                     grids={"mamba2-lora": [1e-3, 3e-3]})
+    lines = []
+    landed = experiment.run(ledger, tmp_path / "scratch", 0.5, "cpu", log=lines.append, overlap=True)
+    return lanes, ledger, lines, landed
+
+
+def test_overlap_trains_the_next_fine_tune_beside_the_evaluations(experiment, tmp_path, monkeypatch):
+    """--overlap: the base's evaluation runs while the first fine-tune trains, the second fine-tune trains while the
+    first one's validation runs; every piece lands once, and those that shared the GPU say so."""
+    lanes, ledger, lines, landed = _overlapped(experiment, tmp_path, monkeypatch)
+    evaluated = {e[1]: e[2] for e in lanes.events if e[0] == "evaluated"}
+    assert evaluated["test/base"] == ("train/mamba2-lora/lr0.001/seed0",)
+    assert evaluated["val/mamba2-lora/lr0.001/seed0"] == ("train/mamba2-lora/lr0.003/seed0",)
+    assert set(ledger.pieces) == {"test/base", "train/mamba2-lora/lr0.001/seed0", "val/mamba2-lora/lr0.001/seed0",
+                                  "train/mamba2-lora/lr0.003/seed0", "val/mamba2-lora/lr0.003/seed0",
+                                  "test/mamba2-lora/seed0"}
+    assert landed == 6 and "nothing left to run" in lines[-1]
+    assert ledger.pieces["test/base"]["overlapped"] and ledger.pieces["train/mamba2-lora/lr0.001/seed0"]["overlapped"]
+    assert "overlapped" not in ledger.pieces["test/mamba2-lora/seed0"]  # nothing trained beside it
+    assert not list((tmp_path / "scratch").glob("*/final"))  # pruned once evaluated
+
+
+@pytest.mark.parametrize("failing", ["test/base", "train/mamba2-lora/lr0.001/seed0"])
+def test_overlap_falls_back_to_one_piece_at_a_time_after_a_failure_beside_the_other_lane(
+        experiment, tmp_path, monkeypatch, failing):
+    """An evaluation out of GPU memory beside a fine-tune, or a fine-tune that fails beside an evaluation, is not the
+    end of the call: the rest runs one piece at a time, the failed piece again first."""
+    lanes, ledger, lines, landed = _overlapped(experiment, tmp_path, monkeypatch, fail=[failing])
+    assert any("runs one piece at a time" in line for line in lines)
+    assert landed == 6 and len(ledger.pieces) == 6 and failing in ledger.pieces
+    later = [e for e in lanes.events if e[1] != "test/base" and e[0] == "evaluated"]
+    assert later and all(beside == () for _, _, beside in later)  # after the failure, nothing overlaps
+
+
+def test_overlap_starts_a_fine_tune_when_its_own_time_fits(experiment, tmp_path):
+    """Beside the evaluations a fine-tune is costed alone (its evaluations may follow in the next call), slowed by
+    the shared GPU."""
+    ledger = _ledger(experiment, tmp_path)
+    ledger.pieces.update({"train/mamba2-lora/lr0.001/seed0": {"seconds": 163.0}, "test/base": {"seconds": 236.0}})
+    control = experiment.Piece("train/mamba2-lora/lr0.001/seed1", "train", "mamba2-lora", 1, {})
+    assert experiment._estimate(ledger, control, alone=True) == pytest.approx(1.1 * 163 + 10)
+
+
 def _records(scores: dict[str, list[int]], bucket: str = "2048-4096") -> dict:
     return {task: {bucket: {"score": values, "of": 1}} for task, values in scores.items()}
 
