@@ -9,9 +9,11 @@ backward (``fused_recurrent.palimpsa_bwd_kernel``, one program walking a whole s
 launches, each exact (``emulation.chunk_parallel_backward`` is the float64 statement of the same algorithm):
 
 1. ``palimpsa_bwd_local_kernel``: every chunk of ``CT`` tokens runs the sequential kernel's reverse steps alone,
-   from a zero adjoint at its end; ``NSPLIT`` programs share a (channel block, head) and take its chunks in turn,
-   so that at B = 1 the GPU gets ``NSPLIT`` times the programs of the sequential backward while the recompute
-   scratch stays one slab per program (a slab per chunk would be 32 x 84 MB at B = 1, L = 8192, 2.7b shapes). It
+   from a zero adjoint at its end; ``NSPLIT`` work items share a (channel block, head) and take its chunks in turn,
+   so that at B = 1 the GPU gets ``NSPLIT`` times the work items of the sequential backward. The programs are
+   persistent, as many as stay resident, and take the work items in turn, each keeping one recompute slab: the
+   scratch is one slab per resident program whatever ``NSPLIT`` (at B = 1, L = 8192, 2.7b shapes a slab per chunk
+   would be 32 x 168 MB, a slab per work item is NSPLIT x 168 MB, one per resident program 138 MB on an H100). It
    writes the tokens' local gradients (``dv``, ``dbeta`` in the output dtype; ``dk``, ``dq``, ``dlog_decay`` added
    as in the sequential kernel) and each chunk's local adjoint at its start ``(L_M, L_I)``.
 2. ``palimpsa_bwd_carry_kernel``: a scan over the chunks of a sequence, from its end, turns ``(L_M, L_I)`` into
@@ -40,8 +42,10 @@ from . import fused_recurrent as fr
 # (``torch.set_float32_matmul_precision("high")``); IEEE float32 otherwise, and for float64
 # BP 0 and correct_warps 0: 32 channels and 4 warps per correction program with TF32 products, 16 and 8 with IEEE
 # ones (whose FMA form spills with more channels or fewer warps)
+# PROGRAMS_PER_SM: the local pass's persistent programs per SM (one-warp programs of ~220 registers: 8 fit an SM),
+# each with one scratch slab; 0: one program per work item, each with its own slab (NSPLIT times the scratch)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
-                  "correct_warps": 0}
+                  "correct_warps": 0, "PROGRAMS_PER_SM": 8}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -50,29 +54,34 @@ WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp pro
 @triton.jit
 def palimpsa_bwd_local_kernel(
     v, k, q, g, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-    dv, dk, dq, dg, dbeta, cu_seqlens, chunk_offsets, T,
+    dv, dk, dq, dg, dbeta, cu_seqlens, chunk_offsets, T, n_nh, n_work,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BS: tl.constexpr, NSPLIT: tl.constexpr,
     USE_BETA: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
     FAST_RCP: tl.constexpr, ACC: tl.constexpr,
 ):
-    i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = fr._program(
-        cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
-    i_sp = tl.program_id(2)
-    # this program's scratch slab: CT // BS state pairs of [BV, N]
-    o_sc = ((i_sp.to(tl.int64) * tl.num_programs(1) + i_nh) * tl.num_programs(0) + i_v) * (CT // BS) * BV * N
+    # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
+    # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
+    # (channel block, head), and keeps one scratch slab of CT // BS state pairs of [BV, N] for all of them
+    NV: tl.constexpr = (P + BV - 1) // BV
+    pid = tl.program_id(0)
+    o_sc = pid.to(tl.int64) * (CT // BS) * BV * N
     b_ip = tl.load(ip).to(ACC)
-    NT = tl.cdiv(T, CT)
-    for i_c in range(i_sp, NT, NSPLIT):
-        b_dm, b_di, b_an = fr._reverse_chunk(
-            v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta,
-            tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
-            i_c, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
-            H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
-        o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
-        # the chunk's local adjoint of the state before its first token
-        tl.store(lm + o_ck + o_s, b_dm * b_an, mask=m_s)
-        tl.store(li + o_ck + o_s, b_di * b_an, mask=m_s)
+    for work in range(pid, n_work, tl.num_programs(0)):
+        i_sp = work // (NV * n_nh)
+        i_v, i_nh, i_h, i_g, bos, T_n, boc, o_v, o_k, m_s, o_s, o_state = fr._program_at(
+            work % NV, (work // NV) % n_nh, cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT,
+            IS_VARLEN, TRANS)
+        for i_c in range(i_sp, tl.cdiv(T_n, CT), NSPLIT):
+            b_dm, b_di, b_an = fr._reverse_chunk(
+                v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta,
+                tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
+                i_c, i_v, o_sc, bos, T_n, boc, i_h, i_g, o_v, o_k, m_s, o_s,
+                H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+            o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
+            # the chunk's local adjoint of the state before its first token
+            tl.store(lm + o_ck + o_s, b_dm * b_an, mask=m_s)
+            tl.store(li + o_ck + o_s, b_di * b_an, mask=m_s)
 
 
 @triton.jit
@@ -199,6 +208,15 @@ def _splits(config: dict, programs: int, max_chunks: int, device: torch.device) 
     return max(1, min(max_chunks, triton.cdiv(WAVES * 8 * sms, programs)))
 
 
+def _programs(config: dict, n_work: int, device: torch.device) -> int:
+    """The local pass's persistent programs: as many as stay resident (``PROGRAMS_PER_SM`` per SM), at most one per
+    work item. Each keeps one scratch slab, so the scratch no longer grows with ``NSPLIT``."""
+    per_sm = int(config["PROGRAMS_PER_SM"])
+    if per_sm <= 0:
+        return n_work
+    return max(1, min(n_work, per_sm * (fr._sm_count(device) if device.type == "cuda" else 1)))
+
+
 def _dot_precision(name: str, dtype: torch.dtype) -> str:
     if name != "auto":
         return name
@@ -271,7 +289,9 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         return fr._backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
                             fr._backward_config(n_states, heads, head_dim, device), chunk_size, block_size)
     use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
-    scratch = (nsplit * n_blocks_v * n_states * heads * (chunk_size // block_size), sizes["BV"], state_size)
+    n_work = nsplit * n_blocks_v * n_states * heads
+    programs = _programs(config, n_work, device)
+    scratch = (programs * (chunk_size // block_size), sizes["BV"], state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
     lm = fr._output(ck_m.shape, state_dtype, device)
@@ -283,9 +303,9 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     mark = _marker()
     common = {"USE_BETA": beta is not None, "IS_VARLEN": cu_seqlens is not None, "ACC": acc}
     mark("local")
-    palimpsa_bwd_local_kernel[(n_blocks_v, n_states * heads, nsplit)](
+    palimpsa_bwd_local_kernel[(programs,)](
         v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-        dv, dk, dq, dg, dbeta, cu_seqlens, offsets, length,
+        dv, dk, dq, dg, dbeta, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
         num_warps=config["num_warps"], **common,
@@ -345,9 +365,10 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     }
     usage = {}
     for name, (kernel, warps, constexprs) in launches.items():
-        pointers = [p for p in kernel.arg_names if p not in constexprs and p != "T"]
+        integers = [p for p in kernel.arg_names if p in ("T", "n_nh", "n_work")]
+        pointers = [p for p in kernel.arg_names if p not in constexprs and p not in integers]
         signature = {p: low.get(p, "*fp32") for p in pointers}
-        signature["T"] = "i32"
+        signature.update({p: "i32" for p in integers})
         signature.update({c: "constexpr" for c in constexprs})
         attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
         compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs),

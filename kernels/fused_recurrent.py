@@ -164,7 +164,16 @@ def _program(cu_seqlens, chunk_offsets, T, H: tl.constexpr, G: tl.constexpr, P: 
     Per-element offsets (``o_s``, inside the program's ``[BV, N]`` block) are int32; every int64 part of an
     address goes in a scalar base (``o_state``), which keeps 64-bit address tiles out of the registers.
     """
-    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    return _program_at(tl.program_id(0), tl.program_id(1), cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT,
+                       IS_VARLEN, TRANS)
+
+
+@triton.jit
+def _program_at(i_v, i_nh, cu_seqlens, chunk_offsets, T, H: tl.constexpr, G: tl.constexpr, P: tl.constexpr,
+                N: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, IS_VARLEN: tl.constexpr,
+                TRANS: tl.constexpr):
+    """:func:`_program` for channel block ``i_v`` of (sequence, head) ``i_nh`` given explicitly (a persistent
+    program takes several in turn)."""
     i_n, i_h = i_nh // H, i_nh % H
     bos, T, boc = _bounds(cu_seqlens, chunk_offsets, i_n, T, CT, IS_VARLEN)
     o_v = i_v * BV + tl.arange(0, BV)

@@ -20,6 +20,7 @@ contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels
     python scripts/bench_scan.py [--backends gluon,gluon@c2l2u2,gluon-bwd,triton] [--json out.json] [--sweep] [--quick]
     python scripts/bench_scan.py --quick --backends sequential,chunked,chunked@NSPLIT=2 --breakdown   # the two bwds
     python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
+    python scripts/bench_scan.py --no-step --shapes 4x2048,4x8192 --backends gluon,triton    # chosen shapes only
 """
 
 from __future__ import annotations
@@ -402,6 +403,9 @@ def main() -> int:
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
     parser.add_argument("--quick", action="store_true", help="B=1 only")
+    parser.add_argument("--shapes", default=None,
+                        help="comma list of BxL to time instead of every B in {1, 4} and L in {2048, 8192, 16384}, "
+                        "e.g. 4x8192,4x2048")
     parser.add_argument("--profile", action="store_true",
                         help="one fwd+bwd at B=1, L=2048 of the first of --backends (to run under ncu)")
     parser.add_argument("--breakdown", action="store_true",
@@ -410,6 +414,14 @@ def main() -> int:
     parser.add_argument("--compare", action="store_true",
                         help="only time backward configurations against each other in interleaved rounds")
     args = parser.parse_args()
+    batches = (1,) if args.quick else (1, 4)
+    shapes = [(b, length) for b in batches for length in (2048, 8192, 16384)]
+    if args.shapes:
+        try:
+            shapes = [tuple(int(x) for x in item.lower().split("x")) for item in args.shapes.split(",")]
+            assert all(len(shape) == 2 and min(shape) > 0 for shape in shapes)
+        except (ValueError, AssertionError):
+            parser.error(f"--shapes {args.shapes!r}: give BxL items separated by commas, e.g. 4x8192,1x2048")
     if args.compare:
         print(f"{torch.cuda.get_device_name()}: backward configurations at B=1, L=8192, interleaved rounds")
         write_json(args.json, {"compare": compare()})
@@ -434,8 +446,6 @@ def main() -> int:
     print(f"{info['device']} ({info['date']}), torch {info['torch']}, triton {info['triton']}; {note}")
     print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s; SM clock {clock:.3f} GHz ({clock_source})")
     result = {"info": info}
-    batches = (1,) if args.quick else (1, 4)
-    shapes = [(b, length) for b in batches for length in (2048, 8192, 16384)]
     result["scan"] = bench_scans(shapes, chunk_scan, backends, clock,
                                  progress=lambda rows: write_json(args.json, {**result, "scan": rows}))
     write_json(args.json, result)

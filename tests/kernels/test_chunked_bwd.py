@@ -76,6 +76,7 @@ def check(inputs: dict, config: dict, tol=F64_TOL, **options) -> None:
         (29, 2, True, True, {"NSPLIT": 2, "BT": 4}),  # chunks shared by two splits, corrections in sub-blocks
         (21, 1, False, True, {"NSPLIT": 3, "BV": 2, "BP": 4}),  # no beta, channel blocks in both kernels
         (16, 4, True, False, {"NSPLIT": 0}),  # whole chunks only, no state in or out of the scan
+        (13, 2, True, True, {"NSPLIT": 2, "PROGRAMS_PER_SM": 0}),  # a program (and a slab) per work item
     ],
 )
 def test_matches_naive_every_gradient(length, groups, with_beta, with_state, config):
@@ -150,6 +151,29 @@ def test_splits_fill_the_waves_and_stop_at_the_chunks():
     # one SM on the CPU: WAVES x 8 programs wanted
     assert chunked_bwd._splits({"NSPLIT": 0}, 4, 100, cpu) == chunked_bwd.WAVES * 8 // 4
     assert chunked_bwd._splits({"NSPLIT": 0}, 10_000, 100, cpu) == 1
+
+
+def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_splits(monkeypatch):
+    """The local pass's programs are persistent: as many as stay resident (8 per SM here one, on the CPU), each
+    taking work items in turn with one scratch slab, so more splits add work items, not scratch."""
+    cpu = torch.device("cpu")
+    assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 100, cpu) == 8
+    assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 5, cpu) == 5
+    assert chunked_bwd._programs({"PROGRAMS_PER_SM": 0}, 100, cpu) == 100
+    slabs = []
+    empty = torch.empty
+
+    def recording(*shape, **kwargs):
+        if len(shape) == 1 and isinstance(shape[0], tuple) and len(shape[0]) == 3:
+            slabs.append(shape[0][0])
+        return empty(*shape, **kwargs)
+
+    monkeypatch.setattr(chunked_bwd.torch, "empty", recording)
+    inputs = inputs_for(1, 24, 2)
+    for nsplit in (1, 3):
+        gradients(inputs, "triton", bwd_config={"kernel": "chunked", "NSPLIT": nsplit})
+    # 8 programs x CT / BS = 2 slab rows, for M and I, at either split (work items: 8 and 24)
+    assert slabs == [16, 16, 16, 16]
 
 
 def test_kernels_compile_for_sm90a_without_spills():
