@@ -489,7 +489,7 @@ def model_of(piece: Piece, ledger: Ledger) -> str:
 def evaluate(piece: Piece, ledger: Ledger, device: str) -> tuple[dict, list[dict] | None]:
     import torch
     from palimpsa.upgrade.convert.loading import load_model_and_tokenizer
-    from palimpsa.upgrade.evaluate.distance import VALIDATION_SEED, bucket_means, distance_suite, run_suite
+    from palimpsa.upgrade.evaluate.distance import VALIDATION_SEED, bucket_means, run_suite
 
     settings = ledger.settings
     model, tokenizer = load_model_and_tokenizer(model_of(piece, ledger))
@@ -502,16 +502,14 @@ def evaluate(piece: Piece, ledger: Ledger, device: str) -> tuple[dict, list[dict
     if piece.kind == "val":
         buckets = settings.validation_buckets()
         per_bucket = max(1, math.ceil(settings.validation_per_task / len(buckets)))
-        items = distance_suite(tokenizer, model.config.vocab_size, VALIDATION_TASKS, buckets, per_bucket,
-                               seed=VALIDATION_SEED)
+        items = suite(tokenizer, model.config.vocab_size, VALIDATION_TASKS, buckets, per_bucket, VALIDATION_SEED)
         records = run_suite(model, tokenizer, items, settings.eval_batch)
         means = bucket_means(records, buckets)
         recall = sum(sum(v for v in means[t] if v is not None) / len(means[t]) for t in VALIDATION_TASKS) / len(
             VALIDATION_TASKS)
         return {"recall": recall, "by_task": means, "rates": piece.rates,
                 "seconds": round(time.perf_counter() - started, 1)}, None
-    items = distance_suite(tokenizer, model.config.vocab_size, settings.tasks, settings.buckets,
-                           settings.per_bucket, seed=0)
+    items = suite(tokenizer, model.config.vocab_size, settings.tasks, settings.buckets, settings.per_bucket, 0)
     records = run_suite(model, tokenizer, items, settings.eval_batch)
     with torch.no_grad():
         nll = nll_results(model, tokenizer, settings)
@@ -521,6 +519,26 @@ def evaluate(piece: Piece, ledger: Ledger, device: str) -> tuple[dict, list[dict
               "seed": piece.seed, "rates": piece.rates, "beta_scale": piece.beta_scale,
               "seconds": round(time.perf_counter() - started, 1)}
     return result, compact_records(records, items)
+
+
+_SUITES: dict = {}  # the prompts built in this process, by tokenizer and suite
+
+
+def suite(tokenizer, vocab_size: int, tasks, buckets, per_bucket: int, seed: int) -> list:
+    """``distance_suite``'s prompts, built once per process: every evaluation of a call asks for the same ones (the
+    test suite took 38 s to build on a CPU, ahead of each test evaluation). Keyed by the tokenizer's whole
+    definition, so a model with another tokenizer gets its own."""
+    import hashlib
+
+    from palimpsa.upgrade.evaluate.distance import distance_suite
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    definition = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    key = (hashlib.sha256(definition.encode()).hexdigest(), vocab_size, tuple(tasks),
+           tuple(tuple(b) for b in buckets), per_bucket, seed)
+    if key not in _SUITES:
+        _SUITES[key] = distance_suite(tokenizer, vocab_size, tasks, buckets, per_bucket, seed=seed)
+    return _SUITES[key]
 
 
 def compact_records(records: list[dict], items) -> dict:

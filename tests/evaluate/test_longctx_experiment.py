@@ -304,6 +304,25 @@ def test_overlap_starts_a_fine_tune_when_its_own_time_fits(experiment, tmp_path)
     assert experiment._estimate(ledger, control, alone=True) == pytest.approx(1.1 * 163 + 10)
 
 
+def test_an_evaluations_prompts_are_built_once_per_process(experiment, monkeypatch):
+    """Every test evaluation of a call asks for the same prompts: built once (38 s on a CPU), and again for another
+    tokenizer or suite."""
+    from palimpsa.upgrade.convert.loading import load_tokenizer
+    from palimpsa.upgrade.evaluate import distance
+
+    built = []
+    real = distance.distance_suite
+    monkeypatch.setattr(distance, "distance_suite", lambda *a, **k: built.append(a[2:]) or real(*a, **k))
+    monkeypatch.setattr(experiment, "_SUITES", {})
+    tokenizer = load_tokenizer(str(EMBEDDED), str(EMBEDDED), required=True)
+    first = experiment.suite(tokenizer, 512, ("passkey",), ((64, 128),), 2, 0)
+    assert experiment.suite(tokenizer, 512, ("passkey",), ((64, 128),), 2, 0) is first and len(built) == 1
+    experiment.suite(tokenizer, 512, ("passkey",), ((64, 128),), 2, 1)  # another seed
+    tokenizer.add_tokens(["<other>"])
+    experiment.suite(tokenizer, 512, ("passkey",), ((64, 128),), 2, 0)  # another tokenizer
+    assert len(built) == 3
+
+
 def _records(scores: dict[str, list[int]], bucket: str = "2048-4096") -> dict:
     return {task: {bucket: {"score": values, "of": 1}} for task, values in scores.items()}
 
