@@ -518,7 +518,8 @@ def test_two_processes_equal_one_with_gradient_accumulation(tmp_path, tiny_rando
     launch --cpu --num_processes 2`` (which starts one process; the command starts the two): two processes joined
     over gloo, each taking its own share of the one seeded stream, give the weights that one process accumulating
     their two micro-batches gives (so they trained on different batches and averaged their gradients), their weights
-    agree at every checkpoint (checked by the trainer), and only the main process writes the run's files. Under
+    agree at every checkpoint (checked by the trainer), they log the loss one process logs, and only the main process
+    writes the run's files. Under
     torchrun, process 1 writes its share of each checkpoint late, and the checkpoint still holds it."""
     from palimpsa.upgrade.model.modeling import PalimpsaForCausalLM
 
@@ -552,6 +553,9 @@ def test_two_processes_equal_one_with_gradient_accumulation(tmp_path, tiny_rando
             assert sorted(p.name for p in (checkpoint / "state").glob("random_states_*")) == [
                 "random_states_0.pkl", "random_states_1.pkl"]
         assert [row["step"] for row in _metrics(run_dir) if "loss" in row] == [1, 2]  # one writer
+        # the logged loss is the step's, over both processes' micro-batches, as one process accumulating them logs
+        assert [row["loss"] for row in _metrics(run_dir) if "loss" in row] == pytest.approx(
+            [row["loss"] for row in _metrics(tmp_path / "one") if "loss" in row], rel=1e-5), name
     assert "starting the 2 data-parallel processes" in results["accelerate"].stderr
 
 

@@ -277,7 +277,7 @@ class Trainer:
                 bar.update(1)
                 if self.step % recipe.train.log_every == 0 or self.step == recipe.train.max_steps:
                     elapsed = max(time.perf_counter() - window_start, 1e-9)
-                    row = {"step": self.step, "loss": sum(losses) / len(losses) if losses else None,
+                    row = {"step": self.step, "loss": self._mean_loss(losses),
                            **self._learning_rates(), "tokens_per_s": window_tokens / elapsed, "tokens": tokens,
                            "grad_norm": None if grad_norm is None else float(grad_norm), **self._beta_stats()}
                     window_tokens, window_start = 0, time.perf_counter()
@@ -298,6 +298,16 @@ class Trainer:
         if self.writer is not None:
             self.writer.close()
         return {"step": self.step, "final": str(final), "eval": final_eval}
+
+    def _mean_loss(self, losses: list[float]) -> float | None:
+        """The logged loss: the mean over every micro-batch of the step, on every process (each holds only its own
+        share), so that two processes log what one accumulating their micro-batches logs. None without any."""
+        total, count = sum(losses), len(losses)
+        if self.accelerator.num_processes > 1:  # every process logs at the same steps: the reduction meets
+            both = self.accelerator.reduce(torch.tensor([total, count], dtype=torch.float64,
+                                                        device=self.accelerator.device), reduction="sum")
+            total, count = float(both[0]), int(both[1])
+        return total / count if count else None
 
     def _train_step(self) -> tuple[list[float], int, torch.Tensor | None]:
         """One optimizer step over ``train.grad_accum`` micro-batches: their losses (those with targets), the input
