@@ -279,7 +279,8 @@ class Trainer:
                     elapsed = max(time.perf_counter() - window_start, 1e-9)
                     row = {"step": self.step, "loss": self._mean_loss(losses),
                            **self._learning_rates(), "tokens_per_s": window_tokens / elapsed, "tokens": tokens,
-                           "grad_norm": None if grad_norm is None else float(grad_norm), **self._beta_stats()}
+                           "grad_norm": None if grad_norm is None else float(grad_norm), **self._beta_stats(),
+                           **self._peak_memory()}
                     window_tokens, window_start = 0, time.perf_counter()
                     self._log_metrics(row)
                     bar.set_postfix(loss="-" if row["loss"] is None else f"{row['loss']:.4f}",
@@ -298,6 +299,14 @@ class Trainer:
         if self.writer is not None:
             self.writer.close()
         return {"step": self.step, "final": str(final), "eval": final_eval}
+
+    def _peak_memory(self) -> dict:
+        """``peak_memory_gib``: the most GPU memory this process's tensors have held so far (the main process's,
+        in a data-parallel run); nothing off the GPU."""
+        device = self.accelerator.device
+        if device.type != "cuda":
+            return {}
+        return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30}
 
     def _mean_loss(self, losses: list[float]) -> float | None:
         """The logged loss: the mean over every micro-batch of the step, on every process (each holds only its own

@@ -1,0 +1,61 @@
+"""scripts/check_fsdp.py's own machinery on the CPU: killing one rank of a launch once its first checkpoint is
+complete, and its refusals. (The whole flow, ``--cpu``, runs four multi-process fine-tunes: about 90 s on two cores,
+run by hand; the data-parallel equality itself is tests/train/test_training.py's.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+import time
+
+import pytest
+from checkpoints import ROOT
+
+
+@pytest.fixture(scope="module")
+def check():
+    spec = importlib.util.spec_from_file_location("check_fsdp", ROOT / "scripts" / "check_fsdp.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_rank_is_killed_once_the_first_checkpoint_is_complete(check, tmp_path):
+    """A stand-in launcher starts a "rank" (a process whose command line names finetune_model) that writes a
+    checkpoint after a second and then would run for a minute: the rank is killed, not the launcher, and the
+    launcher's failure comes back at once."""
+    rank = tmp_path / "rank.py"
+    rank.write_text(textwrap.dedent(f"""
+        import pathlib, sys, time
+        time.sleep(1.0)
+        step = pathlib.Path({str(tmp_path / "run")!r}) / "checkpoints" / "step-0000001"
+        step.mkdir(parents=True)
+        (step / "trainer_state.json").write_text("{{}}")
+        time.sleep(60)
+    """))
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(textwrap.dedent(f"""
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, {str(rank)!r}, "finetune_model"])
+        sys.exit(1 if child.wait() else 0)
+    """))
+    started = time.monotonic()
+    code, killed = check.run_and_kill_a_rank([sys.executable, str(launcher)], tmp_path / "log", tmp_path / "run",
+                                             timeout=30)
+    assert killed and code == 1 and time.monotonic() - started < 20
+    assert (tmp_path / "run" / "checkpoints" / "step-0000001" / "trainer_state.json").is_file()
+
+
+def test_refusals_name_the_problem(check, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        check.main([str(tmp_path / "a"), "--processes", "1", "--cpu"])
+    assert "--processes: give 2 or more" in capsys.readouterr().err
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x").write_text("")
+    with pytest.raises(SystemExit):
+        check.main([str(tmp_path / "b"), "--cpu"])
+    assert "is not empty; give a new folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        check.main([str(tmp_path / "c")])  # no GPUs here
+    assert "GPU(s) here, 2 needed; --cpu checks the flow" in capsys.readouterr().err
