@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from palimpsa.upgrade.train.layout import complete_checkpoints
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
 FSDP_CONFIG = ROOT / "recipes" / "accelerate" / "fsdp-2gpu.yaml"
@@ -64,11 +66,10 @@ def run_and_kill_a_rank(command: list[str], log: Path, output_dir: Path, timeout
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
         deadline, killed = time.monotonic() + timeout, 0
         while launch.poll() is None and time.monotonic() < deadline:
-            if list((output_dir / "checkpoints").glob("step-*/trainer_state.json")):
-                ranks = [pid for pid in _descendants(launch.pid) if b"finetune_model" in _cmdline(pid)
-                         and pid != launch.pid]
+            if complete_checkpoints(output_dir):
+                ranks = _ranks(launch.pid)
                 if ranks:
-                    killed = max(ranks)  # the last started: a rank other than the launcher itself
+                    killed = ranks[max(ranks)]  # the last rank: never the launcher nor an agent between them
                     os.kill(killed, signal.SIGKILL)
                     break
             time.sleep(0.2)
@@ -80,11 +81,19 @@ def run_and_kill_a_rank(command: list[str], log: Path, output_dir: Path, timeout
     return code, killed
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+def _ranks(launcher: int) -> dict[int, int]:
+    """The launch's ranks, ``{RANK: pid}``: its descendants whose environment names a rank (torchrun and accelerate
+    set ``RANK`` in each worker, not in themselves)."""
+    ranks = {}
+    for pid in _descendants(launcher):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        rank = next((item[5:] for item in environ if item.startswith(b"RANK=")), None)
+        if rank is not None and rank.isdigit():
+            ranks[int(rank)] = pid
+    return ranks
 
 
 def _descendants(pid: int) -> list[int]:

@@ -981,10 +981,8 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
     call on a machine kept warm; a fresh machine trains it again, seeded); an evaluation when its time fits. While
     the other lane is busy both are costed :data:`OVERLAP_SLOWDOWN` times longer. An evaluation that runs out of GPU
     memory beside a fine-tune, or a fine-tune that fails beside an evaluation, ends the overlap: the rest of the
-    call runs one piece at a time (:func:`run`), the failed piece first."""
+    call runs one piece at a time (:func:`run`, in its order: the failed piece after the evaluations ready)."""
     from concurrent.futures import ThreadPoolExecutor
-
-    import torch
 
     began = time.monotonic()
     deadline = began + 60 * minutes
@@ -1007,12 +1005,12 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
         piece, future, started, crowded = training
         training = None
         try:
-            result = future.result()
+            result, ended = future.result()
         except SystemExit as failure:
             if not crowded:
                 raise
-            log(f"longctx_experiment: {piece.name} failed beside an evaluation ({str(failure).splitlines()[0]}); "
-                "the rest of this call runs one piece at a time")
+            log(f"longctx_experiment: {piece.name} failed beside an evaluation "
+                f"({(str(failure).splitlines() or ['no message'])[0]}); the rest of this call runs one piece at a time")
             return False
         if result is None:
             log(f"longctx_experiment: {piece.name} cut at the deadline; it starts over in the next call")
@@ -1021,12 +1019,15 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
         if result.get("reused"):
             log(f"longctx_experiment: {piece.name}'s model was already in {scratch}; it is not trained again")
         else:
-            result["seconds"] = round(time.perf_counter() - started, 1)
+            result["seconds"] = round(ended - started, 1)  # when it ended, not when this thread came to land it
             if crowded:
                 result["overlapped"] = True
         ledger.land(piece.name, {**result, **_where(device)})
         mark_landed(piece, started)
         return True
+
+    def timed_fine_tune(piece: Piece) -> tuple[dict | None, float]:
+        return fine_tune(piece, ledger, scratch, deadline, device), time.perf_counter()
 
     def serial_rest() -> int:
         left = (deadline - time.monotonic()) / 60
@@ -1049,18 +1050,19 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
                 ledger.save()
                 continue
             train = next((p for p in ready if p.kind == "train"), None)
+            evaluation = next((p for p in ready if p.kind != "train"), None)
             if training is None and train is not None and not stop_training:
                 needs, left = OVERLAP_SLOWDOWN * _estimate(ledger, train, warm=warm, alone=True), \
                     deadline - time.monotonic()
-                if left >= needs:
+                # a ready evaluation that fits alone but not slowed beside a fine-tune goes first, alone
+                crowds = evaluation is not None and left < OVERLAP_SLOWDOWN * _estimate(ledger, evaluation, warm=warm)
+                if left >= needs and not crowds:
                     log(f"longctx_experiment: {train.name} ({len(ready)} ready; trains beside the evaluations)")
-                    training = [train, lane.submit(fine_tune, train, ledger, scratch, deadline, device),
-                                time.perf_counter(), False]
-                else:
+                    training = [train, lane.submit(timed_fine_tune, train), time.perf_counter(), False]
+                elif left < needs:
                     log(f"longctx_experiment: {left / 60:.1f} min left, {train.name} needs about {needs / 60:.1f}; "
                         "no fine-tune starts after this")
                     stop_training = True
-            evaluation = next((p for p in ready if p.kind != "train"), None)
             if evaluation is not None:
                 needs = _estimate(ledger, evaluation, warm=warm) * (OVERLAP_SLOWDOWN if training else 1.0)
                 left = deadline - time.monotonic()
@@ -1072,8 +1074,8 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
                     started, outcome = time.perf_counter(), None
                     try:
                         outcome = evaluate(evaluation, ledger, device)
-                    except torch.OutOfMemoryError:
-                        if training is None:
+                    except RuntimeError as error:  # torch.OutOfMemoryError, or another kernel's allocation
+                        if training is None or "out of memory" not in str(error).lower():
                             raise
                     if outcome is None:  # out of memory beside the fine-tune (the frames that held it are gone)
                         release_memory()

@@ -231,7 +231,9 @@ class _Lanes:
             self.in_flight.add(piece.name)
             begun = self.evaluations
             self.started.wait_for(lambda: self.evaluations > begun, timeout=1.0)
-        self.in_flight.discard(piece.name)
+        time.sleep(0.05)  # still in flight a moment after the evaluation beside it began
+        with self.started:
+            self.in_flight.discard(piece.name)
         if piece.name in self.fail:
             self.fail.discard(piece.name)
             raise SystemExit(f"longctx_experiment: {piece.name} failed (exit 1)")
@@ -250,6 +252,8 @@ class _Lanes:
         if piece.name in self.fail and beside:
             self.fail.discard(piece.name)
             raise torch.OutOfMemoryError("CUDA out of memory")
+        if piece.name == "test/base":
+            time.sleep(0.5)  # long after the fine-tune beside it has ended
         self.events.append(("evaluated", piece.name, tuple(beside)))
         return ({"recall": 0.5, "rates": piece.rates} if piece.kind == "val" else {"seconds": 1.0}), None
 
@@ -278,7 +282,10 @@ def test_overlap_trains_the_next_fine_tune_beside_the_evaluations(experiment, tm
                                   "train/mamba2-lora/lr0.003/seed0", "val/mamba2-lora/lr0.003/seed0",
                                   "test/mamba2-lora/seed0"}
     assert landed == 6 and "nothing left to run" in lines[-1]
+    trained = [e[1] for e in lanes.events if e[0] == "trained"]
+    assert len(trained) == 2 == len(set(trained))  # the chosen rate's seed 0 is the search's model
     assert ledger.pieces["test/base"]["overlapped"] and ledger.pieces["train/mamba2-lora/lr0.001/seed0"]["overlapped"]
+    assert ledger.pieces["train/mamba2-lora/lr0.001/seed0"]["seconds"] < 0.4  # its own time, not the evaluation's
     assert "overlapped" not in ledger.pieces["test/mamba2-lora/seed0"]  # nothing trained beside it
     assert not list((tmp_path / "scratch").glob("*/final"))  # pruned once evaluated
 
@@ -291,6 +298,8 @@ def test_overlap_falls_back_to_one_piece_at_a_time_after_a_failure_beside_the_ot
     lanes, ledger, lines, landed = _overlapped(experiment, tmp_path, monkeypatch, fail=[failing])
     assert any("runs one piece at a time" in line for line in lines)
     assert landed == 6 and len(ledger.pieces) == 6 and failing in ledger.pieces
+    trained = [e[1] for e in lanes.events if e[0] == "trained"]
+    assert sorted(trained) == sorted(set(trained))  # nothing finished was lost and trained again
     later = [e for e in lanes.events if e[1] != "test/base" and e[0] == "evaluated"]
     assert later and all(beside == () for _, _, beside in later)  # after the failure, nothing overlaps
 

@@ -22,32 +22,37 @@ def check():
 
 
 def test_a_rank_is_killed_once_the_first_checkpoint_is_complete(check, tmp_path):
-    """A stand-in launcher starts a "rank" (a process whose command line names finetune_model) that writes a
-    checkpoint after a second and then would run for a minute: the rank is killed, not the launcher, and the
-    launcher's failure comes back at once."""
+    """A stand-in launcher starts a "rank" (a process with RANK in its environment) that writes a checkpoint after
+    a second and then would run for a minute: the rank is killed, not the launcher, and the launcher's failure
+    comes back at once. A checkpoint still being written (``.partial``) does not count."""
     rank = tmp_path / "rank.py"
     rank.write_text(textwrap.dedent(f"""
         import pathlib, sys, time
         time.sleep(1.0)
-        step = pathlib.Path({str(tmp_path / "run")!r}) / "checkpoints" / "step-0000001"
-        step.mkdir(parents=True)
-        (step / "trainer_state.json").write_text("{{}}")
+        partial = pathlib.Path({str(tmp_path / "run")!r}) / "checkpoints" / "step-0000001.partial"
+        partial.mkdir(parents=True)
+        (partial / "trainer_state.json").write_text("{{}}")
+        time.sleep(1.0)
+        partial.rename(partial.with_name("step-0000001"))
         time.sleep(60)
     """))
     launcher = tmp_path / "launcher.py"
     launcher.write_text(textwrap.dedent(f"""
-        import subprocess, sys
-        child = subprocess.Popen([sys.executable, {str(rank)!r}, "finetune_model"])
+        import os, subprocess, sys
+        child = subprocess.Popen([sys.executable, {str(rank)!r}], env={{**os.environ, "RANK": "1"}})
         sys.exit(1 if child.wait() else 0)
     """))
     started = time.monotonic()
     code, killed = check.run_and_kill_a_rank([sys.executable, str(launcher)], tmp_path / "log", tmp_path / "run",
                                              timeout=30)
-    assert killed and code == 1 and time.monotonic() - started < 20
+    assert killed and code == 1 and 2.0 <= time.monotonic() - started < 20  # after the rename, not before
     assert (tmp_path / "run" / "checkpoints" / "step-0000001" / "trainer_state.json").is_file()
 
 
-def test_refusals_name_the_problem(check, tmp_path, capsys):
+def test_refusals_name_the_problem(check, tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(SystemExit):
         check.main([str(tmp_path / "a"), "--processes", "1", "--cpu"])
     assert "--processes: give 2 or more" in capsys.readouterr().err
@@ -57,5 +62,5 @@ def test_refusals_name_the_problem(check, tmp_path, capsys):
         check.main([str(tmp_path / "b"), "--cpu"])
     assert "is not empty; give a new folder" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        check.main([str(tmp_path / "c")])  # no GPUs here
+        check.main([str(tmp_path / "c")])  # no GPUs
     assert "GPU(s) here, 2 needed; --cpu checks the flow" in capsys.readouterr().err
