@@ -921,8 +921,7 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
     deadline = time.monotonic() + 60 * minutes
     landed = 0
     # a piece landed here in an earlier call: the machine was kept warm, its kernels are compiled and cached
-    warm_mark = scratch / WARM_MARK
-    warm_machine = warm_mark.is_file()
+    warm_machine = (scratch / WARM_MARK).is_file()
     while True:
         ready, waiting = next_pieces(ledger)
         if not ready:
@@ -935,38 +934,60 @@ def run(ledger: Ledger, scratch: Path, minutes: float, device: str, keep_models:
             log(f"longctx_experiment: {left / 60:.1f} min left, {piece.name} needs about {needs / 60:.1f}; "
                 "stopping here")
             break
-        if piece.train and not (Path(model_of(piece, ledger)) / "config.json").is_file():
-            # its machine is gone (models live in --scratch): the fine-tune is seeded, so it runs again
-            log(f"longctx_experiment: {piece.train}'s model is not in {scratch}; it trains again")
-            del ledger.pieces[piece.train]
-            ledger.save()
+        if _retrain_lost_models(ledger, [piece], scratch, log):
             continue
         log(f"longctx_experiment: {piece.name} ({len(ready)} ready)")
         started = time.perf_counter()
         if piece.kind == "train":
             result = fine_tune(piece, ledger, scratch, deadline, device)
-            if result is None:
-                log(f"longctx_experiment: {piece.name} cut at the deadline; it starts over in the next call")
+            if not _timed(piece, result, time.perf_counter() - started, scratch, log):
                 break
-            if result.get("reused"):  # its ledger entry did not come back from that call; its time is unknown
-                log(f"longctx_experiment: {piece.name}'s model was already in {scratch}; it is not trained again")
-            else:
-                result["seconds"] = round(time.perf_counter() - started, 1)
             ledger.land(piece.name, {**result, **_where(device)})
         else:
             result, records = evaluate(piece, ledger, device)
             ledger.land(piece.name, {**result, **_where(device)}, records)
             release_memory()
         landed += 1
-        scratch.mkdir(parents=True, exist_ok=True)
-        warm_mark.touch()
-        log(f"longctx_experiment: {piece.name} landed in {time.perf_counter() - started:.0f} s")
+        _mark_landed(piece, started, scratch, log)
     if not keep_models:
         prune(ledger)
     return landed
 
 
 WARM_MARK = "warm"  # in --scratch once a piece has landed on this machine
+
+
+def _retrain_lost_models(ledger: Ledger, pieces: list[Piece], scratch: Path, log) -> bool:
+    """Send back to the queue the fine-tunes whose models these evaluations need but whose machine is gone (models
+    live in --scratch; the fine-tunes are seeded, so they train again to the same weights). Whether any was."""
+    lost = {p.train for p in pieces if p.train and p.train in ledger.pieces
+            and not (Path(model_of(p, ledger)) / "config.json").is_file()}
+    for train in sorted(lost):
+        log(f"longctx_experiment: {train}'s model is not in {scratch}; it trains again")
+        del ledger.pieces[train]
+    if lost:
+        ledger.save()
+    return bool(lost)
+
+
+def _timed(piece: Piece, result: dict | None, seconds: float, scratch: Path, log) -> dict | None:
+    """A fine-tune's result ready to land, with its time (``seconds``), or None when the deadline cut it. A model
+    found in --scratch (its ledger entry did not come back from that call) lands without a time: it is unknown."""
+    if result is None:
+        log(f"longctx_experiment: {piece.name} cut at the deadline; it starts over in the next call")
+        return None
+    if result.get("reused"):
+        log(f"longctx_experiment: {piece.name}'s model was already in {scratch}; it is not trained again")
+    else:
+        result["seconds"] = round(seconds, 1)
+    return result
+
+
+def _mark_landed(piece: Piece, started: float, scratch: Path, log) -> None:
+    """After a piece landed: mark the machine warm (its kernels are compiled) and say how long it took."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / WARM_MARK).touch()
+    log(f"longctx_experiment: {piece.name} landed in {time.perf_counter() - started:.0f} s")
 OVERLAP_SLOWDOWN = 1.3  # a piece started beside another is costed this much longer (the two share the GPU)
 
 
@@ -984,24 +1005,15 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
     call runs one piece at a time (:func:`run`, in its order: the failed piece after the evaluations ready)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    began = time.monotonic()
-    deadline = began + 60 * minutes
+    deadline = time.monotonic() + 60 * minutes
     landed = 0
-    warm_mark = scratch / WARM_MARK
-    warm_machine = warm_mark.is_file()
+    warm_machine = (scratch / WARM_MARK).is_file()
     training = None  # the fine-tune in flight: [piece, future, start, whether an evaluation ran beside it]
     stop_training = False  # no fine-tune starts after one that did not fit or was cut
 
-    def mark_landed(piece: Piece, started: float) -> None:
-        nonlocal landed
-        landed += 1
-        scratch.mkdir(parents=True, exist_ok=True)
-        warm_mark.touch()
-        log(f"longctx_experiment: {piece.name} landed in {time.perf_counter() - started:.0f} s")
-
     def finish_training() -> bool:
         """Wait for the fine-tune in flight and land it; False when it failed beside an evaluation."""
-        nonlocal training, stop_training
+        nonlocal training, stop_training, landed
         piece, future, started, crowded = training
         training = None
         try:
@@ -1012,18 +1024,15 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
             log(f"longctx_experiment: {piece.name} failed beside an evaluation "
                 f"({(str(failure).splitlines() or ['no message'])[0]}); the rest of this call runs one piece at a time")
             return False
-        if result is None:
-            log(f"longctx_experiment: {piece.name} cut at the deadline; it starts over in the next call")
+        # timed to when it ended, not to when this thread came to land it
+        if not _timed(piece, result, ended - started, scratch, log):
             stop_training = True
             return True
-        if result.get("reused"):
-            log(f"longctx_experiment: {piece.name}'s model was already in {scratch}; it is not trained again")
-        else:
-            result["seconds"] = round(ended - started, 1)  # when it ended, not when this thread came to land it
-            if crowded:
-                result["overlapped"] = True
+        if crowded and "seconds" in result:
+            result["overlapped"] = True
         ledger.land(piece.name, {**result, **_where(device)})
-        mark_landed(piece, started)
+        landed += 1
+        _mark_landed(piece, started, scratch, log)
         return True
 
     def timed_fine_tune(piece: Piece) -> tuple[dict | None, float]:
@@ -1041,13 +1050,7 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
             warm = landed > 0 or warm_machine
             ready, waiting = next_pieces(ledger)
             ready = [p for p in ready if training is None or p.name != training[0].name]
-            missing = [p for p in ready if p.train and p.train in ledger.pieces
-                       and not (Path(model_of(p, ledger)) / "config.json").is_file()]
-            if missing:  # their machine is gone (models live in --scratch): seeded, they train again
-                for piece in missing:
-                    log(f"longctx_experiment: {piece.train}'s model is not in {scratch}; it trains again")
-                    ledger.pieces.pop(piece.train, None)
-                ledger.save()
+            if _retrain_lost_models(ledger, ready, scratch, log):
                 continue
             train = next((p for p in ready if p.kind == "train"), None)
             evaluation = next((p for p in ready if p.kind != "train"), None)
@@ -1088,7 +1091,8 @@ def run_overlapped(ledger: Ledger, scratch: Path, minutes: float, device: str, k
                     ledger.land(evaluation.name, {**result, **({"overlapped": True} if beside else {}),
                                                   **_where(device)}, records)
                     release_memory()
-                    mark_landed(evaluation, started)
+                    landed += 1
+                    _mark_landed(evaluation, started, scratch, log)
                     continue
                 if training is None:
                     log(f"longctx_experiment: {left / 60:.1f} min left, {evaluation.name} needs about "
