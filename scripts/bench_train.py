@@ -150,10 +150,11 @@ def main() -> None:
     if backend == "gluon" and os.environ.get(GLUON_BACKWARD_ENV) == "1":
         backend += " (Gluon backward)"
     else:
-        # what fused_recurrent.chunked_by_default decides for the float32 inputs the layers give the scan
+        # the dispatch's own decision for the float32 inputs the layers give the scan
         chosen = os.environ.get(fused_recurrent.BACKWARD_ENV) or "auto"
-        tf32 = torch.get_float32_matmul_precision() != "highest"
-        backend += " (chunk-parallel Triton backward)" if chosen == "chunked" or (chosen == "auto" and tf32) else ""
+        scan_input = torch.empty(0, device="cuda", dtype=torch.float32)
+        if chosen == "chunked" or (chosen == "auto" and fused_recurrent.chunked_by_default(scan_input)):
+            backend += " (chunk-parallel Triton backward)"
     scan = {"backend": backend, "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "chunk_size": args.chunk_size, "block_size": args.block_size,
             "bwd_config": bwd_config, "fwd_config": fused_recurrent.FWD_CONFIG}
