@@ -11,15 +11,17 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
 1. ``palimpsa_bwd_local_kernel``: every chunk of ``CT`` tokens runs the sequential kernel's reverse steps alone,
    from a zero adjoint at its end; ``NSPLIT`` work items share a (channel block, head) and take its chunks in turn,
    so that at B = 1 the GPU gets ``NSPLIT`` times the work items of the sequential backward. The programs are
-   persistent, as many as stay resident, and take the work items in turn, each keeping one recompute slab: the
-   scratch is one slab per resident program whatever ``NSPLIT`` (at B = 1, L = 8192, 2.7b shapes a slab per chunk
-   would be 32 x 168 MB, a slab per work item is NSPLIT x 168 MB, one per resident program 138 MB on an H100). It
+   persistent, at most as many as stay resident and no more than their rounds of work items need, and take the
+   work items in turn, each keeping one recompute slab without the chunk's first block start (the checkpoint,
+   read where it is): the scratch does not grow with ``NSPLIT`` (at B = 1, L = 8192, 2.7b shapes a slab per
+   chunk would be 32 x 168 MB, a slab per work item is NSPLIT x 168 MB, one per program 130 MB on an H100). It
    writes the tokens' local gradients (``dv``, ``dbeta`` in the output dtype; ``dk``, ``dq``, ``dlog_decay`` added
-   as in the sequential kernel) and each chunk's local adjoint at its start ``(L_M, L_I)``.
+   as in the sequential kernel) and each chunk's local adjoint at its start ``(L_M, L_I)``: in the slot before
+   the chunk's own (:func:`_slots`), the first chunk's in the buffers of ``dM0``, ``dI0``.
 2. ``palimpsa_bwd_carry_kernel``: a scan over the chunks of a sequence, from its end, turns ``(L_M, L_I)`` into
    the adjoint entering each chunk at its end, ``D(c - 1) = L(c) + A_c D(c)`` (``A_c`` the chunk's product of
-   decays, ``D`` of the last chunk the final-state gradient); what leaves the first chunk is ``dM0``, ``dI0``.
-   Elementwise, in place over ``L``.
+   decays, ``D`` of the last chunk the final-state gradient, which takes no slot); what leaves the first chunk,
+   ``L(0) + A_0 D(0)``, is ``dM0``, ``dI0``. Elementwise, in place over ``L``.
 3. ``palimpsa_bwd_correct_kernel``: every output of a chunk is affine in its entering adjoint ``(D_M, D_I)``. With
    ``A_t`` the decays after token ``t`` to the chunk's end: ``dv_t += A_t D_M k_t``, ``dbeta_t += A_t D_I k_t^2``,
    ``dk_t += A_t (D_M^T v_t + 2 k_t (D_I^T beta_t))`` (matrix products per chunk and head), and
@@ -52,20 +54,29 @@ WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp pro
 
 
 @triton.jit
+def _slots(i_n, boc):
+    """Sequence ``i_n``'s first slot in ``lm``, ``li``: the adjoint entering chunk ``c`` at its end lies in slot
+    ``c`` from there, for every chunk but the last (whose is the final-state gradient, or zero). A sequence has a
+    slot fewer than chunks, and at least one chunk (``cu_seqlens`` rises strictly), so its slots start at its first
+    checkpoint less the sequences before it."""
+    return boc - i_n
+
+
+@triton.jit
 def palimpsa_bwd_local_kernel(
     v, k, q, g, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-    dv, dk, dq, dg, dbeta, cu_seqlens, chunk_offsets, T, n_nh, n_work,
+    dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, chunk_offsets, T, n_nh, n_work,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BS: tl.constexpr, NSPLIT: tl.constexpr,
-    USE_BETA: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
-    FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+    USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
+    USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
 ):
     # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
     # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
-    # (channel block, head), and keeps one scratch slab of CT // BS state pairs of [BV, N] for all of them
+    # (channel block, head), and keeps one scratch slab of CT // BS - 1 state pairs of [BV, N] for all of them
     NV: tl.constexpr = (P + BV - 1) // BV
     pid = tl.program_id(0)
-    o_sc = pid.to(tl.int64) * (CT // BS) * BV * N
+    o_sc = pid.to(tl.int64) * (CT // BS - 1) * BV * N
     b_ip = tl.load(ip).to(ACC)
     for work in range(pid, n_work, tl.num_programs(0)):
         i_sp = work // (NV * n_nh)
@@ -77,11 +88,18 @@ def palimpsa_bwd_local_kernel(
                 v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta,
                 tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
                 i_c, i_v, o_sc, bos, T_n, boc, i_h, i_g, o_v, o_k, m_s, o_s,
-                H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
-            o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
-            # the chunk's local adjoint of the state before its first token
-            tl.store(lm + o_ck + o_s, b_dm * b_an, mask=m_s)
-            tl.store(li + o_ck + o_s, b_di * b_an, mask=m_s)
+                H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, SLAB_FROM_CHECKPOINT=True)
+            # the chunk's local adjoint of the state before its first token: in the slot before the chunk's own
+            # (_slots); the first chunk's is dM0's, dI0's local part, in their buffers (nowhere without them)
+            if i_c > 0:
+                o_l = (((_slots(i_nh // H, boc) + i_c - 1) * H + i_h) * P + i_v * BV) * N
+                tl.store(lm + o_l + o_s, b_dm * b_an, mask=m_s)
+                tl.store(li + o_l + o_s, b_di * b_an, mask=m_s)
+            else:
+                if USE_INITIAL_STATE:
+                    tl.store(dm0 + o_state + o_s, b_dm * b_an, mask=m_s)
+                if USE_INITIAL_IMPORTANCE:
+                    tl.store(di0 + o_state + o_s, b_di * b_an, mask=m_s)
 
 
 @triton.jit
@@ -91,48 +109,56 @@ def palimpsa_bwd_carry_kernel(
     USE_FINAL_STATE_GRADIENT: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     IS_VARLEN: tl.constexpr, ACC: tl.constexpr,
 ):
-    """For ``BE`` elements of one (sequence, head)'s state: ``L`` of every chunk replaced in place by the adjoint
-    entering the chunk at its end; the adjoint leaving the first chunk is ``dM0``, ``dI0``."""
+    """For ``BE`` elements of one (sequence, head)'s state: the local adjoint ``L(c)`` of every chunk but the first
+    (in slot ``c - 1``, :func:`_slots`) replaced in place by the adjoint entering chunk ``c - 1`` at its end,
+    ``L(c) + A_c D(c)``; the adjoint leaving the first chunk, ``L(0) + A_0 D(0)``, is ``dM0``, ``dI0`` (whose
+    buffers hold ``L(0)``)."""
     i_e, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     bos, T, boc = fr._bounds(cu_seqlens, chunk_offsets, i_n, T, CT, IS_VARLEN)
+    base = _slots(i_n, boc)
     o_e = i_e * BE + tl.arange(0, BE)
     m_e = o_e < P * N
     o_t = tl.arange(0, CT)
+    o_state = i_nh.to(tl.int64) * P * N + o_e
     if USE_FINAL_STATE_GRADIENT:
-        b_dm = tl.load(dmT + i_nh.to(tl.int64) * P * N + o_e, mask=m_e, other=0).to(ACC)
-        b_di = tl.load(diT + i_nh.to(tl.int64) * P * N + o_e, mask=m_e, other=0).to(ACC)
+        b_dm = tl.load(dmT + o_state, mask=m_e, other=0).to(ACC)
+        b_di = tl.load(diT + o_state, mask=m_e, other=0).to(ACC)
     else:
         b_dm = tl.zeros([BE], dtype=ACC)
         b_di = tl.zeros([BE], dtype=ACC)
     NT = tl.cdiv(T, CT)
-    for i_r in range(NT):
+    for i_r in range(NT - 1):
         i_c = NT - 1 - i_r
-        o_l = ((boc + i_c) * H + i_h) * P * N
-        b_lm = tl.load(lm + o_l + o_e, mask=m_e, other=0)
-        b_li = tl.load(li + o_l + o_e, mask=m_e, other=0)
-        tl.store(lm + o_l + o_e, b_dm, mask=m_e)
-        tl.store(li + o_l + o_e, b_di, mask=m_e)
+        o_l = ((base + i_c - 1) * H + i_h) * P * N
         b_g = tl.load(g + (bos + i_c * CT + o_t) * H + i_h, mask=i_c * CT + o_t < T, other=0).to(ACC)
         b_carry = tl.exp(tl.sum(b_g, 0))
-        b_dm = b_lm + b_carry * b_dm
-        b_di = b_li + b_carry * b_di
+        b_dm = tl.load(lm + o_l + o_e, mask=m_e, other=0) + b_carry * b_dm
+        b_di = tl.load(li + o_l + o_e, mask=m_e, other=0) + b_carry * b_di
+        tl.store(lm + o_l + o_e, b_dm, mask=m_e)
+        tl.store(li + o_l + o_e, b_di, mask=m_e)
+    # the first chunk
+    b_g = tl.load(g + (bos + o_t) * H + i_h, mask=o_t < T, other=0).to(ACC)
+    b_carry = tl.exp(tl.sum(b_g, 0))
     if USE_INITIAL_STATE:
-        tl.store(dm0 + i_nh.to(tl.int64) * P * N + o_e, b_dm.to(dm0.dtype.element_ty), mask=m_e)
+        b_l0 = tl.load(dm0 + o_state, mask=m_e, other=0).to(ACC)
+        tl.store(dm0 + o_state, (b_l0 + b_carry * b_dm).to(dm0.dtype.element_ty), mask=m_e)
     if USE_INITIAL_IMPORTANCE:
-        tl.store(di0 + i_nh.to(tl.int64) * P * N + o_e, b_di.to(di0.dtype.element_ty), mask=m_e)
+        b_l0 = tl.load(di0 + o_state, mask=m_e, other=0).to(ACC)
+        tl.store(di0 + o_state, (b_l0 + b_carry * b_di).to(di0.dtype.element_ty), mask=m_e)
 
 
 @triton.jit
 def palimpsa_bwd_correct_kernel(
-    v, k, g, beta, ip, ck_m, ck_i, lm, li, dv, dk, dg, dbeta, cu_seqlens, chunk_offsets, chunk_seq, T,
+    v, k, g, beta, ip, ck_m, ck_i, lm, li, dmT, diT, dv, dk, dg, dbeta, cu_seqlens, chunk_offsets, chunk_seq, T,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
-    CT: tl.constexpr, BT: tl.constexpr, USE_BETA: tl.constexpr, IS_VARLEN: tl.constexpr, DOT: tl.constexpr,
-    ACC: tl.constexpr,
+    CT: tl.constexpr, BT: tl.constexpr, USE_BETA: tl.constexpr, USE_FINAL_STATE_GRADIENT: tl.constexpr,
+    IS_VARLEN: tl.constexpr, DOT: tl.constexpr, ACC: tl.constexpr,
 ):
     """The corrections of one chunk of one head from ``BP`` channels of the adjoint ``(D_M, D_I)`` entering it (in
-    ``lm``, ``li``), in sub-blocks of ``BT`` tokens. Every correction is linear in the adjoint, so the channel blocks'
-    parts of ``dk`` and ``dlog_decay`` add up (atomically)."""
+    ``lm``, ``li``; the last chunk's is the final-state gradient, and without one it has nothing to correct), in
+    sub-blocks of ``BT`` tokens. Every correction is linear in the adjoint, so the channel blocks' parts of ``dk``
+    and ``dlog_decay`` add up (atomically)."""
     i_ck, i_h, i_pb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_g = i_h // (H // G)
     if IS_VARLEN:
@@ -143,14 +169,24 @@ def palimpsa_bwd_correct_kernel(
     i_c = (i_ck - boc).to(tl.int32)
     t0 = i_c * CT
     n = tl.minimum(CT, T - t0)
+    last = i_c == tl.cdiv(T, CT) - 1
     o_p = i_pb * BP + tl.arange(0, BP)
     o_k = tl.arange(0, BK)
     m_pk = (o_p[:, None] < P) & (o_k[None, :] < N)
     o_pk = o_p[:, None] * N + o_k[None, :]  # inside the head's [P, N] state
-    o_l = (i_ck.to(tl.int64) * H + i_h) * P * N
-    b_em = tl.load(lm + o_l + o_pk, mask=m_pk, other=0).to(ACC)  # D_M, [BP, BK]
-    b_ei = tl.load(li + o_l + o_pk, mask=m_pk, other=0).to(ACC)  # D_I
+    o_d = ((_slots(i_n, boc) + i_c) * H + i_h) * P * N
+    m_d = m_pk & (o_p[:, None] < tl.where(last, 0, P))  # a slot for every chunk but the last
+    b_em = tl.load(lm + o_d + o_pk, mask=m_d, other=0).to(ACC)  # D_M, [BP, BK]
+    b_ei = tl.load(li + o_d + o_pk, mask=m_d, other=0).to(ACC)  # D_I
+    if USE_FINAL_STATE_GRADIENT:
+        o_f = (i_n.to(tl.int64) * H + i_h) * P * N
+        m_f = m_pk & (o_p[:, None] < tl.where(last, P, 0))
+        b_em += tl.load(dmT + o_f + o_pk, mask=m_f, other=0).to(ACC)
+        b_ei += tl.load(diT + o_f + o_pk, mask=m_f, other=0).to(ACC)
+    else:
+        n = tl.where(last, 0, n)  # a zero adjoint: no sub-block to correct
     b_ip = tl.load(ip).to(ACC)
+    o_l = (i_ck.to(tl.int64) * H + i_h) * P * N
     b_cm = tl.load(ck_m + o_l + o_pk, mask=m_pk, other=0).to(ACC)
     b_ci = tl.load(ck_i + o_l + o_pk, mask=m_pk, other=1).to(ACC)
     # <D_M, M_{t-1}> + <D_I, I_{t-1} - I_prior> at the chunk's first token
@@ -209,12 +245,14 @@ def _splits(config: dict, programs: int, max_chunks: int, device: torch.device) 
 
 
 def _programs(config: dict, n_work: int, device: torch.device) -> int:
-    """The local pass's persistent programs: as many as stay resident (``PROGRAMS_PER_SM`` per SM), at most one per
-    work item. Each keeps one scratch slab, so the scratch no longer grows with ``NSPLIT``."""
+    """The local pass's persistent programs: at most as many as stay resident (``PROGRAMS_PER_SM`` per SM), and no
+    more than the rounds of work items they take need (5120 items over 1056 resident programs take 5 rounds, which
+    1024 programs give as well). Each keeps one scratch slab, so the scratch does not grow with ``NSPLIT``."""
     per_sm = int(config["PROGRAMS_PER_SM"])
     if per_sm <= 0:
         return n_work
-    return max(1, min(n_work, per_sm * (fr._sm_count(device) if device.type == "cuda" else 1)))
+    resident = max(1, per_sm * (fr._sm_count(device) if device.type == "cuda" else 1))
+    return triton.cdiv(n_work, triton.cdiv(n_work, resident))
 
 
 def _dot_precision(name: str, dtype: torch.dtype) -> str:
@@ -291,32 +329,34 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
     n_work = nsplit * n_blocks_v * n_states * heads
     programs = _programs(config, n_work, device)
-    scratch = (programs * (chunk_size // block_size), sizes["BV"], state_size)
+    scratch = (programs * fr.slab_states(chunk_size, block_size, from_checkpoint=True), sizes["BV"], state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
-    lm = fr._output(ck_m.shape, state_dtype, device)
-    li = fr._output(ck_m.shape, state_dtype, device)
+    # the adjoints between chunks: a slot for every chunk but each sequence's last (_slots)
+    slots = max(1, n_chunks - n_states)
+    lm = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
+    li = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
     # dv, dbeta: the local part in the input dtype, the correction added in float32 and rounded again (for 16-bit
     # inputs at most one more rounding of the local part: a float32 copy would cost 2 x 168 MB at B = 1, L = 8192)
     buffers = fr._gradient_buffers(v, k, q, log_decay, beta, m0, i0)
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     mark = _marker()
     common = {"USE_BETA": beta is not None, "IS_VARLEN": cu_seqlens is not None, "ACC": acc}
+    initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
     mark("local")
     palimpsa_bwd_local_kernel[(programs,)](
         v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-        dv, dk, dq, dg, dbeta, cu_seqlens, offsets, length, n_states * heads, n_work,
+        dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
-        num_warps=config["num_warps"], **common,
+        num_warps=config["num_warps"], **initial, **common,
     )
     del sc_m, sc_i
     mark("carry")
     palimpsa_bwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
         log_decay, lm, li, dm_t, di_t, dm0, di0, cu_seqlens, offsets, length,
         H=heads, P=head_dim, N=state_size, CT=chunk_size, BE=sizes["BE"], USE_FINAL_STATE_GRADIENT=use_final_grad,
-        USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
-        IS_VARLEN=cu_seqlens is not None, ACC=acc, num_warps=4,
+        IS_VARLEN=cu_seqlens is not None, ACC=acc, num_warps=4, **initial,
     )
     mark("correct")
     chunk_seq = None
@@ -325,9 +365,10 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         chunk_seq = torch.repeat_interleave(torch.arange(n_states, device=device, dtype=torch.int32), counts,
                                             output_size=n_chunks)
     palimpsa_bwd_correct_kernel[(n_chunks, heads, triton.cdiv(head_dim, sizes["BP"]))](
-        v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dv, dk, dg, dbeta, cu_seqlens, offsets, chunk_seq, length,
-        H=heads, G=groups, P=head_dim, N=state_size, BP=sizes["BP"], BK=sizes["BKC"], CT=chunk_size,
-        BT=sizes["BT"], DOT=sizes["DOT"], num_warps=sizes["correct_warps"], **common,
+        v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, dv, dk, dg, dbeta, cu_seqlens, offsets,
+        chunk_seq, length, H=heads, G=groups, P=head_dim, N=state_size, BP=sizes["BP"], BK=sizes["BKC"],
+        CT=chunk_size, BT=sizes["BT"], DOT=sizes["DOT"], USE_FINAL_STATE_GRADIENT=use_final_grad,
+        num_warps=sizes["correct_warps"], **common,
     )
     mark(None)
     return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
@@ -354,14 +395,15 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     launches = {
         "local": (palimpsa_bwd_local_kernel, config["num_warps"], {
             **shape, "G": groups, "BV": sizes["BV"], "BK": sizes["BK"], "BS": block_size,
-            "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_DU": False, "IS_VARLEN": False,
-            "TRANS": config["TRANS"], "FAST_RCP": True, "ACC": acc}),
+            "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_INITIAL_STATE": False,
+            "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
+            "FAST_RCP": True, "ACC": acc}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": False, "ACC": acc}),
         "correct": (palimpsa_bwd_correct_kernel, sizes["correct_warps"], {
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BKC"], "BT": sizes["BT"], "USE_BETA": True,
-            "IS_VARLEN": False, "DOT": sizes["DOT"], "ACC": acc}),
+            "USE_FINAL_STATE_GRADIENT": False, "IS_VARLEN": False, "DOT": sizes["DOT"], "ACC": acc}),
     }
     usage = {}
     for name, (kernel, warps, constexprs) in launches.items():

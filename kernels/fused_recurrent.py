@@ -62,6 +62,14 @@ def _ops():
     return getattr(torch.ops, OPS_NAMESPACE)
 
 
+def slab_states(chunk_size: int, block_size: int, from_checkpoint: bool) -> int:
+    """The state pairs in a backward program's scratch slab: the start of every block of ``block_size`` tokens of
+    a chunk, but the first where that is read from the chunk's checkpoint (``_reverse_chunk``'s
+    ``SLAB_FROM_CHECKPOINT``: the chunk-parallel local pass; the sequential kernel keeps it in the slab, since
+    reading it from the checkpoints took its sm_90a build from 213 to 236 registers); at least 1."""
+    return max(1, chunk_size // block_size - int(from_checkpoint))
+
+
 def _output(shape, dtype, device) -> torch.Tensor:
     if POISON_OUTPUTS:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
@@ -327,12 +335,13 @@ def _reverse_chunk(
     i_c, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False,
 ):
     """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
     it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
     and decay of the chunk's first token. Shared by the sequential backward and the chunk-parallel one's local
-    pass (chunked_bwd.py)."""
+    pass (chunked_bwd.py). ``SLAB_FROM_CHECKPOINT``: the first block starts at the checkpoint, read where it is,
+    so the slab holds one state pair fewer (:func:`slab_states`)."""
     t0 = i_c * CT
     nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
     # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
@@ -340,19 +349,33 @@ def _reverse_chunk(
     o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
     b_m = tl.load(ck_m + o_ck + o_s, mask=m_s, other=0)
     b_i = tl.load(ck_i + o_ck + o_s, mask=m_s, other=1)
-    for j in range(nb):
-        tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
-        tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
-        if j < nb - 1:
+    if SLAB_FROM_CHECKPOINT:  # block j + 1 starts at slot j
+        for j in range(nb - 1):
             for s in tl.static_range(BS):
                 b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
                                                  o_v, o_k, H, G, P, N, USE_BETA, ACC)
                 b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+            tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
+            tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
+    else:  # block j starts at slot j
+        for j in range(nb):
+            tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
+            tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
+            if j < nb - 1:
+                for s in tl.static_range(BS):
+                    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
+                                                     o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                    b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     tl.debug_barrier()
     # pass B: blocks in reverse, pairs of tokens in reverse inside a block, each pair recomputed
     for i_jr in range(nb):
         j = nb - 1 - i_jr
         tb = t0 + j * BS
+        if SLAB_FROM_CHECKPOINT:
+            if j == 0:
+                p_m0, p_i0 = ck_m + o_ck, ck_i + o_ck
+            else:
+                p_m0, p_i0 = sc_m + (o_sc + (j - 1) * BV * N), sc_i + (o_sc + (j - 1) * BV * N)
         ne = tl.minimum(BS, T - tb)
         n_pairs = (ne + 1) // 2
         for i_pr in range(n_pairs):
@@ -365,8 +388,12 @@ def _reverse_chunk(
             b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
                                                      H, G, P, N, USE_DU, ACC)
             # the block start, reloaded for every pair (an L1 hit) rather than held in registers
-            b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
-            b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
+            if SLAB_FROM_CHECKPOINT:
+                b_m0 = tl.load(p_m0 + o_s, mask=m_s, other=0)
+                b_i0 = tl.load(p_i0 + o_s, mask=m_s, other=1)
+            else:
+                b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
+                b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
             for s in range(i_p):  # the walk from the block start to the pair, two tokens at a time
                 for w in tl.static_range(2):
                     b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
@@ -656,7 +683,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     n_blocks_v = triton.cdiv(head_dim, block_v)
     grid = (n_blocks_v, n_states * heads)
     use_final_grad, dm_t, di_t, dy, du = _incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
-    scratch = (grid[0] * grid[1] * (chunk_size // block_size), block_v, state_size)
+    scratch = (grid[0] * grid[1] * slab_states(chunk_size, block_size, from_checkpoint=False), block_v, state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
     buffers = _gradient_buffers(v, k, q, log_decay, beta, m0, i0)

@@ -77,6 +77,7 @@ def check(inputs: dict, config: dict, tol=F64_TOL, **options) -> None:
         (21, 1, False, True, {"NSPLIT": 3, "BV": 2, "BP": 4}),  # no beta, channel blocks in both kernels
         (16, 4, True, False, {"NSPLIT": 0}),  # whole chunks only, no state in or out of the scan
         (13, 2, True, True, {"NSPLIT": 2, "PROGRAMS_PER_SM": 0}),  # a program (and a slab) per work item
+        (8, 1, True, True, {"NSPLIT": 2}),  # one chunk per sequence: no adjoint between chunks, dM0 from dM_T
     ],
 )
 def test_matches_naive_every_gradient(length, groups, with_beta, with_state, config):
@@ -154,11 +155,14 @@ def test_splits_fill_the_waves_and_stop_at_the_chunks():
 
 
 def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_splits(monkeypatch):
-    """The local pass's programs are persistent: as many as stay resident (8 per SM here one, on the CPU), each
-    taking work items in turn with one scratch slab, so more splits add work items, not scratch."""
+    """The local pass's programs are persistent: at most as many as stay resident (8 per SM here one, on the CPU),
+    and no more than their rounds of work items need, each taking work items in turn with one scratch slab, so
+    more splits add work items, not scratch."""
     cpu = torch.device("cpu")
-    assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 100, cpu) == 8
+    assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 100, cpu) == 8  # 13 rounds need 8 programs
     assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 5, cpu) == 5
+    assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 10, cpu) == 5  # 2 rounds either way: 5 programs do
+    assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 17, cpu) == 6  # 3 rounds
     assert chunked_bwd._programs({"PROGRAMS_PER_SM": 0}, 100, cpu) == 100
     slabs = []
     empty = torch.empty
@@ -169,11 +173,34 @@ def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_
         return empty(*shape, **kwargs)
 
     monkeypatch.setattr(chunked_bwd.torch, "empty", recording)
-    inputs = inputs_for(1, 24, 2)
-    for nsplit in (1, 3):
+    inputs = inputs_for(1, 32, 2)
+    for nsplit in (1, 4):
         gradients(inputs, "triton", bwd_config={"kernel": "chunked", "NSPLIT": nsplit})
-    # 8 programs x CT / BS = 2 slab rows, for M and I, at either split (work items: 8 and 24)
-    assert slabs == [16, 16, 16, 16]
+    # 8 programs (8 work items, then 32 in 4 rounds) x (CT / BS - 1) = 1 slab row (a chunk's first block starts at
+    # its checkpoint), for M and I, at either split
+    assert slabs == [8, 8, 8, 8]
+
+
+def test_adjoints_between_chunks_take_a_slot_for_every_chunk_but_the_last(monkeypatch):
+    """``lm``, ``li``: a slot for every chunk but each sequence's last (whose adjoint is the final-state gradient;
+    the first chunk's local one goes to dM0's buffer), with packed sequences as with equal ones."""
+    shapes = []
+    output = fused_recurrent._output
+
+    def recording(shape, dtype, device):
+        shapes.append(tuple(shape))
+        return output(shape, dtype, device)
+
+    monkeypatch.setattr(chunked_bwd.fr, "_output", recording)
+    gradients(inputs_for(2, 29, 2), "triton", bwd_config={"kernel": "chunked", "NSPLIT": 2})
+    # B = 2 sequences of 4 chunks: 6 slots (the checkpoints: 8), for M and I; the rest are the final states, dM0, dI0
+    assert [s for s in shapes if len(s) == 4 and s[1:] == (4, 8, 16) and s[0] != 2] == [(6, 4, 8, 16)] * 2
+    shapes.clear()
+    bounds = torch.tensor([0, 10, 11, 27, 40], dtype=torch.int32, device=DEVICE)
+    gradients(inputs_for(1, 40, 2, n_states=4), "triton", cu_seqlens=bounds,
+              bwd_config={"kernel": "chunked", "NSPLIT": 2})
+    # 2 + 1 + 2 + 2 chunks in 4 sequences: 3 slots
+    assert [s for s in shapes if len(s) == 4 and s[1:] == (4, 8, 16) and s[0] != 4] == [(3, 4, 8, 16)] * 2
 
 
 def test_kernels_compile_for_sm90a_without_spills():
