@@ -119,14 +119,19 @@ def check_fused_mamba2() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--d-model", type=int, default=2560)
-    parser.add_argument("--n-layer", type=int, default=64)
-    parser.add_argument("--vocab", type=int, default=50288)
-    parser.add_argument("--upgraded", type=int, default=8)
-    parser.add_argument("--seq-lens", default="8192,16384")
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--d-model", type=int, default=2560, help="model width (default %(default)s: mamba2-2.7b)")
+    parser.add_argument("--n-layer", type=int, default=64, help="layers (default %(default)s: mamba2-2.7b)")
+    parser.add_argument("--vocab", type=int, default=50288, help="vocabulary size (default %(default)s)")
+    parser.add_argument("--upgraded", type=int, default=8,
+                        help="layers upgraded to Palimpsa, spread over depth (default %(default)s; the targets "
+                             "name 8 and all)")
+    parser.add_argument("--seq-lens", default="8192,16384",
+                        help="comma-separated sequence lengths, one sequence per step (default %(default)s; each "
+                             "length times both models, so one length is the quicker run)")
+    parser.add_argument("--steps", type=int, default=5, help="timed optimizer steps per model (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed steps before them: compilation, autotuning (default %(default)s)")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     parser.add_argument("--tf32", action="store_true",
                         help="torch.set_float32_matmul_precision('high') for both models: TF32 for float32 matrix "
                              "products, the chunk-parallel backward's corrections included")
