@@ -13,8 +13,9 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
    so that at B = 1 the GPU gets ``NSPLIT`` times the work items of the sequential backward. The programs are
    persistent, at most as many as stay resident and no more than their rounds of work items need, and take the
    work items in turn, each keeping one recompute slab without the chunk's first block start (the checkpoint,
-   read where it is): the scratch does not grow with ``NSPLIT`` (at B = 1, L = 8192, 2.7b shapes a slab per
-   chunk would be 32 x 168 MB, a slab per work item is NSPLIT x 168 MB, one per program 130 MB on an H100). It
+   read where it is): the scratch is at most one slab per resident program whatever ``NSPLIT`` (at B = 1,
+   L = 8192, 2.7b shapes a slab per chunk would be 32 x 168 MB, a slab per work item is NSPLIT x 168 MB, one per
+   program 130 MB on an H100). It
    writes the tokens' local gradients (``dv``, ``dbeta`` in the output dtype; ``dk``, ``dq``, ``dlog_decay`` added
    as in the sequential kernel) and each chunk's local adjoint at its start ``(L_M, L_I)``: in the slot before
    the chunk's own (:func:`_slots`), the first chunk's in the buffers of ``dM0``, ``dI0``.
@@ -58,8 +59,9 @@ def _slots(i_n, boc):
     """Sequence ``i_n``'s first slot in ``lm``, ``li``: the adjoint entering chunk ``c`` at its end lies in slot
     ``c`` from there, for every chunk but the last (whose is the final-state gradient, or zero). A sequence has a
     slot fewer than chunks, and at least one chunk (``cu_seqlens`` rises strictly), so its slots start at its first
-    checkpoint less the sequences before it."""
-    return boc - i_n
+    checkpoint less the sequences before it. Never below 0: an empty sequence, which ``palimpsa_scan`` refuses (on
+    a GPU only when the device next synchronises), gives wrong gradients but no write outside the buffers."""
+    return tl.maximum(boc - i_n, 0)
 
 
 @triton.jit
@@ -247,11 +249,13 @@ def _splits(config: dict, programs: int, max_chunks: int, device: torch.device) 
 def _programs(config: dict, n_work: int, device: torch.device) -> int:
     """The local pass's persistent programs: at most as many as stay resident (``PROGRAMS_PER_SM`` per SM), and no
     more than the rounds of work items they take need (5120 items over 1056 resident programs take 5 rounds, which
-    1024 programs give as well). Each keeps one scratch slab, so the scratch does not grow with ``NSPLIT``."""
+    1024 programs give as well). Each keeps one scratch slab, so the scratch is at most one slab per resident
+    program whatever ``NSPLIT``."""
     per_sm = int(config["PROGRAMS_PER_SM"])
     if per_sm <= 0:
         return n_work
     resident = max(1, per_sm * (fr._sm_count(device) if device.type == "cuda" else 1))
+    n_work = max(1, n_work)
     return triton.cdiv(n_work, triton.cdiv(n_work, resident))
 
 

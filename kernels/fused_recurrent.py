@@ -65,8 +65,9 @@ def _ops():
 def slab_states(chunk_size: int, block_size: int, from_checkpoint: bool) -> int:
     """The state pairs in a backward program's scratch slab: the start of every block of ``block_size`` tokens of
     a chunk, but the first where that is read from the chunk's checkpoint (``_reverse_chunk``'s
-    ``SLAB_FROM_CHECKPOINT``: the chunk-parallel local pass; the sequential kernel keeps it in the slab, since
-    reading it from the checkpoints took its sm_90a build from 213 to 236 registers); at least 1."""
+    ``SLAB_FROM_CHECKPOINT``: the chunk-parallel local pass; the sequential kernel keeps it in the slab until a GPU
+    run says which is faster, since reading it from the checkpoints moves its registers both ways: 213 to 236 at
+    BV 4, 227 to 210 at BV 2, bf16, no states, Triton 3.9 for sm_90a); at least 1."""
     return max(1, chunk_size // block_size - int(from_checkpoint))
 
 
