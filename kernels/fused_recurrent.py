@@ -331,6 +331,18 @@ def _load_readout_grads(q, dy, du, tok, valid, i_h, i_g, o_v, o_k, H: tl.constex
 
 
 @triton.jit
+def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
+                   H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BS: tl.constexpr,
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
+    """The state after the ``BS`` tokens from ``tok`` (pass A of the backward's recompute: updates, no readout)."""
+    for s in tl.static_range(BS):
+        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok + s, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA,
+                                         ACC)
+        b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+    return b_m, b_i
+
+
+@triton.jit
 def _reverse_chunk(
     v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
     i_c, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
@@ -352,10 +364,8 @@ def _reverse_chunk(
     b_i = tl.load(ck_i + o_ck + o_s, mask=m_s, other=1)
     if SLAB_FROM_CHECKPOINT:  # block j + 1 starts at slot j
         for j in range(nb - 1):
-            for s in tl.static_range(BS):
-                b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
-                                                 o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+            b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v, o_k,
+                                      H, G, P, N, BS, USE_BETA, TRANS, ACC)
             tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
             tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
     else:  # block j starts at slot j
@@ -363,10 +373,8 @@ def _reverse_chunk(
             tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
             tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
             if j < nb - 1:
-                for s in tl.static_range(BS):
-                    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + t0 + j * BS + s, j >= 0, i_h, i_g,
-                                                     o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                    b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+                b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v,
+                                          o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC)
     tl.debug_barrier()
     # pass B: blocks in reverse, pairs of tokens in reverse inside a block, each pair recomputed
     for i_jr in range(nb):
