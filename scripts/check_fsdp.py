@@ -128,8 +128,7 @@ def compare(one: Path, many: Path, processes: int, device: str) -> dict:
     memory = {name: max((r.get("peak_memory_gib", 0.0) for r in rows[name]), default=0.0) or None for name in rows}
     a = PalimpsaForCausalLM.from_pretrained(str(one / "final")).to(device).eval()
     b = PalimpsaForCausalLM.from_pretrained(str(many / "final")).to(device).eval()
-    sa, sb = a.state_dict(), b.state_dict()
-    weights = max((sa[k].float() - sb[k].float()).abs().max().item() for k in sa) if sa.keys() == sb.keys() else None
+    weights = largest_difference(a, b)
     ids = torch.randint(0, a.config.vocab_size, (1, 128), generator=torch.Generator().manual_seed(0)).to(device)
     with torch.no_grad():
         logits = (a(ids).logits - b(ids).logits).abs().max().item()
@@ -142,12 +141,17 @@ def compare(one: Path, many: Path, processes: int, device: str) -> dict:
             "peak_memory_gib": {"one": memory["one"], "many_per_device": memory["many"]}}
 
 
-def weights_diff(a_dir: Path, b_dir: Path) -> float:
+def largest_difference(a, b) -> float | None:
+    """The largest elementwise difference between two models' weights; None when their parameters differ."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return max((sa[k].float() - sb[k].float()).abs().max().item() for k in sa) if sa.keys() == sb.keys() else None
+
+
+def weights_diff(a_dir: Path, b_dir: Path) -> float | None:
     from palimpsa.upgrade import PalimpsaForCausalLM
 
-    a = PalimpsaForCausalLM.from_pretrained(str(a_dir)).state_dict()
-    b = PalimpsaForCausalLM.from_pretrained(str(b_dir)).state_dict()
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+    return largest_difference(PalimpsaForCausalLM.from_pretrained(str(a_dir)),
+                              PalimpsaForCausalLM.from_pretrained(str(b_dir)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     kill["weights_max_diff_to_uninterrupted"] = weights_diff(killed_dir / "final",
                                                                              folder / "many" / "final")
-                    if kill["weights_max_diff_to_uninterrupted"] > TOLERANCE["resumed"]:
+                    resumed = kill["weights_max_diff_to_uninterrupted"]
+                    if resumed is None or resumed > TOLERANCE["resumed"]:
                         failures.append(f"{name}: the resumed run's weights differ by "
                                         f"{kill['weights_max_diff_to_uninterrupted']}")
             result["kill_and_resume"] = kill
