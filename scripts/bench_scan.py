@@ -419,8 +419,9 @@ def main() -> int:
     if args.shapes:
         try:
             shapes = [tuple(int(x) for x in item.lower().split("x")) for item in args.shapes.split(",")]
-            assert all(len(shape) == 2 and min(shape) > 0 for shape in shapes)
-        except (ValueError, AssertionError):
+        except ValueError:
+            shapes = []
+        if not shapes or not all(len(shape) == 2 and min(shape) > 0 for shape in shapes):
             parser.error(f"--shapes {args.shapes!r}: give BxL items separated by commas, e.g. 4x8192,1x2048")
     if args.compare:
         print(f"{torch.cuda.get_device_name()}: backward configurations at B=1, L=8192, interleaved rounds")

@@ -988,6 +988,8 @@ def _mark_landed(piece: Piece, started: float, scratch: Path, log) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / WARM_MARK).touch()
     log(f"longctx_experiment: {piece.name} landed in {time.perf_counter() - started:.0f} s")
+
+
 OVERLAP_SLOWDOWN = 1.3  # a piece started beside another is costed this much longer (the two share the GPU)
 
 
