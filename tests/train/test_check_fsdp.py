@@ -1,6 +1,6 @@
 """scripts/check_fsdp.py's own machinery on the CPU: killing one rank of a launch once its first checkpoint is
-complete, and its refusals. (The whole flow, ``--cpu``, runs four multi-process fine-tunes: about 6 minutes on two cores,
-run by hand; the data-parallel equality itself is tests/train/test_training.py's.)"""
+complete, and its refusals. (The whole flow, ``--cpu``, runs four multi-process fine-tunes: about 6 minutes on two
+cores, run by hand; the data-parallel equality itself is tests/train/test_training.py's.)"""
 
 from __future__ import annotations
 
