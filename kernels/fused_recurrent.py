@@ -48,7 +48,7 @@ FWD_CONFIG = {"BV": 16, "TRANS": True, "UNROLL": 2, "num_warps": 4}
 BWD_CONFIG = {"BV": 4, "TRANS": False, "num_warps": 1}
 SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under two waves (see _backward_config)
 STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
-CHUNK_SIZE = 256  # tokens per checkpoint (CT)
+CHUNK_SIZE = 512  # tokens per checkpoint (CT)
 BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
 # The backward where no bwd_config is given: "sequential" (this module's kernel), "chunked" (chunked_bwd.py's
 # chunk-parallel one) or "auto" (the default: chunked on CUDA where its corrections run in TF32, see

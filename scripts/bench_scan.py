@@ -83,8 +83,8 @@ def scan_inputs(batch, length, with_beta=True, seed=0):
     }
 
 
-def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=fused_recurrent.CHUNK_SIZE,
-         block_size=fused_recurrent.BLOCK_SIZE, with_beta=True, backend="triton"):
+def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=None, block_size=None, with_beta=True,
+         backend="triton"):
     names = ["v", "k", "q", "log_decay"] + (["beta"] if with_beta else [])
     leaves = {n: inputs[n].detach().requires_grad_(True) for n in names}
     # one fixed output gradient, so that every configuration's gradients can be compared with the default's
@@ -413,7 +413,13 @@ def main() -> int:
                              "backends")
     parser.add_argument("--compare", action="store_true",
                         help="only time backward configurations against each other in interleaved rounds")
+    parser.add_argument("--chunk-size", type=int, default=fused_recurrent.CHUNK_SIZE,
+                        help="tokens per scan checkpoint CT for every run of ours (default %(default)s)")
     args = parser.parse_args()
+    if args.chunk_size < 2 or args.chunk_size % fused_recurrent.BLOCK_SIZE:
+        parser.error(f"--chunk-size {args.chunk_size}: give a multiple of the block size "
+                     f"({fused_recurrent.BLOCK_SIZE}), e.g. 256 or 512")
+    fused_recurrent.CHUNK_SIZE = args.chunk_size
     batches = (1,) if args.quick else (1, 4)
     shapes = [(b, length) for b in batches for length in (2048, 8192, 16384)]
     if args.shapes:
