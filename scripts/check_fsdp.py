@@ -7,11 +7,22 @@ first checkpoint and the run resumed with ``--resume`` on N processes.
     python scripts/check_fsdp.py OUT --cpu            # the same flow over gloo data parallelism, on the CPU
 
 It reports, per checkpointing setting: the held-out NLL of both runs at each evaluation, the largest weight
-difference, the N-process model loaded on one device against the one-device model (largest logit difference),
-tokens/s per device and the scaling efficiency (N-process tokens/s over N times the one-device tokens/s), peak
-memory per device (GPU only); and for the killed run, that the launch failed, the resume finished, and its weights
-against the uninterrupted N-process run's. Everything goes to ``OUT/report.json``; the exit status is 1 when a
-comparison is outside its tolerance. Each run's log is ``OUT/<setting>/<run>.log``.
+difference (and the tensor it is in), the N-process model loaded on one device against the one-device model
+(largest logit difference), tokens/s per device and the scaling efficiency (N-process tokens/s over N times the
+one-device tokens/s), peak memory per device (GPU only); and for the killed run, that the launch failed, the
+resume finished, and its weights against the uninterrupted N-process run's. Everything goes to
+``OUT/report.json``; the exit status is 1 when a comparison is outside its tolerance. Each run's log is
+``OUT/<setting>/<run>.log``.
+
+The weights' tolerance is measured, not assumed: the one-device run is repeated, and on a GPU two runs of the
+same recipe differ (the scan's backward sums ``dk``, ``dq`` with float atomics, in no fixed order; Adam with the
+beta parameters' small epsilon, ``optim.beta_eps`` 1e-12, turns such last-bit differences of the gate's tiny
+gradients into weight differences of 1e-4 to 2e-3 within 30 steps: docs/bench/fsdp-h100x2-2026-11-26). The
+N-process run and the resumed run must lie within ``NOISE_FACTOR`` times that repeat difference, and at least
+within ``TOLERANCE``: 1e-4, since even where a repeat is exact (the CPU) N processes sum the gradients in another
+order than one process accumulating them (1.7e-5 in ``beta_up.weight`` after 4 steps on the CPU, 2026-11-26).
+The held-out NLL and the logits of the saved models are the checks of what the models compute.
+``--repeat-only`` runs only the two one-device runs: that floor on a machine with one GPU.
 """
 
 from __future__ import annotations
@@ -30,11 +41,12 @@ from palimpsa.upgrade.train.layout import complete_checkpoints
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
 FSDP_CONFIG = ROOT / "recipes" / "accelerate" / "fsdp-2gpu.yaml"
-TOLERANCE = {"nll": 1e-4, "weights": 1e-5, "logits": 1e-4, "resumed": 1e-5}
+TOLERANCE = {"nll": 1e-4, "weights": 1e-4, "logits": 1e-4, "resumed": 1e-4}
+NOISE_FACTOR = 10  # weights of a run against another: within this many times what a repeated run differs by
 
 
 def overrides(steps: int, checkpointing: bool, seq_len: int) -> list[str]:
-    return [f"data.seq_len={seq_len}", "data.batch_size=2", "eval.passkey_samples=0", "eval.batches=2",
+    return [f"data.seq_len={seq_len}", "data.batch_size=2", "eval.passkey_samples=1", "eval.batches=2",
             f"eval.every={max(1, steps // 2)}", "logging.tensorboard=false", f"train.max_steps={steps}",
             "train.log_every=1", f"checkpoint.every={max(1, steps // 2)}", "checkpoint.keep=2",
             "train.mixed_precision=no", f"model.gradient_checkpointing={'true' if checkpointing else 'false'}"]
@@ -128,30 +140,40 @@ def compare(one: Path, many: Path, processes: int, device: str) -> dict:
     memory = {name: max((r.get("peak_memory_gib", 0.0) for r in rows[name]), default=0.0) or None for name in rows}
     a = PalimpsaForCausalLM.from_pretrained(str(one / "final")).to(device).eval()
     b = PalimpsaForCausalLM.from_pretrained(str(many / "final")).to(device).eval()
-    weights = largest_difference(a, b)
+    weights, where = largest_difference(a, b)
     ids = torch.randint(0, a.config.vocab_size, (1, 128), generator=torch.Generator().manual_seed(0)).to(device)
     with torch.no_grad():
         logits = (a(ids).logits - b(ids).logits).abs().max().item()
     one_speed = sum(speed["one"]) / max(1, len(speed["one"]))
     many_speed = sum(speed["many"]) / max(1, len(speed["many"]))
     return {"eval_nll": nll, "nll_max_diff": max((abs(x - y) for x, y in zip(*nll.values())), default=None),
-            "weights_max_diff": weights, "logits_max_diff_on_one_device": logits,
+            "weights_max_diff": weights, "weights_max_diff_in": where, "logits_max_diff_on_one_device": logits,
             "tokens_per_s": {"one": one_speed, "many": many_speed, "many_per_device": many_speed / processes},
             "scaling_efficiency": many_speed / (processes * one_speed) if one_speed else None,
             "peak_memory_gib": {"one": memory["one"], "many_per_device": memory["many"]}}
 
 
-def largest_difference(a, b) -> float | None:
-    """The largest elementwise difference between two models' weights; None when their parameters differ."""
+def largest_difference(a, b) -> tuple[float | None, str | None]:
+    """The largest elementwise difference between two models' weights and the tensor it is in; (None, None) when
+    their parameters differ."""
     sa, sb = a.state_dict(), b.state_dict()
-    return max((sa[k].float() - sb[k].float()).abs().max().item() for k in sa) if sa.keys() == sb.keys() else None
+    if sa.keys() != sb.keys():
+        return None, None
+    value, name = max(((sa[k].float() - sb[k].float()).abs().max().item(), k) for k in sa)
+    return value, name if value else None
 
 
-def weights_diff(a_dir: Path, b_dir: Path) -> float | None:
+def weights_diff(a_dir: Path, b_dir: Path) -> tuple[float | None, str | None]:
     from palimpsa.upgrade import PalimpsaForCausalLM
 
     return largest_difference(PalimpsaForCausalLM.from_pretrained(str(a_dir)),
                               PalimpsaForCausalLM.from_pretrained(str(b_dir)))
+
+
+def weights_limit(repeat: float | None, name: str) -> float:
+    """What two runs' weights may differ by: ``NOISE_FACTOR`` times a repeated run's difference, at least the
+    float tolerance ``TOLERANCE[name]``."""
+    return max(TOLERANCE[name], NOISE_FACTOR * (repeat or 0.0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpointing", choices=("both", "on", "off"), default="both",
                         help="activation checkpointing settings to check (default both; the kill runs with the first)")
     parser.add_argument("--no-kill", action="store_true", help="skip the killed rank and the resume")
+    parser.add_argument("--repeat-only", action="store_true",
+                        help="only the one-device run and its repeat: how far two runs of the same recipe lie apart "
+                             "on this machine (one GPU is enough)")
     args = parser.parse_args(argv)
     if args.processes < 2:
         parser.error("--processes: give 2 or more")
@@ -172,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.out} is not empty; give a new folder")
     import torch
 
-    if not args.cpu and torch.cuda.device_count() < args.processes:
+    if not args.cpu and not args.repeat_only and torch.cuda.device_count() < args.processes:
         parser.error(f"{torch.cuda.device_count()} GPU(s) here, {args.processes} needed; --cpu checks the flow on "
                      "the CPU")
     device = "cpu" if args.cpu else "cuda"
@@ -185,22 +210,33 @@ def main(argv: list[str] | None = None) -> int:
         name = "checkpointing-on" if checkpointing else "checkpointing-off"
         folder = args.out / name
         common = [str(RECIPE), *overrides(args.steps, checkpointing, args.seq_len)]
-        print(f"check_fsdp: {name}: one device with gradient accumulation {args.processes}", flush=True)
-        code = run([sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", *common,
-                    f"train.grad_accum={args.processes}", f"output_dir={folder / 'one'}"], folder / "one.log")
-        if code:
-            raise SystemExit(f"check_fsdp: the one-device run failed (exit {code}); see {folder / 'one.log'}")
+        for run_name in ("one", "one-again"):
+            print(f"check_fsdp: {name}: one device with gradient accumulation {args.processes} ({run_name})",
+                  flush=True)
+            code = run([sys.executable, "-m", "palimpsa.upgrade.cli.finetune_model", *common,
+                        f"train.grad_accum={args.processes}", f"output_dir={folder / run_name}"],
+                       folder / f"{run_name}.log")
+            if code:
+                raise SystemExit(f"check_fsdp: the one-device run failed (exit {code}); see "
+                                 f"{folder / f'{run_name}.log'}")
+        repeat, repeat_where = weights_diff(folder / "one" / "final", folder / "one-again" / "final")
+        noise = {"weights_max_diff_repeat": repeat, "weights_max_diff_repeat_in": repeat_where,
+                 "weights_limit": weights_limit(repeat, "weights")}
+        if args.repeat_only:
+            report["runs"][name] = noise
+            print(f"check_fsdp: {name}: {json.dumps(noise)}", flush=True)
+            continue
         print(f"check_fsdp: {name}: {args.processes} processes", flush=True)
         command = launcher(args.processes, args.cpu) + common
         code = run(command + [f"output_dir={folder / 'many'}"], folder / "many.log")
         if code:
             raise SystemExit(f"check_fsdp: the {args.processes}-process run failed (exit {code}); see "
                              f"{folder / 'many.log'}")
-        result = compare(folder / "one", folder / "many", args.processes, device)
-        for key, limit in (("nll_max_diff", "nll"), ("weights_max_diff", "weights"),
-                           ("logits_max_diff_on_one_device", "logits")):
-            if result[key] is None or result[key] > TOLERANCE[limit]:
-                failures.append(f"{name}: {key} {result[key]} > {TOLERANCE[limit]}")
+        result = {**compare(folder / "one", folder / "many", args.processes, device), **noise}
+        for key, limit in (("nll_max_diff", TOLERANCE["nll"]), ("weights_max_diff", noise["weights_limit"]),
+                           ("logits_max_diff_on_one_device", TOLERANCE["logits"])):
+            if result[key] is None or result[key] > limit:
+                failures.append(f"{name}: {key} {result[key]} > {limit}")
         if index == 0 and not args.no_kill:
             killed_dir = folder / "killed"
             print(f"check_fsdp: {name}: {args.processes} processes, one rank killed after the first checkpoint",
@@ -216,16 +252,16 @@ def main(argv: list[str] | None = None) -> int:
                 if code:
                     failures.append(f"{name}: the resume failed (exit {code}); see {folder / 'resumed.log'}")
                 else:
-                    kill["weights_max_diff_to_uninterrupted"] = weights_diff(killed_dir / "final",
-                                                                             folder / "many" / "final")
-                    resumed = kill["weights_max_diff_to_uninterrupted"]
-                    if resumed is None or resumed > TOLERANCE["resumed"]:
-                        failures.append(f"{name}: the resumed run's weights differ by "
-                                        f"{kill['weights_max_diff_to_uninterrupted']}")
+                    resumed, where = weights_diff(killed_dir / "final", folder / "many" / "final")
+                    limit = weights_limit(repeat, "resumed")
+                    kill.update(weights_max_diff_to_uninterrupted=resumed, weights_max_diff_in=where,
+                                weights_limit=limit)
+                    if resumed is None or resumed > limit:
+                        failures.append(f"{name}: the resumed run's weights differ by {resumed} > {limit}")
             result["kill_and_resume"] = kill
         report["runs"][name] = result
         print(f"check_fsdp: {name}: {json.dumps(result)}", flush=True)
-    report["tolerances"], report["failures"] = TOLERANCE, failures
+    report["tolerances"], report["noise_factor"], report["failures"] = TOLERANCE, NOISE_FACTOR, failures
     from palimpsa.upgrade.io.output import write_text_atomic
 
     write_text_atomic(args.out / "report.json", json.dumps(report, indent=1) + "\n")

@@ -64,3 +64,26 @@ def test_refusals_name_the_problem(check, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         check.main([str(tmp_path / "c")])  # no GPUs
     assert "GPU(s) here, 2 needed; --cpu checks the flow" in capsys.readouterr().err
+
+
+def test_the_weights_tolerance_follows_the_measured_repeat(check):
+    """Two runs of one recipe on a GPU differ by what a repeat measures (float atomics in the scan's backward, Adam's
+    small epsilon on the gate): N processes and a resumed run may differ by ten times that, and by the float
+    tolerance where a repeat is exact."""
+    assert check.weights_limit(0.0, "weights") == check.TOLERANCE["weights"]
+    assert check.weights_limit(None, "resumed") == check.TOLERANCE["resumed"]
+    assert check.weights_limit(1.8e-3, "weights") == pytest.approx(check.NOISE_FACTOR * 1.8e-3)
+    assert check.weights_limit(1e-7, "weights") == check.TOLERANCE["weights"]
+
+
+def test_largest_difference_names_the_tensor(check):
+    import torch
+
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    b.load_state_dict(a.state_dict())
+    assert check.largest_difference(a, b) == (0.0, None)
+    with torch.no_grad():
+        b.bias[1] += 0.25
+    value, name = check.largest_difference(a, b)
+    assert name == "bias" and value == pytest.approx(0.25)
+    assert check.largest_difference(a, torch.nn.Linear(3, 2, bias=False)) == (None, None)

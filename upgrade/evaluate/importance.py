@@ -96,6 +96,7 @@ def task_probe(tokenizer, task: str, length: int, depth: float = 0.5, seed: int 
 def inspect_importance(model, probe: Probe) -> dict:
     """Per layer and head statistics of the importance on ``probe`` (see the module docstring); JSON-ready."""
     from ..model.modeling import palimpsa_mixers_of
+    from ..model.sharding import gathered
 
     mixers = palimpsa_mixers_of(model)
     if not mixers:
@@ -119,7 +120,9 @@ def inspect_importance(model, probe: Probe) -> dict:
     prior = float(config.importance_prior)
     layers = []
     for index, mixer in enumerate(mixers):
-        head, at_question = _layer_statistics(mixer, captured[index], probe.needle, prior)
+        # the statistics call the mixer's own methods, outside the forward in which FSDP gathers its weights
+        with gathered(model, holding=mixer):
+            head, at_question = _layer_statistics(mixer, captured[index], probe.needle, prior)
         layers.append({"layer": mixer.layer_idx, "heads": head, "summary": _summarise(head, at_question, prior)})
     return {"probe": probe.description, "tokens": int(probe.input_ids.shape[1]), "needle": list(probe.needle)
             if probe.needle else None, "importance_prior": prior, "beta_form": config.beta_form,

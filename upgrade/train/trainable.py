@@ -116,20 +116,24 @@ def attach_lora(model: torch.nn.Module, recipe: Recipe):
 
 
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's weights with LoRA deltas folded in, under the plain model's names (the model is unchanged)."""
+    """The model's weights with LoRA deltas folded in, under the plain model's names (the model is unchanged).
+    Under FSDP2 every rank must call it (it gathers the shards); each gets the whole weights."""
     from peft.tuners.lora import LoraLayer
 
+    from ..model.sharding import gathered, whole
+
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    state = {}
     lora_layers = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
-    for name, tensor in base.state_dict().items():
-        if "lora_" in name:
-            continue
+    full = {name: whole(tensor) for name, tensor in base.state_dict().items() if "lora_" not in name}
+    deltas = {}
+    for owner, layer in lora_layers.items():
+        with gathered(base, holding=layer):  # the adapters' own weights, whole, for peft's delta
+            deltas[owner] = sum(layer.get_delta_weight(adapter) for adapter in layer.active_adapters).detach()
+    state = {}
+    for name, tensor in full.items():
         owner = name.rsplit(".", 2)[0] if ".base_layer." in name else None
-        if owner in lora_layers and name.endswith("base_layer.weight"):
-            layer = lora_layers[owner]
-            delta = sum(layer.get_delta_weight(adapter) for adapter in layer.active_adapters)
-            state[name.replace(".base_layer", "")] = (tensor + delta.to(tensor.dtype)).detach()
+        if owner in deltas and name.endswith("base_layer.weight"):
+            state[name.replace(".base_layer", "")] = (tensor + deltas[owner].to(tensor)).detach()
         else:
             state[name.replace(".base_layer", "")] = tensor.detach()
     return state
