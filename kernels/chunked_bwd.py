@@ -151,6 +151,18 @@ def palimpsa_bwd_carry_kernel(
 
 
 @triton.jit
+def chunk_at(i_ck, chunk_seq, cu_seqlens, chunk_offsets, T, CT: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """Global chunk ``i_ck`` (a checkpoint's index): its sequence, that sequence's first token, length and first
+    checkpoint, and the chunk's index in the sequence (``chunk_seq`` maps chunks to packed sequences)."""
+    if IS_VARLEN:
+        i_n = tl.load(chunk_seq + i_ck)
+    else:
+        i_n = i_ck // tl.cdiv(T, CT)
+    bos, T, boc = fr._bounds(cu_seqlens, chunk_offsets, i_n, T, CT, IS_VARLEN)
+    return i_n, bos, T, boc, (i_ck - boc).to(tl.int32)
+
+
+@triton.jit
 def palimpsa_bwd_correct_kernel(
     v, k, g, beta, ip, ck_m, ck_i, lm, li, dmT, diT, dv, dk, dg, dbeta, cu_seqlens, chunk_offsets, chunk_seq, T,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
@@ -163,12 +175,7 @@ def palimpsa_bwd_correct_kernel(
     and ``dlog_decay`` add up (atomically)."""
     i_ck, i_h, i_pb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_g = i_h // (H // G)
-    if IS_VARLEN:
-        i_n = tl.load(chunk_seq + i_ck)
-    else:
-        i_n = i_ck // tl.cdiv(T, CT)
-    bos, T, boc = fr._bounds(cu_seqlens, chunk_offsets, i_n, T, CT, IS_VARLEN)
-    i_c = (i_ck - boc).to(tl.int32)
+    i_n, bos, T, boc, i_c = chunk_at(i_ck, chunk_seq, cu_seqlens, chunk_offsets, T, CT, IS_VARLEN)
     t0 = i_c * CT
     n = tl.minimum(CT, T - t0)
     last = i_c == tl.cdiv(T, CT) - 1
@@ -384,11 +391,6 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     """The three kernels compiled for ``sm_<arch>a`` without a GPU (``triton.compile`` with a GPU target, every
     pointer 16-byte aligned, beta on, no states in or out, no ``du``), at the launch ``chunked_backward`` makes on
     a GPU: ``{name: resource usage}`` (``gluon_scan.resource_usage``: registers, stack, shared memory)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from .gluon_scan import resource_usage
-
     config = {**CHUNKED_CONFIG, **(config or {})}
     sizes = _sizes(config, {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32), head_dim,
                    state_size, chunk_size, on_gpu=True)
@@ -409,15 +411,25 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BKC"], "BT": sizes["BT"], "USE_BETA": True,
             "USE_FINAL_STATE_GRADIENT": False, "IS_VARLEN": False, "DOT": sizes["DOT"], "ACC": acc}),
     }
-    usage = {}
-    for name, (kernel, warps, constexprs) in launches.items():
-        integers = [p for p in kernel.arg_names if p in ("T", "n_nh", "n_work")]
-        pointers = [p for p in kernel.arg_names if p not in constexprs and p not in integers]
-        signature = {p: low.get(p, "*fp32") for p in pointers}
-        signature.update({p: "i32" for p in integers})
-        signature.update({c: "constexpr" for c in constexprs})
-        attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
-        compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs),
-                                  target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
-        usage[name] = resource_usage(compiled)
-    return usage
+    return {name: compile_launch(kernel, warps, constexprs, low, arch)
+            for name, (kernel, warps, constexprs) in launches.items()}
+
+
+def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: int = 90) -> dict:
+    """One kernel compiled for ``sm_<arch>a`` without a GPU: every pointer 16-byte aligned and of the type ``low``
+    names (``*fp32`` otherwise), ``T``, ``n_nh``, ``n_work`` 32-bit integers; its resource usage
+    (``gluon_scan.resource_usage``)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .gluon_scan import resource_usage
+
+    integers = [p for p in kernel.arg_names if p in ("T", "n_nh", "n_work")]
+    pointers = [p for p in kernel.arg_names if p not in constexprs and p not in integers]
+    signature = {p: low.get(p, "*fp32") for p in pointers}
+    signature.update({p: "i32" for p in integers})
+    signature.update({c: "constexpr" for c in constexprs})
+    attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
+                              options={"num_warps": num_warps})
+    return resource_usage(compiled)

@@ -55,6 +55,11 @@ BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
 # chunked_by_default; chunked_bwd itself runs the sequential kernel where the grid needs no split)
 BACKWARD_ENV = "PALIMPSA_TRITON_BACKWARD"
 BACKWARDS = ("auto", "sequential", "chunked")
+# The forward where no fwd_config is given: "sequential" (palimpsa_fwd_kernel over whole sequences), "chunked"
+# (chunked_fwd.py's chunk-parallel one) or "auto" (the default: chunked where the backward's rule takes the chunked
+# backward, chunked_by_default, and the sequential grid would leave the GPU short of programs, chunked_fwd.worth_it)
+FORWARD_ENV = "PALIMPSA_TRITON_FORWARD"
+FORWARDS = BACKWARDS
 
 
 def _ops():
@@ -226,28 +231,45 @@ def palimpsa_fwd_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     STORE_FINAL_STATE: tl.constexpr, STORE_CHECKPOINTS: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
     IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+    CHUNKED: tl.constexpr = False,
 ):
+    """A program walks its channel block of one (sequence, head) through the whole sequence, storing the
+    checkpoints on the way; with ``CHUNKED`` (``chunked_fwd.py``) it walks one chunk only (``program_id(2)``),
+    from that chunk's checkpoint, which the chunked forward has already written, and stores none."""
     i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
         cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
     b_ip = tl.load(ip).to(ACC)
-    if USE_INITIAL_STATE:
-        b_m = tl.load(m0 + o_state + o_s, mask=m_s, other=0).to(ACC)
-    else:
-        b_m = tl.zeros(o_s.shape, dtype=ACC)
-    if USE_INITIAL_IMPORTANCE:
-        b_i = tl.load(i0 + o_state + o_s, mask=m_s, other=1).to(ACC)
+    if CHUNKED:
+        # a program past its sequence's chunks (packed sequences of unequal lengths) walks nothing
+        c_first = tl.program_id(2)
+        c_end = tl.minimum(c_first + 1, tl.cdiv(T, CT))
+        m_c = m_s & (tl.zeros(o_s.shape, dtype=tl.int32) + c_first < c_end)  # (a scalar mask would not do)
+        o_ck = (((boc + c_first) * H + i_h) * P + i_v * BV) * N
+        b_m = tl.load(ck_m + o_ck + o_s, mask=m_c, other=0).to(ACC)
+        b_i = tl.load(ck_i + o_ck + o_s, mask=m_c, other=1).to(ACC)
         b_i = tl.where(m_s, b_i, b_ip)
     else:
-        b_i = tl.zeros(o_s.shape, dtype=ACC) + b_ip
+        c_first = 0
+        c_end = tl.cdiv(T, CT)
+        m_c = m_s
+        if USE_INITIAL_STATE:
+            b_m = tl.load(m0 + o_state + o_s, mask=m_s, other=0).to(ACC)
+        else:
+            b_m = tl.zeros(o_s.shape, dtype=ACC)
+        if USE_INITIAL_IMPORTANCE:
+            b_i = tl.load(i0 + o_state + o_s, mask=m_s, other=1).to(ACC)
+            b_i = tl.where(m_s, b_i, b_ip)
+        else:
+            b_i = tl.zeros(o_s.shape, dtype=ACC) + b_ip
 
     # software pipeline: the inputs of the next UNROLL tokens are loaded while the current ones are computed
-    t_bos = tl.zeros([], dtype=tl.int32)
-    b_k1, b_v1, b_a1, b_b1, b_q1 = _load_fwd_token(v, k, q, g, beta, bos, t_bos < T, i_h, i_g, o_v, o_k,
-                                                   H, G, P, N, USE_BETA, ACC)
+    t_first = c_first * CT + tl.zeros([], dtype=tl.int32)  # a tensor even where T is specialised to 1
+    b_k1, b_v1, b_a1, b_b1, b_q1 = _load_fwd_token(v, k, q, g, beta, bos + t_first, t_first < T, i_h, i_g, o_v,
+                                                   o_k, H, G, P, N, USE_BETA, ACC)
     if UNROLL == 2:
-        b_k2, b_v2, b_a2, b_b2, b_q2 = _load_fwd_token(v, k, q, g, beta, bos + 1, t_bos + 1 < T, i_h, i_g, o_v,
-                                                       o_k, H, G, P, N, USE_BETA, ACC)
-    for i_c in range(tl.cdiv(T, CT)):
+        b_k2, b_v2, b_a2, b_b2, b_q2 = _load_fwd_token(v, k, q, g, beta, bos + t_first + 1, t_first + 1 < T, i_h,
+                                                       i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+    for i_c in range(c_first, c_end):
         if STORE_CHECKPOINTS:
             o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
             tl.store(ck_m + o_ck + o_s, b_m, mask=m_s)
@@ -269,8 +291,12 @@ def palimpsa_fwd_kernel(
                 b_k2, b_v2, b_a2, b_b2, b_q2 = n_k2, n_v2, n_a2, n_b2, n_q2
 
     if STORE_FINAL_STATE:
-        tl.store(mT + o_state + o_s, b_m.to(mT.dtype.element_ty), mask=m_s)
-        tl.store(iT + o_state + o_s, b_i.to(iT.dtype.element_ty), mask=m_s)
+        if CHUNKED:  # the program of the sequence's last chunk
+            m_f = m_c & (tl.zeros(o_s.shape, dtype=tl.int32) + c_end == tl.cdiv(T, CT))
+        else:
+            m_f = m_s
+        tl.store(mT + o_state + o_s, b_m.to(mT.dtype.element_ty), mask=m_f)
+        tl.store(iT + o_state + o_s, b_i.to(iT.dtype.element_ty), mask=m_f)
 
 
 @triton.jit
@@ -535,12 +561,12 @@ def _backward_config(n_states: int, heads: int, head_dim: int, device: torch.dev
     return BWD_CONFIG
 
 
-@functools.lru_cache(maxsize=1)
-def _chunked_available() -> bool:
-    """Whether chunked_bwd.py sits beside this module: the copy that travels with a model's weights comes alone
-    (io/remote_code.py), and runs the sequential backward."""
+@functools.lru_cache(maxsize=2)
+def _chunked_available(module: str = "chunked_bwd") -> bool:
+    """Whether ``module`` (chunked_bwd.py, chunked_fwd.py) sits beside this module: the copy that travels with a
+    model's weights comes alone (io/remote_code.py), and runs the sequential kernels."""
     try:
-        return bool(__package__) and importlib.util.find_spec(f"{__package__}.chunked_bwd") is not None
+        return bool(__package__) and importlib.util.find_spec(f"{__package__}.{module}") is not None
     except (ImportError, ValueError):
         return False
 
@@ -556,6 +582,14 @@ def chunked_by_default(v: torch.Tensor) -> bool:
         return False
     return v.dtype in (torch.bfloat16, torch.float16) or (
         v.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest")
+
+
+def _chunked_forward_pays(v: torch.Tensor, cu_seqlens: torch.Tensor | None, chunk_size: int) -> bool:
+    from . import chunked_fwd  # in this form: see _forward
+
+    block_v = min(FWD_CONFIG["BV"], triton.next_power_of_2(v.shape[3]))
+    return chunked_fwd.worth_it(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.shape[1], chunk_size,
+                                block_v, v.device)
 
 
 def _state_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -600,6 +634,12 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
     ``fwd_config = {"kernel": "gluon"}`` launches the Gluon forward instead (``gluon_scan.gluon_forward``; a
     ``"variant"`` key names one of ``gluon_scan.FWD_VARIANTS``): same outputs and checkpoint layout, so the backward
     below runs on them unchanged."""
+    if fwd_config.get("kernel") == "chunked":
+        from . import chunked_fwd  # in this form: see below
+
+        return chunked_fwd.chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens,
+                                           output_final_state, output_uncertainty, store_checkpoints, fwd_config,
+                                           chunk_size)
     if fwd_config.get("kernel") == "gluon":
         # `from . import` rather than `from .gluon_scan import`: transformers copies every module a remote-code file
         # names in the second form, and the copy of this module beside a model's weights carries no Gluon
@@ -825,7 +865,9 @@ def fused_recurrent_palimpsa_scan(
         fwd_config, bwd_config: ``BV`` (channels per program), ``TRANS`` (tile ``[BK, BV]`` rather than
             ``[BV, BK]``), ``num_warps``, and for the forward ``UNROLL`` (1 or 2 tokens per loop iteration,
             the next ones' inputs prefetched); ``fwd_config={"kernel": "gluon"}`` runs the Gluon forward
-            (``bwd_config={"kernel": "gluon"}`` the Gluon backward), except for a one-token call.
+            (``bwd_config={"kernel": "gluon"}`` the Gluon backward), ``{"kernel": "chunked"}`` the chunk-parallel
+            forward (``bwd_config={"kernel": "chunked"}`` the chunk-parallel backward), except for a one-token
+            call. None: as ``PALIMPSA_TRITON_FORWARD`` and ``PALIMPSA_TRITON_BACKWARD`` choose (``auto``).
         chunk_size: tokens per checkpoint ``CT``; block_size: tokens per scratch state ``BS`` (divides ``CT``,
             even); None: the module's ``CHUNK_SIZE`` and ``BLOCK_SIZE``.
 
@@ -847,7 +889,14 @@ def fused_recurrent_palimpsa_scan(
     # one token (a decoding step) runs the Triton kernels even where the Gluon ones are asked for: Triton
     # specialises a length of 1 into the kernel, and Triton 3.6's LLVM lowering of the Gluon forward so
     # specialised aborts the process (docs/kernels.md)
-    if fwd_config is None or (v.shape[1] == 1 and fwd_config.get("kernel") == "gluon"):
+    forward = os.environ.get(FORWARD_ENV) or "auto"
+    if forward not in FORWARDS:
+        raise ValueError(f"{FORWARD_ENV} must be one of {', '.join(FORWARDS)}, got {forward!r}")
+    if fwd_config is None and v.shape[1] > 1 and _chunked_available("chunked_fwd") and (
+            forward == "chunked" or (forward == "auto" and chunked_by_default(v) and _chunked_forward_pays(
+                v, cu_seqlens, chunk_size))):
+        fwd_config = {"kernel": "chunked"}
+    if fwd_config is None or (v.shape[1] == 1 and fwd_config.get("kernel") in ("gluon", "chunked")):
         fwd_config = FWD_CONFIG
     if fwd_config.get("UNROLL", 1) not in (1, 2):
         raise ValueError(f"the forward's UNROLL must be 1 or 2, got {fwd_config['UNROLL']}")

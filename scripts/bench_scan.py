@@ -21,6 +21,7 @@ contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels
     python scripts/bench_scan.py --quick --backends sequential,chunked,chunked@NSPLIT=2 --breakdown   # the two bwds
     python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
     python scripts/bench_scan.py --no-step --shapes 4x2048,4x8192 --backends gluon,triton    # chosen shapes only
+    python scripts/bench_scan.py --no-step --backends fwd-seq:chunked,chunked    # the two Triton forwards
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=None, block_size=N
     dy = torch.randn(inputs["v"].shape, generator=torch.Generator(device="cuda").manual_seed(99), device="cuda",
                      dtype=inputs["v"].dtype)
     beta = leaves.get("beta")
+    if backend.startswith("fwd-seq:") and fwd_config is None:  # fwd-seq:<backend>: the sequential Triton forward
+        fwd_config, backend = dict(fused_recurrent.FWD_CONFIG), backend.removeprefix("fwd-seq:")
     if backend == "gluon-bwd" and fwd_config is None:  # the Gluon forward and backward (opt-in in palimpsa_scan)
         fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
     if backend.split("@")[0] == "chunked" and bwd_config is None:  # chunked[@KEY=VALUE:...]: the chunk-parallel bwd
@@ -398,7 +401,9 @@ def main() -> int:
                              "the Gluon forward and backward; triton: palimpsa_scan's Triton path as dispatched "
                              "(PALIMPSA_TRITON_BACKWARD, default auto); sequential: the Triton forward with the "
                              "sequential backward; chunked[@KEY=VALUE:...]: the Triton forward with the "
-                             "chunk-parallel backward, chunked_bwd.CHUNKED_CONFIG's keys overridden)")
+                             "chunk-parallel backward, chunked_bwd.CHUNKED_CONFIG's keys overridden; the Triton "
+                             "forward is the one PALIMPSA_TRITON_FORWARD picks (auto: chunk-parallel at B = 1), "
+                             "fwd-seq:<backend> that backend with the sequential Triton forward instead)")
     parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")

@@ -168,8 +168,13 @@ def main() -> int:
                              "the Gluon forward and backward (PALIMPSA_GLUON_BACKWARD=1); triton: the Triton path as "
                              "dispatched (the chunk-parallel backward for bf16 inputs, the sequential one for float32 "
                              "at full precision), triton-chunked / triton-sequential: that backward everywhere")
+    parser.add_argument("--forward", choices=fused_recurrent.FORWARDS, default=None,
+                        help="the Triton forward (PALIMPSA_TRITON_FORWARD): auto (chunk-parallel where the GPU would "
+                             "otherwise be short of programs), sequential, or chunked everywhere")
     args = parser.parse_args()
     backend = args.backend
+    if args.forward:
+        os.environ[fused_recurrent.FORWARD_ENV] = args.forward
     if backend in ("triton-chunked", "triton-sequential"):  # the Triton forward with that backward everywhere
         os.environ[fused_recurrent.BACKWARD_ENV] = backend.removeprefix("triton-")
         backend = "triton"
@@ -203,7 +208,8 @@ def main() -> int:
             rows.append((name, "error", args.backend, float("inf"), tol, False))
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
-          f"{args.backend}; float32 cases without TF32 (the chunk-parallel backward's products in IEEE float32)")
+          f"{args.backend}, forward {os.environ.get(fused_recurrent.FORWARD_ENV) or 'auto'}; float32 cases without "
+          "TF32 (the chunk-parallel backward's products in IEEE float32)")
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:
         print(f"{case:44s} {label:11s} {ref:10s} {err:10.2e} {tol:7.0e}  {'yes' if ok else 'NO'}")
@@ -214,7 +220,8 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__, "backend": args.backend, "errors": errors,
+                       "triton": triton.__version__, "backend": args.backend,
+                       "forward": os.environ.get(fused_recurrent.FORWARD_ENV) or "auto", "errors": errors,
                        "rows": [dict(zip(("case", "quantity", "reference", "error", "tol", "ok"), r)) for r in rows]},
                       f, indent=1)
     return 1 if failed else 0

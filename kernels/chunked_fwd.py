@@ -1,0 +1,223 @@
+"""The scan's forward with its chunks independent of one another (docs/kernels.md, "chunk-parallel forward").
+
+The sequential forward (``fused_recurrent.palimpsa_fwd_kernel``) walks a whole sequence in one program, so at B = 1
+its grid is the heads times the channel blocks (320 programs of four warps at 2.7b shapes: 2.4 per SM on an H100)
+and the GPU idles where it could hide latency. But both state recursions are linear (palimpsa-math section 3,
+``J = I - I_prior``)::
+
+    M_t = a_t M_{t-1} + v_t (x) k_t           J_t = a_t J_{t-1} + beta_t (x) k_t^2
+
+so the state entering every chunk of ``CT`` tokens (the backward's checkpoints) follows from the chunks before it
+without walking their tokens one by one: three launches, each exact in exact arithmetic.
+
+1. ``palimpsa_fwd_local_kernel``: every chunk but a sequence's last gets its end state from a zero start,
+   ``sum_t w_t v_t (x) k_t`` and ``sum_t w_t beta_t (x) k_t^2`` with ``w_t`` the chunk's decays after token ``t``:
+   matrix products per sub-block of ``BT`` tokens (``tl.dot``, tensor cores), written into the checkpoint slot of
+   the next chunk.
+2. ``palimpsa_fwd_carry_kernel``: a scan over the chunks of a sequence turns those slots in place into the
+   checkpoints, ``S(c) = A(c - 1) S(c - 1) + L(c - 1)`` (``A`` a chunk's product of decays), from the initial state.
+3. ``palimpsa_fwd_kernel`` with ``CHUNKED``: one program per (channel block, sequence and head, chunk) walks its
+   chunk from its checkpoint as the sequential forward does, writing ``y`` (and ``u``); the last chunk's program
+   writes the final state. At B = 1, L = 8192 and ``CT = 512`` that is 16 times the programs.
+
+The checkpoints are the sequential forward's to rounding (the matrix products sum in another order, in TF32 where
+PyTorch allows it; a float32 run under ``torch.set_float32_matmul_precision("highest")`` and float64 run IEEE
+products), so the backwards run on them unchanged. Every decay product is the exponential of a sum of log decays
+over exactly the tokens it spans (a masked sum inside a sub-block, never a difference of two running sums).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from . import chunked_bwd
+from . import fused_recurrent as fr
+
+# the local pass's tiles: BP channels x BT tokens per matrix product; BP and local_warps 0: the precision's default
+# (chunked_bwd's corrections': 32 channels and 4 warps with TF32 products, 16 and 8 with IEEE ones)
+CHUNKED_FWD_CONFIG = {"BP": 0, "BT": 32, "DOT": "auto", "local_warps": 0}
+# "auto" takes the chunked forward where the sequential one would give the GPU fewer than this many programs per SM
+PROGRAMS_PER_SM = 4
+
+
+@triton.jit
+def palimpsa_fwd_local_kernel(
+    v, k, g, beta, ck_m, ck_i, cu_seqlens, chunk_offsets, chunk_seq, T,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
+    CT: tl.constexpr, BT: tl.constexpr, USE_BETA: tl.constexpr, IS_VARLEN: tl.constexpr, DOT: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """``BP`` channels of one head's end state of one chunk from a zero start, into the next chunk's checkpoint
+    slot (a sequence's last chunk has no next one and does nothing)."""
+    i_ck, i_h, i_pb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_g = i_h // (H // G)
+    _, bos, T, boc, i_c = chunked_bwd.chunk_at(i_ck, chunk_seq, cu_seqlens, chunk_offsets, T, CT, IS_VARLEN)
+    t0 = i_c * CT
+    last = i_c == tl.cdiv(T, CT) - 1
+    n = tl.where(last, 0, tl.minimum(CT, T - t0))
+    o_p = i_pb * BP + tl.arange(0, BP)
+    o_k = tl.arange(0, BK)
+    o_b = tl.arange(0, BT)
+    after = o_b[None, :] > o_b[:, None]  # [t, r]: r after t
+    b_m = tl.zeros([BP, BK], dtype=ACC)
+    b_j = tl.zeros([BP, BK], dtype=ACC)
+    for j in range(tl.cdiv(n, BT)):
+        o_t = j * BT + o_b
+        m_t = o_t < n
+        tok = bos + t0 + o_t
+        b_g = tl.load(g + tok * H + i_h, mask=m_t, other=0).to(ACC)
+        b_carry = tl.exp(tl.sum(b_g, 0))  # the sub-block's decay: carries what the earlier sub-blocks wrote
+        b_w = tl.exp(tl.sum(tl.where(after, b_g[None, :], 0), 1))  # [t]: this sub-block's decays after t
+        m_tk = m_t[:, None] & (o_k[None, :] < N)
+        m_tp = m_t[:, None] & (o_p[None, :] < P)
+        b_k = tl.load(k + (tok[:, None] * G + i_g) * N + o_k[None, :], mask=m_tk, other=0).to(ACC)
+        b_v = tl.load(v + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
+        b_m = b_carry * b_m + tl.dot(tl.trans(b_v * b_w[:, None]), b_k, input_precision=DOT)
+        if USE_BETA:
+            b_b = tl.load(beta + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
+            b_j = b_carry * b_j + tl.dot(tl.trans(b_b * b_w[:, None]), b_k * b_k, input_precision=DOT)
+    o_pk = o_p[:, None] * N + o_k[None, :]
+    m_pk = (o_p[:, None] < tl.where(last, 0, P)) & (o_k[None, :] < N)  # the last chunk has no slot
+    o_l = ((i_ck + 1).to(tl.int64) * H + i_h) * P * N
+    tl.store(ck_m + o_l + o_pk, b_m, mask=m_pk)
+    tl.store(ck_i + o_l + o_pk, b_j, mask=m_pk)
+
+
+@triton.jit
+def palimpsa_fwd_carry_kernel(
+    g, m0, i0, ip, ck_m, ck_i, cu_seqlens, chunk_offsets, T,
+    H: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CT: tl.constexpr, BE: tl.constexpr,
+    USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr, IS_VARLEN: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """For ``BE`` elements of one (sequence, head)'s state: the checkpoints, from the initial state and the local
+    end states in the slots (``ck_i``'s hold ``J``, the importance above the prior; the checkpoints hold ``I``)."""
+    i_e, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    bos, T, boc = fr._bounds(cu_seqlens, chunk_offsets, i_n, T, CT, IS_VARLEN)
+    o_e = i_e * BE + tl.arange(0, BE)
+    m_e = o_e < P * N
+    o_t = tl.arange(0, CT)
+    b_ip = tl.load(ip).to(ACC)
+    o_state = i_nh.to(tl.int64) * P * N + o_e
+    if USE_INITIAL_STATE:
+        b_m = tl.load(m0 + o_state, mask=m_e, other=0).to(ACC)
+    else:
+        b_m = tl.zeros([BE], dtype=ACC)
+    if USE_INITIAL_IMPORTANCE:
+        b_i = tl.load(i0 + o_state, mask=m_e, other=0).to(ACC)
+        b_j = b_i - b_ip
+    else:
+        b_i = tl.zeros([BE], dtype=ACC) + b_ip
+        b_j = tl.zeros([BE], dtype=ACC)
+    o_l = (boc * H + i_h) * P * N
+    tl.store(ck_m + o_l + o_e, b_m, mask=m_e)
+    tl.store(ck_i + o_l + o_e, b_i, mask=m_e)  # the first checkpoint: the initial state as given
+    for i_c in range(1, tl.cdiv(T, CT)):
+        b_g = tl.load(g + (bos + (i_c - 1) * CT + o_t) * H + i_h, mask=(i_c - 1) * CT + o_t < T, other=0).to(ACC)
+        b_carry = tl.exp(tl.sum(b_g, 0))
+        o_l = ((boc + i_c) * H + i_h) * P * N
+        b_m = b_carry * b_m + tl.load(ck_m + o_l + o_e, mask=m_e, other=0)
+        b_j = b_carry * b_j + tl.load(ck_i + o_l + o_e, mask=m_e, other=0)
+        tl.store(ck_m + o_l + o_e, b_m, mask=m_e)
+        tl.store(ck_i + o_l + o_e, b_j + b_ip, mask=m_e)
+
+
+def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chunk_size: int, on_gpu: bool) -> dict:
+    """The local pass's block sizes and precision (tl.dot wants every dimension >= 16 on a GPU; the interpreter takes
+    any, which the tests use to split the channels)."""
+    least = 16 if on_gpu else 1
+    dot = chunked_bwd._dot_precision(config["DOT"], dtype)
+    return {"BP": max(least, min(int(config["BP"]) or chunked_bwd._block_p(dot), triton.next_power_of_2(head_dim))),
+            "local_warps": int(config["local_warps"]) or chunked_bwd._correct_warps(dot),
+            "BK": max(least, triton.next_power_of_2(state_size)),
+            "BT": max(least, min(int(config["BT"]), chunk_size)),
+            "BE": min(1024, triton.next_power_of_2(head_dim * state_size)), "DOT": dot}
+
+
+def worth_it(n_states: int, heads: int, head_dim: int, length: int, chunk_size: int, block_v: int,
+             device: torch.device) -> bool:
+    """Whether ``auto`` takes the chunked forward: a sequence of several chunks, and a sequential grid of fewer than
+    ``PROGRAMS_PER_SM`` programs per SM (at 2.7b shapes B = 1 gives 2.4 on an H100, B = 4 gives 9.7)."""
+    if device.type != "cuda" or length <= chunk_size:
+        return False
+    programs = n_states * heads * triton.cdiv(head_dim, block_v)
+    return programs < PROGRAMS_PER_SM * fr._sm_count(device)
+
+
+def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
+                    output_uncertainty, store_checkpoints, fwd_config, chunk_size):
+    """``y, M_T, I_T, u`` and the checkpoints, as ``fused_recurrent._forward`` returns them, by the three launches
+    of this module (the checkpoints are computed whether or not they are returned: the chunks start from them)."""
+    config = {**CHUNKED_FWD_CONFIG, **{key: val for key, val in fwd_config.items() if key != "kernel"}}
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    n_states = fr._n_states(batch, cu_seqlens)
+    device, state_dtype = v.device, fr._state_dtype(v.dtype)
+    acc = fr._acc_dtype(v.dtype)
+    ip = fr._prior_tensor(importance_prior, state_dtype, device)
+    offsets, n_chunks = fr._chunk_offsets(cu_seqlens, batch, length, chunk_size)
+    sizes = _sizes(config, v.dtype, head_dim, state_size, chunk_size, v.is_cuda)
+    y = fr._output(v.shape, v.dtype, device)
+    u = fr._output(v.shape, v.dtype, device) if output_uncertainty else None
+    final_shape, _ = fr._output_shapes(v, k, cu_seqlens, n_chunks, True)
+    m_t = fr._output(final_shape, state_dtype, device) if output_final_state else None
+    i_t = fr._output(final_shape, state_dtype, device) if output_final_state else None
+    ck_m = torch.empty((n_chunks, heads, head_dim, state_size), dtype=state_dtype, device=device)
+    ck_i = torch.empty_like(ck_m)
+    chunk_seq, max_chunks = None, triton.cdiv(length, chunk_size)
+    if cu_seqlens is not None:
+        counts = fr._chunk_counts(cu_seqlens, chunk_size)
+        chunk_seq = torch.repeat_interleave(torch.arange(n_states, device=device, dtype=torch.int32), counts,
+                                            output_size=n_chunks)
+        max_chunks = int(counts.max())
+    common = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": cu_seqlens is not None,
+              "ACC": acc}
+    palimpsa_fwd_local_kernel[(n_chunks, heads, triton.cdiv(head_dim, sizes["BP"]))](
+        v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, chunk_seq, length, G=groups, BP=sizes["BP"],
+        BK=sizes["BK"], BT=sizes["BT"], USE_BETA=beta is not None, DOT=sizes["DOT"], num_warps=sizes["local_warps"],
+        **common,
+    )
+    palimpsa_fwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
+        log_decay, m0, i0, ip, ck_m, ck_i, cu_seqlens, offsets, length, BE=sizes["BE"],
+        USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None, num_warps=4, **common,
+    )
+    block_v, cfg = fr._launch_config({"UNROLL": 1, **fr.FWD_CONFIG}, head_dim)
+    fr.palimpsa_fwd_kernel[(triton.cdiv(head_dim, block_v), n_states * heads, max_chunks)](
+        v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
+        G=groups, BV=block_v, BK=triton.next_power_of_2(state_size), USE_BETA=beta is not None,
+        USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
+        STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=False, USE_UNCERTAINTY=output_uncertainty,
+        FAST_RCP=fr._fast_rcp(ip), CHUNKED=True, **common, **cfg,
+    )
+    if not store_checkpoints:
+        ck_m, ck_i = (torch.empty((1,), dtype=state_dtype, device=device) for _ in range(2))
+    return y, m_t, i_t, u, ck_m, ck_i
+
+
+def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
+                    state_size: int = 128, chunk_size: int = 512, arch: int = 90) -> dict:
+    """The three launches of :func:`chunked_forward` compiled for ``sm_<arch>a`` without a GPU, at the launch it
+    makes on a GPU (beta on, no states in or out, no ``u``), and the sequential forward beside them:
+    ``{name: resource usage}``."""
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    sizes = _sizes(CHUNKED_FWD_CONFIG, torch_dtype, head_dim, state_size, chunk_size, on_gpu=True)
+    low = {n: f"*{dtype}" for n in ("v", "k", "q", "beta", "y", "u")}
+    low.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32", "chunk_seq": "*i32"})
+    shape = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": False, "ACC": tl.float32}
+    block_v, cfg = fr._launch_config({"UNROLL": 1, **fr.FWD_CONFIG}, head_dim)
+    warps = cfg.pop("num_warps")
+    walk = {**shape, **cfg, "G": groups, "BV": block_v, "BK": triton.next_power_of_2(state_size), "USE_BETA": True,
+            "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False, "STORE_FINAL_STATE": False,
+            "USE_UNCERTAINTY": False, "FAST_RCP": True}
+    launches = {
+        "local": (palimpsa_fwd_local_kernel, sizes["local_warps"], {
+            **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BK"], "BT": sizes["BT"], "USE_BETA": True,
+            "DOT": sizes["DOT"]}),
+        "carry": (palimpsa_fwd_carry_kernel, 4, {**shape, "BE": sizes["BE"], "USE_INITIAL_STATE": False,
+                                                 "USE_INITIAL_IMPORTANCE": False}),
+        "walk": (fr.palimpsa_fwd_kernel, warps, {**walk, "STORE_CHECKPOINTS": False, "CHUNKED": True}),
+        "sequential": (fr.palimpsa_fwd_kernel, warps, {**walk, "STORE_CHECKPOINTS": True, "CHUNKED": False}),
+    }
+    return {name: chunked_bwd.compile_launch(kernel, num_warps, constexprs, low, arch)
+            for name, (kernel, num_warps, constexprs) in launches.items()}

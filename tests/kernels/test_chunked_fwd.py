@@ -1,0 +1,181 @@
+"""The chunk-parallel forward (``palimpsa.kernels.chunked_fwd``) under ``TRITON_INTERPRET=1`` on the CPU.
+
+Its three launches (local end states by matrix products, the scan of the chunks' states into the checkpoints, the
+per-chunk walk) against the sequential reference in float64 at tiny shapes with small chunks (``CT = 8``), so that
+chunks, sub-blocks of the local pass, channel blocks, packed sequences of unequal lengths and odd tails all occur;
+its checkpoints against the sequential forward's (the backward runs on them); gradients through it; the dispatch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1", allow_module_level=True)
+
+from palimpsa.kernels import chunked_fwd, fused_recurrent, palimpsa_scan  # noqa: E402
+from scan_inputs import assert_close, make_inputs  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+F64_TOL = 1e-10
+SMALL = {"chunk_size": 8, "block_size": 4}
+
+
+@pytest.fixture(autouse=True)
+def _poison_outputs(monkeypatch):
+    monkeypatch.setattr(fused_recurrent, "POISON_OUTPUTS", True)
+
+
+def inputs_for(batch, length, groups, **options) -> dict:
+    return make_inputs(batch, length, 4, groups, 8, 16, device=DEVICE, **options)
+
+
+def forward(inputs: dict, config: dict | None, *, cu_seqlens=None, importance_prior=0.7, sizes=SMALL,
+            store_checkpoints=True):
+    """``y, M_T, I_T, u, ck_m, ck_i`` of the Triton forward: chunked with ``config``, sequential with None."""
+    fwd_config = {"BV": 4, "TRANS": False, "num_warps": 1} if config is None else {"kernel": "chunked", **config}
+    return fused_recurrent._forward(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], inputs["M0"], inputs["I0"],
+        importance_prior, cu_seqlens, True, True, store_checkpoints, fwd_config, sizes["chunk_size"])
+
+
+def check(inputs: dict, config: dict, tol=F64_TOL, cu_seqlens=None, **options) -> None:
+    state = None if inputs["M0"] is None else (inputs["M0"], inputs["I0"])
+    args = (inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"])
+    want_y, (want_m, want_i), want_u = palimpsa_scan(
+        *(t.double() for t in args[:4]), None if args[4] is None else args[4].double(), importance_prior=0.7,
+        initial_state=None if state is None else tuple(None if s is None else s.double() for s in state),
+        output_final_state=True, output_uncertainty=True, cu_seqlens=cu_seqlens, backend="naive")
+    y, m_t, i_t, u, ck_m, ck_i = forward(inputs, config, cu_seqlens=cu_seqlens, **options)
+    for name, got, want in (("y", y, want_y), ("M_T", m_t, want_m), ("I_T", i_t, want_i), ("u", u, want_u)):
+        assert_close(got, want, tol, name)
+    # the checkpoints are the sequential forward's, which the backward reads
+    *_, seq_m, seq_i = forward(inputs, None, cu_seqlens=cu_seqlens, **options)
+    assert_close(ck_m, seq_m, tol, "checkpoints M")
+    assert_close(ck_i, seq_i, tol, "checkpoints I")
+
+
+@pytest.mark.parametrize(
+    "length, groups, with_beta, with_state, config",
+    [
+        (29, 2, True, True, {"BT": 4}),  # four chunks and a tail, local products in sub-blocks of 4 tokens
+        (21, 1, False, True, {"BP": 4, "BT": 2}),  # no beta, channel blocks in the local pass
+        (16, 4, True, False, {}),  # whole chunks only, no state in or out
+        (8, 2, True, True, {"BT": 4}),  # one chunk: nothing to carry
+        (3, 2, True, True, {}),  # shorter than a chunk
+    ],
+)
+def test_matches_naive(length, groups, with_beta, with_state, config):
+    check(inputs_for(2, length, groups, with_beta=with_beta, with_state=with_state), config)
+
+
+def test_packed_sequences_of_unequal_lengths():
+    """10, 1, 16 and 13 tokens: the per-chunk grid covers the longest, the shorter sequences' extra programs walk
+    nothing and write nothing (the outputs are NaN-poisoned)."""
+    bounds = torch.tensor([0, 10, 11, 27, 40], dtype=torch.int32, device=DEVICE)
+    check(inputs_for(1, 40, 2, n_states=4), {"BT": 4}, cu_seqlens=bounds)
+
+
+def test_initial_memory_without_initial_importance():
+    inputs = inputs_for(2, 19, 2)
+    inputs["I0"] = None
+    check(inputs, {"BT": 4})
+
+
+def test_float32_fast_decays_over_long_chunks():
+    """Log decays near -8 over 64-token chunks in float32 (IEEE products on the CPU): every decay product is the
+    exponential of a sum over the tokens it spans."""
+    inputs = make_inputs(1, 150, 2, 1, 8, 16, dtype=torch.float32, device=DEVICE, seed=3)
+    with torch.no_grad():
+        inputs["log_decay"][:, :90] = -8.0 + 0.1 * inputs["log_decay"][:, :90]
+    check(inputs, {"BT": 16}, tol=1e-5, sizes={"chunk_size": 64, "block_size": 8})
+
+
+def test_without_checkpoints_returns_the_stub():
+    inputs = inputs_for(2, 21, 2)
+    y, *_, ck_m, ck_i = forward(inputs, {"BT": 4}, store_checkpoints=False)
+    assert ck_m.numel() == ck_i.numel() == 1
+    assert_close(y, forward(inputs, None)[0], F64_TOL, "y")
+
+
+def test_gradients_flow_through_the_chunked_forward(monkeypatch):
+    """The op with the chunked forward forced (chunks of 8 tokens): its checkpoints feed both backwards."""
+    monkeypatch.setenv(fused_recurrent.FORWARD_ENV, "chunked")
+    monkeypatch.setattr(fused_recurrent, "CHUNK_SIZE", 8)
+    monkeypatch.setattr(fused_recurrent, "BLOCK_SIZE", 4)
+    inputs = make_inputs(1, 20, 2, 1, 4, 16, requires_grad=True, device=DEVICE)
+    leaves = [t for t in inputs.values() if t is not None]
+    for backward in ("sequential", "chunked"):
+        monkeypatch.setenv(fused_recurrent.BACKWARD_ENV, backward)
+        grads = {}
+        for name in ("triton", "naive"):
+            y, (m_t, i_t), u = palimpsa_scan(inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"],
+                                            inputs["beta"], importance_prior=0.7,
+                                            initial_state=(inputs["M0"], inputs["I0"]), output_final_state=True,
+                                            output_uncertainty=True, backend=name)
+            loss = (y * y).sum() + m_t.sum() + (i_t * i_t).sum() + u.sum()
+            grads[name] = torch.autograd.grad(loss, leaves)
+        for got, want in zip(grads["triton"], grads["naive"], strict=True):
+            assert_close(got, want, F64_TOL, backward)
+
+
+def test_the_environment_and_auto_choose_the_forward(monkeypatch):
+    calls = []
+    real = chunked_fwd.chunked_forward
+
+    def spy(*args, **kwargs):
+        calls.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(chunked_fwd, "chunked_forward", spy)
+    inputs = inputs_for(1, 20, 2)
+    args = (inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False)
+    monkeypatch.setenv(fused_recurrent.FORWARD_ENV, "chunked")
+    fused_recurrent.fused_recurrent_palimpsa_scan(*args, **SMALL)
+    assert calls == [True]
+    monkeypatch.setenv(fused_recurrent.FORWARD_ENV, "sequential")
+    fused_recurrent.fused_recurrent_palimpsa_scan(*args, **SMALL)
+    assert calls == [True]
+    monkeypatch.setenv(fused_recurrent.FORWARD_ENV, "auto")  # off the GPU auto never takes it
+    fused_recurrent.fused_recurrent_palimpsa_scan(*args, **SMALL)
+    assert calls == [True]
+    monkeypatch.setenv(fused_recurrent.FORWARD_ENV, "fast")
+    with pytest.raises(ValueError, match="PALIMPSA_TRITON_FORWARD must be one of"):
+        fused_recurrent.fused_recurrent_palimpsa_scan(*args, **SMALL)
+
+
+def test_auto_takes_it_where_the_sequential_grid_leaves_the_gpu_short(monkeypatch):
+    """2.7b shapes on an H100 (132 SMs): B = 1 (320 programs) takes it, B = 4 (1280) does not; nor does a
+    sequence of one chunk, nor the CPU."""
+    monkeypatch.setattr(fused_recurrent, "_sm_count", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert chunked_fwd.worth_it(1, 80, 64, 8192, 512, 16, cuda)
+    assert not chunked_fwd.worth_it(4, 80, 64, 8192, 512, 16, cuda)
+    assert not chunked_fwd.worth_it(1, 80, 64, 512, 512, 16, cuda)
+    assert not chunked_fwd.worth_it(1, 80, 64, 8192, 512, 16, torch.device("cpu"))
+
+
+def test_kernels_compile_for_sm90a_without_spills():
+    """The training launches (beta, 2.7b shapes; bf16 inputs with TF32 local products, float32 ones with IEEE
+    products) fit the registers without spilling (Triton 3.9: the local pass 176 / 240, the carry 56, the chunk walk
+    80 against the sequential forward's 121)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from palimpsa.kernels import chunked_fwd as c; "
+            "print(json.dumps({d: c.compile_kernels(dtype=d) for d in ('bf16', 'fp32')}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    usage = json.loads(run.stdout.strip().splitlines()[-1])
+    for dtype, launches in usage.items():
+        assert set(launches) == {"local", "carry", "walk", "sequential"}
+        for name, found in launches.items():
+            assert found["stack"] == 0 and found["local"] == 0, (dtype, name, found)
+            assert found["registers"] <= 255, (dtype, name, found)
+        # the walk stores no checkpoints: never more registers than the sequential forward
+        assert launches["walk"]["registers"] <= launches["sequential"]["registers"], launches
