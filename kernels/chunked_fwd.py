@@ -135,11 +135,20 @@ def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chu
             "BE": min(1024, triton.next_power_of_2(head_dim * state_size)), "DOT": dot}
 
 
+MAX_CHUNKS = 65535  # the chunk walk's grid runs over the chunks in its third dimension, which CUDA caps
+
+
+def can_run(length: int, chunk_size: int) -> bool:
+    """Whether the chunked forward takes these sizes: a power-of-two chunk (its launches tile whole chunks) and at
+    most ``MAX_CHUNKS`` chunks in the longest sequence (33.5M tokens at ``CT = 512``)."""
+    return chunk_size & (chunk_size - 1) == 0 and triton.cdiv(length, chunk_size) <= MAX_CHUNKS
+
+
 def worth_it(n_states: int, heads: int, head_dim: int, length: int, chunk_size: int, block_v: int,
              device: torch.device) -> bool:
     """Whether ``auto`` takes the chunked forward: a sequence of several chunks, and a sequential grid of fewer than
     ``PROGRAMS_PER_SM`` programs per SM (at 2.7b shapes B = 1 gives 2.4 on an H100, B = 4 gives 9.7)."""
-    if device.type != "cuda" or length <= chunk_size:
+    if device.type != "cuda" or length <= chunk_size or not can_run(length, chunk_size):
         return False
     programs = n_states * heads * triton.cdiv(head_dim, block_v)
     return programs < PROGRAMS_PER_SM * fr._sm_count(device)
@@ -151,6 +160,10 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
     of this module (the checkpoints are computed whether or not they are returned: the chunks start from them)."""
     config = {**CHUNKED_FWD_CONFIG, **{key: val for key, val in fwd_config.items() if key != "kernel"}}
     batch, length, heads, head_dim = v.shape
+    if not can_run(length, chunk_size):
+        raise ValueError(f"the chunked forward needs a power-of-two chunk_size and at most {MAX_CHUNKS} chunks a "
+                         f"sequence (chunk_size {chunk_size}, {length} tokens); use the sequential forward "
+                         "(PALIMPSA_TRITON_FORWARD=sequential)")
     groups, state_size = k.shape[2], k.shape[3]
     n_states = fr._n_states(batch, cu_seqlens)
     device, state_dtype = v.device, fr._state_dtype(v.dtype)

@@ -895,7 +895,7 @@ def fused_recurrent_palimpsa_scan(
     if fwd_config is None and v.shape[1] > 1 and _chunked_available("chunked_fwd") and (
             forward == "chunked" or (forward == "auto" and chunked_by_default(v) and _chunked_forward_pays(
                 v, cu_seqlens, chunk_size))):
-        fwd_config = {"kernel": "chunked"}
+        fwd_config = {"kernel": "chunked"}  # (where it cannot run, chunked_fwd says so)
     if fwd_config is None or (v.shape[1] == 1 and fwd_config.get("kernel") in ("gluon", "chunked")):
         fwd_config = FWD_CONFIG
     if fwd_config.get("UNROLL", 1) not in (1, 2):

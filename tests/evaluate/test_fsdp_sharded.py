@@ -64,19 +64,34 @@ def _reports(model, tokenizer_dir: str) -> tuple[dict, dict, list[str]]:
     return report, weights, answers
 
 
+def _shard(model, layout: str):
+    """FSDP2 units as accelerate's plugin makes them for a model with tied embeddings ("accelerate": every block,
+    then the final norm with the embeddings and the head, kept gathered after the forward, then the root) or the
+    plainest form ("blocks": every block, then the root), with float32 weights gathered as bf16 for the forward as
+    under ``train.mixed_precision: bf16``."""
+    policy = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    base = model.get_base_model()
+    for block in base.backbone.layers:
+        fsdp.fully_shard(block, mp_policy=policy)
+    if layout == "accelerate":
+        assert base.lm_head.weight is base.backbone.embedding.weight
+        fsdp.fully_shard([base.backbone.norm_f, base.backbone.embedding, base.lm_head], mp_policy=policy,
+                         reshard_after_forward=False)
+    fsdp.fully_shard(model, mp_policy=policy)
+
+
 def _worker(rank: int, port: int, tokenizer_dir: str, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         torch.set_num_threads(1)
-        model = _model()
-        for block in model.get_base_model().backbone.layers:
-            fsdp.fully_shard(block)
-        fsdp.fully_shard(model)
-        report, weights, answers = _reports(model, tokenizer_dir)
-        sharded_after = all(isinstance(p, torch.distributed.tensor.DTensor) for p in model.parameters())
-        buffer = io.BytesIO()  # bytes, not tensors: torch's queue shares tensors through the sender, which exits
-        torch.save(weights, buffer)
-        results.put((rank, report, buffer.getvalue(), answers, sharded_after))
+        for layout in ("blocks", "accelerate"):
+            model = _model()
+            _shard(model, layout)
+            report, weights, answers = _reports(model, tokenizer_dir)
+            sharded_after = all(isinstance(p, torch.distributed.tensor.DTensor) for p in model.parameters())
+            buffer = io.BytesIO()  # bytes, not tensors: torch's queue shares tensors through the sender, which exits
+            torch.save(weights, buffer)
+            results.put((rank, layout, report, buffer.getvalue(), answers, sharded_after))
     finally:
         dist.destroy_process_group()
 
@@ -95,7 +110,7 @@ def test_importance_generation_and_merged_weights_of_an_fsdp2_sharded_model_matc
     for process in processes:
         process.start()
     received, deadline = [], time.monotonic() + 300
-    while len(received) < len(processes):
+    while len(received) < 2 * len(processes):
         try:
             received.append(results.get(timeout=2))
         except queue.Empty:
@@ -104,16 +119,19 @@ def test_importance_generation_and_merged_weights_of_an_fsdp2_sharded_model_matc
     for process in processes:
         process.join(timeout=60)
         assert process.exitcode == 0
-    for rank, report, weights, answers, sharded_after in received:
+    for rank, layout, report, weights, answers, sharded_after in received:
+        where = f"rank {rank}, {layout} layout"
         weights = torch.load(io.BytesIO(weights))
-        assert answers == reference_answers, rank
-        assert sharded_after, f"rank {rank}: the parameters were left gathered"
+        assert sharded_after, f"{where}: the parameters were left gathered"
+        # the forward runs in bf16 under the policy: the greedy answers and the statistics to bf16's precision
+        assert answers == reference_answers, where
         for got, want in zip(report["layers"], reference["layers"], strict=True):
             assert got["layer"] == want["layer"]
             for key, value in want["heads"].items():
-                assert got["heads"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (rank, got["layer"], key)
+                assert got["heads"][key] == pytest.approx(value, rel=2e-2, abs=1e-3), (where, got["layer"], key)
+        # the saved weights are the float32 ones, the LoRA deltas built from the float32 shards
         assert weights.keys() == reference_weights.keys()
         assert not any("lora_" in name or "base_layer" in name for name in weights)
         for name, tensor in reference_weights.items():
-            assert type(weights[name]) is torch.Tensor, name
-            torch.testing.assert_close(weights[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
+            assert type(weights[name]) is torch.Tensor and weights[name].dtype == torch.float32, (where, name)
+            torch.testing.assert_close(weights[name], tensor, rtol=1e-6, atol=1e-7, msg=f"{where}: {name}")

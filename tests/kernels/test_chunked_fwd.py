@@ -179,3 +179,16 @@ def test_kernels_compile_for_sm90a_without_spills():
             assert found["registers"] <= 255, (dtype, name, found)
         # the walk stores no checkpoints: never more registers than the sequential forward
         assert launches["walk"]["registers"] <= launches["sequential"]["registers"], launches
+
+
+def test_sizes_it_cannot_take_are_refused_by_name_and_left_to_the_sequential_forward(monkeypatch):
+    """A chunk that is not a power of two (its launches tile whole chunks) or more chunks than CUDA's third grid
+    dimension holds: ``auto`` keeps the sequential forward, an explicit request says what to do."""
+    monkeypatch.setattr(fused_recurrent, "_sm_count", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert not chunked_fwd.worth_it(1, 80, 64, 8192, 384, 16, cuda)
+    assert not chunked_fwd.worth_it(1, 80, 64, 512 * 65536, 512, 16, cuda)
+    assert chunked_fwd.can_run(512 * 65535, 512)
+    inputs = inputs_for(1, 20, 2)
+    with pytest.raises(ValueError, match="power-of-two chunk_size.*PALIMPSA_TRITON_FORWARD=sequential"):
+        forward(inputs, {}, sizes={"chunk_size": 12, "block_size": 4})

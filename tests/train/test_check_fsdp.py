@@ -87,3 +87,8 @@ def test_largest_difference_names_the_tensor(check):
     value, name = check.largest_difference(a, b)
     assert name == "bias" and value == pytest.approx(0.25)
     assert check.largest_difference(a, torch.nn.Linear(3, 2, bias=False)) == (None, None)
+    with torch.no_grad():
+        b.weight[0, 0] = float("nan")
+    value, name = check.largest_difference(a, b)
+    assert name == "weight" and not check.within(value, 1.0)
+    assert not check.within(None, 1.0) and check.within(0.5, 1.0)

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..errors import PalimpsaError
 from ..io.output import write_json_atomic, write_text_atomic
 from ..model.cache import PalimpsaCache
-from ..model.sharding import gathered
+from ..model.sharding import fsdp_units, gathered
 from .generation import left_padded
 from .tasks import Sample, default_long_text, mqar_samples, niah_samples, passkey_samples
 
@@ -73,7 +73,9 @@ def greedy_answers(model, tokenizer, samples: list[Sample], batch_size: int, pro
     order = sorted(range(len(samples)), key=lambda i: samples[i].length)
     results: dict[int, str] = {}
     # Under FSDP2 a LoRA model's generate() reaches the wrapped model's forward, not the outer one around which FSDP
-    # gathers the embeddings and the head: gather those (the blocks gather their own); every rank generates alike
+    # gathers the embeddings and the head: gather those (the blocks gather their own). Every decoding step gathers
+    # weights across the ranks, so each rank steps until all are done (synced_gpus)
+    synced = bool(fsdp_units(model)) and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
     with gathered(model, holding=model.get_input_embeddings()):
         for first in tqdm(range(0, len(order), batch_size), desc="generating", disable=not progress, leave=False):
             chunk = order[first : first + batch_size]
@@ -81,7 +83,7 @@ def greedy_answers(model, tokenizer, samples: list[Sample], batch_size: int, pro
             answer_tokens = max(len(tokenizer(samples[i].answer, add_special_tokens=False)["input_ids"])
                                 for i in chunk)
             output = model.generate(**batch, max_new_tokens=answer_tokens + 4, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id)
+                                    pad_token_id=tokenizer.pad_token_id, synced_gpus=synced)
             texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
             results.update(zip(chunk, texts))
     return [results[i] for i in range(len(samples))]

@@ -115,27 +115,47 @@ def attach_lora(model: torch.nn.Module, recipe: Recipe):
     return get_peft_model(model, config)
 
 
-def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def merged_state_dict(model: torch.nn.Module, keep: bool = True) -> dict[str, torch.Tensor]:
     """The model's weights with LoRA deltas folded in, under the plain model's names (the model is unchanged).
-    Under FSDP2 every rank must call it (it gathers the shards); each gets the whole weights."""
-    from peft.tuners.lora import LoraLayer
 
-    from ..model.sharding import gathered, whole
+    Under FSDP2 every rank must call it (it gathers the shards, into CPU memory) and ``keep=False`` lets a rank
+    that will not write the weights drop them as they come; the deltas are built from the gathered float32 shards,
+    not from what FSDP gathers for a forward (bf16 under mixed precision). Without sharding ``keep=False`` returns
+    ``{}`` at once."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+    from peft.utils.other import transpose
+
+    from ..model.sharding import fsdp_units, gathered, whole
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    sharded = bool(fsdp_units(base))
+    if not keep and not sharded:
+        return {}
     lora_layers = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
-    full = {name: whole(tensor) for name, tensor in base.state_dict().items() if "lora_" not in name}
-    deltas = {}
-    for owner, layer in lora_layers.items():
-        with gathered(base, holding=layer):  # the adapters' own weights, whole, for peft's delta
-            deltas[owner] = sum(layer.get_delta_weight(adapter) for adapter in layer.active_adapters).detach()
+    full = {name: whole(tensor).detach() for name, tensor in base.state_dict().items()}
+
+    def delta(owner: str, layer) -> torch.Tensor:
+        total = 0
+        for adapter in layer.active_adapters:
+            if isinstance(layer, LoraLinear) and not layer.use_dora.get(adapter, False):
+                a = full[f"{owner}.lora_A.{adapter}.weight"].float()
+                b = full[f"{owner}.lora_B.{adapter}.weight"].float()
+                total = total + transpose(b @ a, layer.fan_in_fan_out) * layer.scaling[adapter]
+            else:  # another kind of adapter: peft's own delta, from what FSDP gathers for a forward
+                with gathered(base, holding=layer):
+                    total = total + layer.get_delta_weight(adapter).detach().float()
+        return total
+
     state = {}
     for name, tensor in full.items():
+        if "lora_" in name:
+            continue
         owner = name.rsplit(".", 2)[0] if ".base_layer." in name else None
-        if owner in deltas and name.endswith("base_layer.weight"):
-            state[name.replace(".base_layer", "")] = (tensor + deltas[owner].to(tensor)).detach()
-        else:
-            state[name.replace(".base_layer", "")] = tensor.detach()
+        if owner in lora_layers and name.endswith("base_layer.weight"):
+            tensor = (tensor.float() + delta(owner, lora_layers[owner]).to(tensor.device)).to(tensor.dtype)
+        if keep:
+            state[name.replace(".base_layer", "")] = tensor
     return state
 
 

@@ -548,7 +548,7 @@ class Trainer:
     def _full_state_dict(self) -> dict[str, torch.Tensor]:
         model = self.accelerator.unwrap_model(self.model)
         if self.recipe.trainable.mode in ("beta+lora", "lora"):
-            return merged_state_dict(model)
+            return merged_state_dict(model, keep=self.is_main)
         return self.accelerator.get_state_dict(self.model)
 
     def _save_model_directory(self, state: dict[str, torch.Tensor], directory: Path) -> None:
