@@ -63,17 +63,17 @@ def check(inputs: dict, config: dict, tol=F64_TOL, cu_seqlens=None, **options) -
 
 
 @pytest.mark.parametrize(
-    "length, groups, with_beta, with_state, config",
+    "batch, length, groups, with_beta, with_state, config",
     [
-        (29, 2, True, True, {"BT": 4}),  # four chunks and a tail, local products in sub-blocks of 4 tokens
-        (21, 1, False, True, {"BP": 4, "BT": 2}),  # no beta, channel blocks in the local pass
-        (16, 4, True, False, {}),  # whole chunks only, no state in or out
-        (8, 2, True, True, {"BT": 4}),  # one chunk: nothing to carry
-        (3, 2, True, True, {}),  # shorter than a chunk
+        (2, 29, 2, True, True, {"BT": 4}),  # four chunks and a tail, local products in sub-blocks of 4 tokens
+        (1, 21, 1, False, True, {"BP": 4, "BT": 2}),  # no beta, channel blocks in the local pass
+        (1, 16, 4, True, False, {}),  # whole chunks only, no state in or out
+        (1, 8, 2, True, True, {"BT": 4}),  # one chunk: nothing to carry
+        (2, 3, 2, True, True, {}),  # shorter than a chunk
     ],
 )
-def test_matches_naive(length, groups, with_beta, with_state, config):
-    check(inputs_for(2, length, groups, with_beta=with_beta, with_state=with_state), config)
+def test_matches_naive(batch, length, groups, with_beta, with_state, config):
+    check(inputs_for(batch, length, groups, with_beta=with_beta, with_state=with_state), config)
 
 
 def test_packed_sequences_of_unequal_lengths():
