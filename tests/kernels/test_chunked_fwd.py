@@ -84,7 +84,7 @@ def test_packed_sequences_of_unequal_lengths():
 
 
 def test_initial_memory_without_initial_importance():
-    inputs = inputs_for(2, 19, 2)
+    inputs = inputs_for(1, 19, 2)
     inputs["I0"] = None
     check(inputs, {"BT": 4})
 
@@ -92,14 +92,14 @@ def test_initial_memory_without_initial_importance():
 def test_float32_fast_decays_over_long_chunks():
     """Log decays near -8 over 64-token chunks in float32 (IEEE products on the CPU): every decay product is the
     exponential of a sum over the tokens it spans."""
-    inputs = make_inputs(1, 150, 2, 1, 8, 16, dtype=torch.float32, device=DEVICE, seed=3)
+    inputs = make_inputs(1, 130, 2, 1, 8, 16, dtype=torch.float32, device=DEVICE, seed=3)
     with torch.no_grad():
         inputs["log_decay"][:, :90] = -8.0 + 0.1 * inputs["log_decay"][:, :90]
     check(inputs, {"BT": 16}, tol=1e-5, sizes={"chunk_size": 64, "block_size": 8})
 
 
 def test_without_checkpoints_returns_the_stub():
-    inputs = inputs_for(2, 21, 2)
+    inputs = inputs_for(1, 13, 2)
     y, *_, ck_m, ck_i = forward(inputs, {"BT": 4}, store_checkpoints=False)
     assert ck_m.numel() == ck_i.numel() == 1
     assert_close(y, forward(inputs, None)[0], F64_TOL, "y")
