@@ -167,16 +167,11 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
     groups, state_size = k.shape[2], k.shape[3]
     n_states = fr._n_states(batch, cu_seqlens)
     device, state_dtype = v.device, fr._state_dtype(v.dtype)
-    acc = fr._acc_dtype(v.dtype)
     ip = fr._prior_tensor(importance_prior, state_dtype, device)
     offsets, n_chunks = fr._chunk_offsets(cu_seqlens, batch, length, chunk_size)
     sizes = _sizes(config, v.dtype, head_dim, state_size, chunk_size, v.is_cuda)
-    y = fr._output(v.shape, v.dtype, device)
-    u = fr._output(v.shape, v.dtype, device) if output_uncertainty else None
-    final_shape, _ = fr._output_shapes(v, k, cu_seqlens, n_chunks, True)
-    m_t = fr._output(final_shape, state_dtype, device) if output_final_state else None
-    i_t = fr._output(final_shape, state_dtype, device) if output_final_state else None
-    ck_m = torch.empty((n_chunks, heads, head_dim, state_size), dtype=state_dtype, device=device)
+    _, ck_shape = fr._output_shapes(v, k, cu_seqlens, n_chunks, True)
+    ck_m = torch.empty(ck_shape, dtype=state_dtype, device=device)
     ck_i = torch.empty_like(ck_m)
     chunk_seq, max_chunks = None, triton.cdiv(length, chunk_size)
     if cu_seqlens is not None:
@@ -185,7 +180,7 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
                                             output_size=n_chunks)
         max_chunks = int(counts.max())
     common = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": cu_seqlens is not None,
-              "ACC": acc}
+              "ACC": fr._acc_dtype(v.dtype)}
     palimpsa_fwd_local_kernel[(n_chunks, heads, triton.cdiv(head_dim, sizes["BP"]))](
         v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, chunk_seq, length, G=groups, BP=sizes["BP"],
         BK=sizes["BK"], BT=sizes["BT"], USE_BETA=beta is not None, DOT=sizes["DOT"], num_warps=sizes["local_warps"],
@@ -195,18 +190,12 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
         log_decay, m0, i0, ip, ck_m, ck_i, cu_seqlens, offsets, length, BE=sizes["BE"],
         USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None, num_warps=4, **common,
     )
-    block_v, cfg = fr._launch_config({"UNROLL": 1, **fr.FWD_CONFIG}, head_dim)
-    fr.palimpsa_fwd_kernel[(triton.cdiv(head_dim, block_v), n_states * heads, max_chunks)](
-        v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
-        G=groups, BV=block_v, BK=triton.next_power_of_2(state_size), USE_BETA=beta is not None,
-        USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
-        STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=False, USE_UNCERTAINTY=output_uncertainty,
-        FAST_RCP=fr._fast_rcp(ip), CHUNKED=True, **common, **cfg,
-    )
+    y, m_t, i_t, u = fr._walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offsets, n_chunks,
+                              ck_m, ck_i, output_final_state, output_uncertainty, False, fr.FWD_CONFIG, chunk_size,
+                              chunks=max_chunks)
     if not store_checkpoints:
         ck_m, ck_i = (torch.empty((1,), dtype=state_dtype, device=device) for _ in range(2))
     return y, m_t, i_t, u, ck_m, ck_i
-
 
 def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
                     state_size: int = 128, chunk_size: int = 512, arch: int = 90) -> dict:

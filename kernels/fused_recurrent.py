@@ -648,31 +648,43 @@ def _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, out
         return gluon_scan.gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens,
                                         output_final_state, output_uncertainty, store_checkpoints, chunk_size,
                                         fwd_config.get("variant"))
+    state_dtype = _state_dtype(v.dtype)
+    offsets, n_chunks = _chunk_offsets(cu_seqlens, v.shape[0], v.shape[1], chunk_size)
+    _, ck_shape = _output_shapes(v, k, cu_seqlens, n_chunks, store_checkpoints)
+    ck_m = torch.empty(ck_shape, dtype=state_dtype, device=v.device)
+    ck_i = torch.empty(ck_shape, dtype=state_dtype, device=v.device)
+    y, m_t, i_t, u = _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offsets, n_chunks, ck_m,
+                           ck_i, output_final_state, output_uncertainty, store_checkpoints, fwd_config, chunk_size)
+    return y, m_t, i_t, u, ck_m, ck_i
+
+
+def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offsets, n_chunks, ck_m, ck_i,
+          output_final_state, output_uncertainty, store_checkpoints, fwd_config, chunk_size, chunks=None):
+    """Launch ``palimpsa_fwd_kernel`` with the tiling of ``fwd_config``: ``y, M_T, I_T, u`` (None where not asked
+    for). Over whole sequences, storing the checkpoints if ``store_checkpoints``; with ``chunks`` (the most chunks
+    of a sequence) one program per chunk, each from its checkpoint, which must be written already
+    (``chunked_fwd.py``)."""
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
     n_states = _n_states(batch, cu_seqlens)
     device, state_dtype = v.device, _state_dtype(v.dtype)
     ip = _prior_tensor(importance_prior, state_dtype, device)
-    offsets, n_chunks = _chunk_offsets(cu_seqlens, batch, length, chunk_size)
-
     y = _output(v.shape, v.dtype, device)
     u = _output(v.shape, v.dtype, device) if output_uncertainty else None
-    final_shape, ck_shape = _output_shapes(v, k, cu_seqlens, n_chunks, store_checkpoints)
+    final_shape, _ = _output_shapes(v, k, cu_seqlens, n_chunks, False)
     m_t = _output(final_shape, state_dtype, device) if output_final_state else None
     i_t = _output(final_shape, state_dtype, device) if output_final_state else None
-    ck_m = torch.empty(ck_shape, dtype=state_dtype, device=device)
-    ck_i = torch.empty(ck_shape, dtype=state_dtype, device=device)
     block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
-    grid = (triton.cdiv(head_dim, block_v), n_states * heads)
+    grid = (triton.cdiv(head_dim, block_v), n_states * heads) + (() if chunks is None else (chunks,))
     palimpsa_fwd_kernel[grid](
         v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
         H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=triton.next_power_of_2(state_size), CT=chunk_size,
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
-        STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=store_checkpoints,
+        STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=store_checkpoints and chunks is None,
         USE_UNCERTAINTY=output_uncertainty, IS_VARLEN=cu_seqlens is not None,
-        FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), **cfg,
+        FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), CHUNKED=chunks is not None, **cfg,
     )
-    return y, m_t, i_t, u, ck_m, ck_i
+    return y, m_t, i_t, u
 
 
 def _incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du):
