@@ -47,8 +47,9 @@ from . import fused_recurrent as fr
 # ones (whose FMA form spills with more channels or fewer warps)
 # PROGRAMS_PER_SM: the local pass's persistent programs per SM (one-warp programs of ~220 registers: 8 fit an SM),
 # each with one scratch slab; 0: one program per work item, each with its own slab (NSPLIT times the scratch)
+# maxnreg: a register cap for the local pass (ptxas's own choice where 0), so that more programs fit an SM
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
-                  "correct_warps": 0, "PROGRAMS_PER_SM": 8}
+                  "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -360,7 +361,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
-        num_warps=config["num_warps"], **initial, **common,
+        num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common,
     )
     del sc_m, sc_i
     mark("carry")
@@ -411,11 +412,13 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BKC"], "BT": sizes["BT"], "USE_BETA": True,
             "USE_FINAL_STATE_GRADIENT": False, "IS_VARLEN": False, "DOT": sizes["DOT"], "ACC": acc}),
     }
-    return {name: compile_launch(kernel, warps, constexprs, low, arch)
+    return {name: compile_launch(kernel, warps, constexprs, low, arch,
+                                 (int(config["maxnreg"]) or None) if name == "local" else None)
             for name, (kernel, warps, constexprs) in launches.items()}
 
 
-def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: int = 90) -> dict:
+def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: int = 90,
+                   maxnreg: int | None = None) -> dict:
     """One kernel compiled for ``sm_<arch>a`` without a GPU: every pointer 16-byte aligned and of the type ``low``
     names (``*fp32`` otherwise), ``T``, ``n_nh``, ``n_work`` 32-bit integers; its resource usage
     (``gluon_scan.resource_usage``)."""
@@ -431,5 +434,5 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
     signature.update({c: "constexpr" for c in constexprs})
     attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": num_warps})
+                              options={"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})})
     return resource_usage(compiled)

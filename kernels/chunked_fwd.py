@@ -35,9 +35,27 @@ from . import fused_recurrent as fr
 
 # the local pass's tiles: BP channels x BT tokens per matrix product; BP and local_warps 0: the precision's default
 # (chunked_bwd's corrections': 32 channels and 4 warps with TF32 products, 16 and 8 with IEEE ones)
-CHUNKED_FWD_CONFIG = {"BP": 0, "BT": 32, "DOT": "auto", "local_warps": 0}
+# walk_BV, walk_warps, walk_UNROLL: the chunk walk's tiling (palimpsa_fwd_kernel's BV, num_warps, UNROLL); 0 takes
+# WALK_CONFIG's
+CHUNKED_FWD_CONFIG = {"BP": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "walk_BV": 0, "walk_warps": 0,
+                      "walk_UNROLL": 0}
+# The chunk walk's tiling: one warp of eight channels, one token an iteration (the walk has programs enough to fill
+# the GPU without four warps a program, and a warp's readout sum needs no barrier), in the layout that the
+# checkpoint's load gives it (32 lanes along N). On an H100 at 2.7b shapes, bf16, B = 1, L = 8192: the chunked
+# forward 3.01 ms against 3.35 with fused_recurrent.FWD_CONFIG's tiling and 3.40 with the layout of
+# fused_recurrent.ONE_WARP_FWD_CONFIG (docs/bench/chunked-tuning-h100-2026-11-26)
+WALK_CONFIG = {"BV": 8, "TRANS": False, "UNROLL": 1, "num_warps": 1}
 # "auto" takes the chunked forward where the sequential one would give the GPU fewer than this many programs per SM
 PROGRAMS_PER_SM = 4
+
+
+def walk_config(config: dict) -> dict:
+    """The chunk walk's launch config: ``WALK_CONFIG`` with the ``walk_*`` keys of ``config`` that are set."""
+    walk = dict(WALK_CONFIG)
+    for key, name in (("walk_BV", "BV"), ("walk_warps", "num_warps"), ("walk_UNROLL", "UNROLL")):
+        if int(config.get(key, 0)):
+            walk[name] = int(config[key])
+    return walk
 
 
 @triton.jit
@@ -191,8 +209,8 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
         USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None, num_warps=4, **common,
     )
     y, m_t, i_t, u = fr._walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offsets, n_chunks,
-                              ck_m, ck_i, output_final_state, output_uncertainty, False, fr.FWD_CONFIG, chunk_size,
-                              chunks=max_chunks)
+                              ck_m, ck_i, output_final_state, output_uncertainty, False, walk_config(config),
+                              chunk_size, chunks=max_chunks)
     if not store_checkpoints:
         ck_m, ck_i = (torch.empty((1,), dtype=state_dtype, device=device) for _ in range(2))
     return y, m_t, i_t, u, ck_m, ck_i
@@ -207,19 +225,22 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     low = {n: f"*{dtype}" for n in ("v", "k", "q", "beta", "y", "u")}
     low.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32", "chunk_seq": "*i32"})
     shape = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": False, "ACC": tl.float32}
-    block_v, cfg = fr._launch_config({"UNROLL": 1, **fr.FWD_CONFIG}, head_dim)
-    warps = cfg.pop("num_warps")
-    walk = {**shape, **cfg, "G": groups, "BV": block_v, "BK": triton.next_power_of_2(state_size), "USE_BETA": True,
+    tilings = {}
+    for name, config in (("walk", walk_config(CHUNKED_FWD_CONFIG)), ("sequential", fr.FWD_CONFIG)):
+        block_v, cfg = fr._launch_config({"UNROLL": 1, **config}, head_dim)
+        warps = cfg.pop("num_warps")
+        tilings[name] = warps, {
+            **shape, **cfg, "G": groups, "BV": block_v, "BK": triton.next_power_of_2(state_size), "USE_BETA": True,
             "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False, "STORE_FINAL_STATE": False,
-            "USE_UNCERTAINTY": False, "FAST_RCP": True}
+            "USE_UNCERTAINTY": False, "FAST_RCP": True, "STORE_CHECKPOINTS": name == "sequential",
+            "CHUNKED": name == "walk"}
     launches = {
         "local": (palimpsa_fwd_local_kernel, sizes["local_warps"], {
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BK"], "BT": sizes["BT"], "USE_BETA": True,
             "DOT": sizes["DOT"]}),
         "carry": (palimpsa_fwd_carry_kernel, 4, {**shape, "BE": sizes["BE"], "USE_INITIAL_STATE": False,
                                                  "USE_INITIAL_IMPORTANCE": False}),
-        "walk": (fr.palimpsa_fwd_kernel, warps, {**walk, "STORE_CHECKPOINTS": False, "CHUNKED": True}),
-        "sequential": (fr.palimpsa_fwd_kernel, warps, {**walk, "STORE_CHECKPOINTS": True, "CHUNKED": False}),
+        **{name: (fr.palimpsa_fwd_kernel, *tiling) for name, tiling in tilings.items()},
     }
     return {name: chunked_bwd.compile_launch(kernel, num_warps, constexprs, low, arch)
             for name, (kernel, num_warps, constexprs) in launches.items()}

@@ -45,6 +45,15 @@ POISON_OUTPUTS = False
 
 # Default tiling, chosen by scripts/bench_scan.py on an H200 (see docs/bench/scan-notes.md, section 5).
 FWD_CONFIG = {"BV": 16, "TRANS": True, "UNROLL": 2, "num_warps": 4}
+# The forward's tiling where the grid fills the GPU without four warps a program (_forward_config): one warp of eight
+# channels, one token an iteration, so the readout's sum stays inside the warp (no barrier). On an H100 at 2.7b
+# shapes, bf16, B = 4, L = 8192: 10.82 ms against FWD_CONFIG's 12.37. With TRANS and no load of a state before the
+# walk, Triton keeps each channel's N elements in 4 lanes (11.4 SASS instructions per element and token, no
+# shuffles); TRANS False, or a state's load, puts 32 lanes along N (13.1, a 5-step shuffle sum a channel and token):
+# 12.92 ms, 12.80 with states in (docs/bench/chunked-tuning-h100-2026-11-26; the chunk walk prefers that layout:
+# chunked_fwd.WALK_CONFIG)
+ONE_WARP_FWD_CONFIG = {"BV": 8, "TRANS": True, "UNROLL": 1, "num_warps": 1}
+ONE_WARP_PROGRAMS_PER_SM = 8  # ONE_WARP_FWD_CONFIG from this many of its programs per SM (16 fit the registers)
 BWD_CONFIG = {"BV": 4, "TRANS": False, "num_warps": 1}
 SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under two waves (see _backward_config)
 STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
@@ -561,6 +570,20 @@ def _backward_config(n_states: int, heads: int, head_dim: int, device: torch.dev
     return BWD_CONFIG
 
 
+def _forward_config(n_states: int, heads: int, head_dim: int, device: torch.device) -> dict:
+    """``ONE_WARP_FWD_CONFIG`` where its grid gives every SM ``ONE_WARP_PROGRAMS_PER_SM`` programs or more (B = 4 at
+    2.7b shapes: 2560 programs on 132 SMs), else ``FWD_CONFIG``, whose four-warp programs keep a short grid's SMs
+    busier (B = 1: 640 one-warp programs would leave an SM five warps). With initial states in, their load fixes the
+    one-warp walk's layout to 32 lanes along N, and it still wins (B = 4, L = 8192 on an H100: 12.80 ms against
+    FWD_CONFIG's 13.69)."""
+    if not torch.cuda.is_available() or device.type != "cuda":
+        return FWD_CONFIG
+    programs = n_states * heads * triton.cdiv(head_dim, ONE_WARP_FWD_CONFIG["BV"])
+    if programs >= ONE_WARP_PROGRAMS_PER_SM * _sm_count(device):
+        return ONE_WARP_FWD_CONFIG
+    return FWD_CONFIG
+
+
 @functools.lru_cache(maxsize=2)
 def _chunked_available(module: str = "chunked_bwd") -> bool:
     """Whether ``module`` (chunked_bwd.py, chunked_fwd.py) sits beside this module: the copy that travels with a
@@ -909,7 +932,7 @@ def fused_recurrent_palimpsa_scan(
                 v, cu_seqlens, chunk_size))):
         fwd_config = {"kernel": "chunked"}  # (where it cannot run, chunked_fwd says so)
     if fwd_config is None or (v.shape[1] == 1 and fwd_config.get("kernel") in ("gluon", "chunked")):
-        fwd_config = FWD_CONFIG
+        fwd_config = _forward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
     if fwd_config.get("UNROLL", 1) not in (1, 2):
         raise ValueError(f"the forward's UNROLL must be 1 or 2, got {fwd_config['UNROLL']}")
     m0, i0 = (None, None) if initial_state is None else initial_state

@@ -22,6 +22,7 @@ contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels
     python scripts/bench_scan.py --compare [--json out.json]    # backward tilings, interleaved rounds
     python scripts/bench_scan.py --no-step --shapes 4x2048,4x8192 --backends gluon,triton    # chosen shapes only
     python scripts/bench_scan.py --no-step --backends fwd-seq:chunked,chunked    # the two Triton forwards
+    python scripts/bench_scan.py --no-step --backends "chunked,fwd[walk_BV=8:walk_warps=1]:chunked"   # walk tilings
 """
 
 from __future__ import annotations
@@ -92,8 +93,24 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=None, block_size=N
     dy = torch.randn(inputs["v"].shape, generator=torch.Generator(device="cuda").manual_seed(99), device="cuda",
                      dtype=inputs["v"].dtype)
     beta = leaves.get("beta")
+    state = None
+    if backend.startswith("state:"):  # state:<backend>: with initial states in (M0, I0 with gradients)
+        backend = backend.removeprefix("state:")
+        batch, _, heads, head_dim = inputs["v"].shape
+        gen = torch.Generator(device="cuda").manual_seed(7)
+        shape = (batch, heads, head_dim, inputs["k"].shape[-1])
+        leaves["M0"] = (0.1 * torch.randn(shape, generator=gen, device="cuda")).requires_grad_(True)
+        leaves["I0"] = (1 + torch.rand(shape, generator=gen, device="cuda")).requires_grad_(True)
+        state = (leaves["M0"], leaves["I0"])
     if backend.startswith("fwd-seq:") and fwd_config is None:  # fwd-seq:<backend>: the sequential Triton forward
         fwd_config, backend = dict(fused_recurrent.FWD_CONFIG), backend.removeprefix("fwd-seq:")
+    if backend.startswith("fwd-seq[") and fwd_config is None:  # fwd-seq[BV=8:num_warps=1]:<backend>: its tiling
+        keys, _, backend = backend.removeprefix("fwd-seq[").partition("]:")
+        fwd_config = {**fused_recurrent.FWD_CONFIG, **chunked_config(f"chunked@{keys}")}
+        del fwd_config["kernel"]
+    if backend.startswith("fwd[") and fwd_config is None:  # fwd[KEY=VALUE:...]:<backend>: the chunked forward, so
+        keys, _, backend = backend.removeprefix("fwd[").partition("]:")
+        fwd_config = chunked_config(f"chunked@{keys}")
     if backend == "gluon-bwd" and fwd_config is None:  # the Gluon forward and backward (opt-in in palimpsa_scan)
         fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
     if backend.split("@")[0] == "chunked" and bwd_config is None:  # chunked[@KEY=VALUE:...]: the chunk-parallel bwd
@@ -108,9 +125,9 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=None, block_size=N
     def forward():
         if fwd_config is None and bwd_config is None:
             return palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta,
-                                 backend=backend).y
+                                 initial_state=state, backend=backend).y
         y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
-            leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta, 1.0, None, False, False,
+            leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], beta, 1.0, state, False, False,
             fwd_config=fwd_config, bwd_config=bwd_config, chunk_size=chunk_size, block_size=block_size)
         return y
 
@@ -403,7 +420,11 @@ def main() -> int:
                              "sequential backward; chunked[@KEY=VALUE:...]: the Triton forward with the "
                              "chunk-parallel backward, chunked_bwd.CHUNKED_CONFIG's keys overridden; the Triton "
                              "forward is the one PALIMPSA_TRITON_FORWARD picks (auto: chunk-parallel at B = 1), "
-                             "fwd-seq:<backend> that backend with the sequential Triton forward instead)")
+                             "fwd-seq:<backend> that backend with the sequential Triton forward instead, "
+                             "fwd-seq[KEY=VALUE:...]:<backend> with fused_recurrent.FWD_CONFIG's keys overridden, "
+                             "state:<backend> with initial states (M0, I0) in, "
+                             "fwd[KEY=VALUE:...]:<backend> with the chunk-parallel forward, "
+                             "chunked_fwd.CHUNKED_FWD_CONFIG's keys overridden)")
     parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")

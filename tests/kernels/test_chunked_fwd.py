@@ -66,6 +66,8 @@ def check(inputs: dict, config: dict, tol=F64_TOL, cu_seqlens=None, **options) -
     "batch, length, groups, with_beta, with_state, config",
     [
         (2, 29, 2, True, True, {"BT": 4}),  # four chunks and a tail, local products in sub-blocks of 4 tokens
+        # the walk in two channel blocks of two tokens an iteration (the default walk takes one)
+        (1, 29, 1, True, True, {"walk_BV": 2, "walk_UNROLL": 2}),
         (1, 21, 1, False, True, {"BP": 4, "BT": 2}),  # no beta, channel blocks in the local pass
         (1, 16, 4, True, False, {}),  # whole chunks only, no state in or out
         (1, 8, 2, True, True, {"BT": 4}),  # one chunk: nothing to carry
@@ -165,7 +167,7 @@ def test_auto_takes_it_where_the_sequential_grid_leaves_the_gpu_short(monkeypatc
 def test_kernels_compile_for_sm90a_without_spills():
     """The training launches (beta, 2.7b shapes; bf16 inputs with TF32 local products, float32 ones with IEEE
     products) fit the registers without spilling (Triton 3.9: the local pass 176 / 240, the carry 56, the chunk walk
-    80 against the sequential forward's 121)."""
+    128 in one warp of eight channels, the sequential forward 121 in four warps of sixteen)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("import json; from palimpsa.kernels import chunked_fwd as c; "
             "print(json.dumps({d: c.compile_kernels(dtype=d) for d in ('bf16', 'fp32')}))")
@@ -177,8 +179,8 @@ def test_kernels_compile_for_sm90a_without_spills():
         for name, found in launches.items():
             assert found["stack"] == 0 and found["local"] == 0, (dtype, name, found)
             assert found["registers"] <= 255, (dtype, name, found)
-        # the walk stores no checkpoints: never more registers than the sequential forward
-        assert launches["walk"]["registers"] <= launches["sequential"]["registers"], launches
+        # the walk's one-warp programs: 16 fit an SM's registers (65536 / (128 x 32))
+        assert launches["walk"]["registers"] <= 128, launches
 
 
 def test_sizes_it_cannot_take_are_refused_by_name_and_left_to_the_sequential_forward(monkeypatch):

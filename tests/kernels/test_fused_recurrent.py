@@ -192,6 +192,18 @@ def test_backward_splits_channels_finer_on_small_grids(monkeypatch):
     assert fused_recurrent._backward_config(1, 80, 64, torch.device("cpu")) == fused_recurrent.BWD_CONFIG
 
 
+def test_forward_takes_one_warp_programs_where_they_fill_the_gpu(monkeypatch):
+    """2.7b shapes on 132 SMs: B = 4 gives 2560 one-warp programs of eight channels (19 an SM), which take the
+    one-warp tiling; B = 1 (640, under 8 an SM) keeps the four-warp one, as does the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(fused_recurrent, "_sm_count", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert fused_recurrent._forward_config(4, 80, 64, cuda) == fused_recurrent.ONE_WARP_FWD_CONFIG
+    assert fused_recurrent._forward_config(2, 80, 64, cuda) == fused_recurrent.ONE_WARP_FWD_CONFIG
+    assert fused_recurrent._forward_config(1, 80, 64, cuda) == fused_recurrent.FWD_CONFIG
+    assert fused_recurrent._forward_config(4, 80, 64, torch.device("cpu")) == fused_recurrent.FWD_CONFIG
+
+
 def test_bad_block_size_and_unroll_raise():
     inputs = make_inputs(1, 4, 1, seed=51)
     with pytest.raises(ValueError, match="block_size"):
