@@ -12,6 +12,11 @@ that PALIMPSA_SCAN_BACKEND names. The layers feed the scan float32 inputs, so PA
 
     python scripts/bench_train.py --json bench_train.json
     python scripts/bench_train.py --d-model 768 --n-layer 24 --upgraded 4 --seq-lens 2048   # a quick look
+    python scripts/bench_train.py --upgraded 8 --seq-lens 8192 --tf32 --profile 25   # where a step's time goes
+
+``--profile N`` runs one more step of each model under torch.profiler after its timed steps and prints the N GPU
+kernels that took the most time in it (ms per step, calls, share of the step's kernel time), and the sums over the
+scan's kernels (``palimpsa_*``), mamba_ssm's SSD kernels, matrix products and the rest.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ def build(config: PalimpsaConfig, device: str, dtype: torch.dtype) -> PalimpsaFo
 
 
 def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int,
-            keep_scan_outputs: bool = True) -> dict:
+            keep_scan_outputs: bool = True, profile_top: int = 0) -> dict:
     for param in model.parameters():
         param.requires_grad_(False)
     trained = [p for i in layers for p in model.backbone.layers[i].mixer.parameters()]
@@ -81,10 +86,56 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
             times.append(time.perf_counter() - start)
     times.sort()
     median = times[len(times) // 2]
-    return {"seq_len": seq_len, "step_s": median, "tokens_per_s": seq_len / median,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "peak_extra_gib": (torch.cuda.max_memory_allocated()
-                                                                                 - base) / 2**30,
-            "loss": loss.item()}
+    result = {"seq_len": seq_len, "step_s": median, "tokens_per_s": seq_len / median,
+              "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+              "peak_extra_gib": (torch.cuda.max_memory_allocated() - base) / 2**30, "loss": loss.item()}
+    if profile_top:
+        result["profile"] = profile_step(model, ids, optimizer, profile_top)
+    return result
+
+
+def kernel_family(name: str) -> str:
+    """A GPU kernel's family, for the profile's sums."""
+    lowered = name.lower()
+    if "palimpsa" in lowered:
+        return "palimpsa scan"
+    if lowered.startswith("_chunk_") or lowered.startswith("_bmm_chunk") or "_state_passing" in lowered:
+        return "mamba_ssm SSD"
+    if any(key in lowered for key in ("gemm", "sm90_xmma", "cutlass", "ampere_", "sm80_", "nvjet")):
+        return "matrix products"
+    return "other"
+
+
+def profile_step(model: PalimpsaForCausalLM, ids: torch.Tensor, optimizer, top: int) -> dict:
+    """One training step under torch.profiler: the ``top`` GPU kernels by total time and the families' sums, in ms
+    per step."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    kernels = [event for event in prof.key_averages() if event.device_type == DeviceType.CUDA]
+    total_us = sum(event.self_device_time_total for event in kernels)
+    families: dict[str, float] = {}
+    for event in kernels:
+        family = kernel_family(event.key)
+        families[family] = families.get(family, 0.0) + event.self_device_time_total / 1e3
+    rows = sorted(kernels, key=lambda event: -event.self_device_time_total)[:top]
+    return {"kernel_ms": total_us / 1e3, "families_ms": families,
+            "top": [{"kernel": event.key, "ms": event.self_device_time_total / 1e3, "calls": event.count,
+                     "share": event.self_device_time_total / max(total_us, 1e-9)} for event in rows]}
+
+
+def print_profile(label: str, seq_len: int, found: dict) -> None:
+    print(f"\nprofile of one step, {label} model, L = {seq_len}: {found['kernel_ms']:.1f} ms of GPU kernels")
+    print("  " + ", ".join(f"{family} {ms:.1f} ms" for family, ms in sorted(found["families_ms"].items(),
+                                                                            key=lambda item: -item[1])))
+    for row in found["top"]:
+        print(f"  {row['ms']:8.2f} ms {row['calls']:5d} calls {100 * row['share']:5.1f}%  {row['kernel'][:100]}")
 
 
 def check_fused_mamba2() -> str:
@@ -141,7 +192,11 @@ def main() -> None:
                         help="tokens per scan checkpoint (default %(default)s)")
     parser.add_argument("--block-size", type=int, default=fused_recurrent.BLOCK_SIZE,
                         help="tokens per backward scratch state (default %(default)s)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after each model's timed steps, profile one more and print its N slowest GPU kernels")
     args = parser.parse_args()
+    if args.profile < 0:
+        parser.error(f"--profile {args.profile}: give the number of kernels to list, e.g. 25")
     if not torch.cuda.is_available():
         raise SystemExit("bench_train.py needs a CUDA GPU")
     fused_recurrent.CHUNK_SIZE, fused_recurrent.BLOCK_SIZE = args.chunk_size, args.block_size
@@ -160,9 +215,21 @@ def main() -> None:
         scan_input = torch.empty(0, device="cuda", dtype=torch.float32)
         if chosen == "chunked" or (chosen == "auto" and fused_recurrent.chunked_by_default(scan_input)):
             backend += " (chunk-parallel Triton backward)"
+    # the forward the dispatch takes for the float32 inputs the layers give the scan at B = 1 (the first length)
+    first = int(args.seq_lens.split(",")[0])
+    scan_input = torch.empty(1, first, probe.nheads, probe.headdim, device="cuda", dtype=torch.float32)
+    if backend == "auto" or "Triton" in backend:
+        chunked = fused_recurrent.chunked_by_default(scan_input) and fused_recurrent._chunked_forward_pays(
+            scan_input, None, args.chunk_size)
+        from palimpsa.kernels import chunked_fwd
+
+        fwd_config = ({"kernel": "chunked", "walk": chunked_fwd.WALK_CONFIG} if chunked else
+                      fused_recurrent._forward_config(1, probe.nheads, probe.headdim, torch.device("cuda")))
+    else:
+        fwd_config = {"kernel": "gluon"}
     scan = {"backend": backend, "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "chunk_size": args.chunk_size, "block_size": args.block_size,
-            "bwd_config": bwd_config, "fwd_config": fused_recurrent.FWD_CONFIG}
+            "bwd_config": bwd_config, "fwd_config": fwd_config}
     print(f"scan settings: {scan}")
     layers = spread_layers(args.upgraded, args.n_layer)
     fused_check = check_fused_mamba2()
@@ -178,7 +245,10 @@ def main() -> None:
                                     upgraded_layers=upgraded, beta_init=1e-3)
             model = build(config, "cuda", torch.bfloat16)
             try:
-                result[label] = measure(model, layers, seq_len, args.steps, args.warmup, keep_scan_outputs=keep)
+                result[label] = measure(model, layers, seq_len, args.steps, args.warmup, keep_scan_outputs=keep,
+                                        profile_top=args.profile)
+                if "profile" in result[label]:
+                    print_profile(label, seq_len, result[label]["profile"])
             except torch.cuda.OutOfMemoryError as error:
                 result[label] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
             del model
