@@ -217,7 +217,7 @@ def main() -> None:
             backend += " (chunk-parallel Triton backward)"
     # the forward the dispatch takes for the float32 inputs the layers give the scan at B = 1 (the first length)
     first = int(args.seq_lens.split(",")[0])
-    scan_input = torch.empty(1, first, probe.nheads, probe.headdim, device="cuda", dtype=torch.float32)
+    scan_input = torch.empty(1, device="cuda", dtype=torch.float32).expand(1, first, probe.nheads, probe.headdim)
     if backend == "auto" or "Triton" in backend:
         chunked = fused_recurrent.chunked_by_default(scan_input) and fused_recurrent._chunked_forward_pays(
             scan_input, None, args.chunk_size)
