@@ -45,8 +45,11 @@ CHUNKED_FWD_CONFIG = {"BP": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "walk_
 # forward 3.01 ms against 3.35 with fused_recurrent.FWD_CONFIG's tiling and 3.40 with the layout of
 # fused_recurrent.ONE_WARP_FWD_CONFIG (docs/bench/chunked-tuning-h100-2026-11-26)
 WALK_CONFIG = {"BV": 8, "TRANS": False, "UNROLL": 1, "num_warps": 1}
-# "auto" takes the chunked forward where the sequential one would give the GPU fewer than this many programs per SM
-PROGRAMS_PER_SM = 4
+# "auto" takes the chunked forward where the sequential one, in its one-warp tiling, would give the GPU fewer than
+# this many programs per SM (12 fit an SM at its 168 registers: below that its grid is one partial wave, where the
+# chunk walk's many short programs keep the SMs fuller). At 2.7b shapes on an H100, L = 8192: B = 2 (9.7 an SM)
+# 5.84 ms chunked against 6.34 sequential, B = 4 (19.4) 11.57 against 10.82 (docs/bench/chunked-tuning-h100-2026-11-26)
+PROGRAMS_PER_SM = 12
 
 
 def walk_config(config: dict) -> dict:
@@ -164,8 +167,9 @@ def can_run(length: int, chunk_size: int) -> bool:
 
 def worth_it(n_states: int, heads: int, head_dim: int, length: int, chunk_size: int, block_v: int,
              device: torch.device) -> bool:
-    """Whether ``auto`` takes the chunked forward: a sequence of several chunks, and a sequential grid of fewer than
-    ``PROGRAMS_PER_SM`` programs per SM (at 2.7b shapes B = 1 gives 2.4 on an H100, B = 4 gives 9.7)."""
+    """Whether ``auto`` takes the chunked forward: a sequence of several chunks, and a sequential grid of ``block_v``
+    channels a program (the one-warp tiling's 8) of fewer than ``PROGRAMS_PER_SM`` programs per SM (at 2.7b shapes
+    on an H100, B = 1 gives 4.8, B = 2 9.7, B = 4 19.4)."""
     if device.type != "cuda" or length <= chunk_size or not can_run(length, chunk_size):
         return False
     programs = n_states * heads * triton.cdiv(head_dim, block_v)

@@ -610,7 +610,7 @@ def chunked_by_default(v: torch.Tensor) -> bool:
 def _chunked_forward_pays(v: torch.Tensor, cu_seqlens: torch.Tensor | None, chunk_size: int) -> bool:
     from . import chunked_fwd  # in this form: see _forward
 
-    block_v = min(FWD_CONFIG["BV"], triton.next_power_of_2(v.shape[3]))
+    block_v = min(ONE_WARP_FWD_CONFIG["BV"], triton.next_power_of_2(v.shape[3]))
     return chunked_fwd.worth_it(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.shape[1], chunk_size,
                                 block_v, v.device)
 
