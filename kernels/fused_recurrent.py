@@ -584,6 +584,19 @@ def _forward_config(n_states: int, heads: int, head_dim: int, device: torch.devi
     return FWD_CONFIG
 
 
+def default_forward_config(v: torch.Tensor, cu_seqlens: torch.Tensor | None, chunk_size: int,
+                           forward: str = "auto") -> dict:
+    """The forward's config where the caller gives none, as ``PALIMPSA_TRITON_FORWARD``'s value ``forward``
+    decides: ``{"kernel": "chunked"}`` (asked for, or under ``auto`` where :func:`chunked_by_default` holds and the
+    sequential grid leaves the GPU short, ``chunked_fwd.worth_it``; where it cannot run, chunked_fwd says so), else
+    the sequential forward's tiling (:func:`_forward_config`). A one-token call always walks sequentially."""
+    if v.shape[1] > 1 and _chunked_available("chunked_fwd") and (
+            forward == "chunked" or (forward == "auto" and chunked_by_default(v) and _chunked_forward_pays(
+                v, cu_seqlens, chunk_size))):
+        return {"kernel": "chunked"}
+    return _forward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
+
+
 @functools.lru_cache(maxsize=2)
 def _chunked_available(module: str = "chunked_bwd") -> bool:
     """Whether ``module`` (chunked_bwd.py, chunked_fwd.py) sits beside this module: the copy that travels with a
@@ -927,11 +940,9 @@ def fused_recurrent_palimpsa_scan(
     forward = os.environ.get(FORWARD_ENV) or "auto"
     if forward not in FORWARDS:
         raise ValueError(f"{FORWARD_ENV} must be one of {', '.join(FORWARDS)}, got {forward!r}")
-    if fwd_config is None and v.shape[1] > 1 and _chunked_available("chunked_fwd") and (
-            forward == "chunked" or (forward == "auto" and chunked_by_default(v) and _chunked_forward_pays(
-                v, cu_seqlens, chunk_size))):
-        fwd_config = {"kernel": "chunked"}  # (where it cannot run, chunked_fwd says so)
-    if fwd_config is None or (v.shape[1] == 1 and fwd_config.get("kernel") in ("gluon", "chunked")):
+    if fwd_config is None:
+        fwd_config = default_forward_config(v, cu_seqlens, chunk_size, forward)
+    elif v.shape[1] == 1 and fwd_config.get("kernel") in ("gluon", "chunked"):
         fwd_config = _forward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
     if fwd_config.get("UNROLL", 1) not in (1, 2):
         raise ValueError(f"the forward's UNROLL must be 1 or 2, got {fwd_config['UNROLL']}")

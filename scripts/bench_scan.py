@@ -106,11 +106,10 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=None, block_size=N
         fwd_config, backend = dict(fused_recurrent.FWD_CONFIG), backend.removeprefix("fwd-seq:")
     if backend.startswith("fwd-seq[") and fwd_config is None:  # fwd-seq[BV=8:num_warps=1]:<backend>: its tiling
         keys, _, backend = backend.removeprefix("fwd-seq[").partition("]:")
-        fwd_config = {**fused_recurrent.FWD_CONFIG, **chunked_config(f"chunked@{keys}")}
-        del fwd_config["kernel"]
+        fwd_config = {**fused_recurrent.FWD_CONFIG, **config_keys(keys)}
     if backend.startswith("fwd[") and fwd_config is None:  # fwd[KEY=VALUE:...]:<backend>: the chunked forward, so
         keys, _, backend = backend.removeprefix("fwd[").partition("]:")
-        fwd_config = chunked_config(f"chunked@{keys}")
+        fwd_config = {"kernel": "chunked", **config_keys(keys)}
     if backend == "gluon-bwd" and fwd_config is None:  # the Gluon forward and backward (opt-in in palimpsa_scan)
         fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
     if backend.split("@")[0] == "chunked" and bwd_config is None:  # chunked[@KEY=VALUE:...]: the chunk-parallel bwd
@@ -141,14 +140,19 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=None, block_size=N
     return forward_only, forward_backward
 
 
-def chunked_config(backend: str) -> dict:
-    """``chunked@BV=4:NSPLIT=8:DOT=tf32x3`` -> the chunk-parallel backward's bwd_config (chunked_bwd.CHUNKED_CONFIG's
-    keys; numbers as ints)."""
-    config = {"kernel": "chunked"}
-    for item in filter(None, backend.partition("@")[2].split(":")):
+def config_keys(items: str) -> dict:
+    """``BV=4:NSPLIT=8:DOT=tf32x3`` -> ``{"BV": 4, "NSPLIT": 8, "DOT": "tf32x3"}`` (numbers as ints)."""
+    config = {}
+    for item in filter(None, items.split(":")):
         key, _, value = item.partition("=")
         config[key] = int(value) if value.lstrip("-").isdigit() else value
     return config
+
+
+def chunked_config(backend: str) -> dict:
+    """``chunked@BV=4:NSPLIT=8:DOT=tf32x3`` -> the chunk-parallel backward's bwd_config (chunked_bwd.CHUNKED_CONFIG's
+    keys)."""
+    return {"kernel": "chunked", **config_keys(backend.partition("@")[2])}
 
 
 def breakdown(backends, batch=1, length=8192, rounds=5) -> list:

@@ -219,12 +219,12 @@ def main() -> None:
     first = int(args.seq_lens.split(",")[0])
     scan_input = torch.empty(1, device="cuda", dtype=torch.float32).expand(1, first, probe.nheads, probe.headdim)
     if backend == "auto" or "Triton" in backend:
-        chunked = fused_recurrent.chunked_by_default(scan_input) and fused_recurrent._chunked_forward_pays(
-            scan_input, None, args.chunk_size)
-        from palimpsa.kernels import chunked_fwd
+        fwd_config = fused_recurrent.default_forward_config(
+            scan_input, None, args.chunk_size, os.environ.get(fused_recurrent.FORWARD_ENV) or "auto")
+        if fwd_config.get("kernel") == "chunked":
+            from palimpsa.kernels import chunked_fwd
 
-        fwd_config = ({"kernel": "chunked", "walk": chunked_fwd.WALK_CONFIG} if chunked else
-                      fused_recurrent._forward_config(1, probe.nheads, probe.headdim, torch.device("cuda")))
+            fwd_config = {**fwd_config, "walk": chunked_fwd.WALK_CONFIG}
     else:
         fwd_config = {"kernel": "gluon"}
     scan = {"backend": backend, "float32_matmul_precision": torch.get_float32_matmul_precision(),
