@@ -48,8 +48,13 @@ from . import fused_recurrent as fr
 # PROGRAMS_PER_SM: the local pass's persistent programs per SM (one-warp programs of ~220 registers: 8 fit an SM),
 # each with one scratch slab; 0: one program per work item, each with its own slab (NSPLIT times the scratch)
 # maxnreg: a register cap for the local pass (ptxas's own choice where 0), so that more programs fit an SM
+# GROUP: tokens recomputed together from a block start, 2 or 4 (quads: fewer state updates, measured slower); GAUGE:
+# the decay gradient from each token's own state (on with quads); RELOAD (default: with quads) loads a quad's inputs
+# again for its reverse steps; PREFETCH: the next block's inputs prefetched into L1 (on a GPU; fused_recurrent's
+# _reverse_chunk and docs/kernels.md)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
-                  "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0}
+                  "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
+                  "PREFETCH": True}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -73,6 +78,8 @@ def palimpsa_bwd_local_kernel(
     BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BS: tl.constexpr, NSPLIT: tl.constexpr,
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+    GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False,
+    PREFETCH: tl.constexpr = False,
 ):
     # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
     # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
@@ -91,7 +98,8 @@ def palimpsa_bwd_local_kernel(
                 v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta,
                 tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
                 i_c, i_v, o_sc, bos, T_n, boc, i_h, i_g, o_v, o_k, m_s, o_s,
-                H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, SLAB_FROM_CHECKPOINT=True)
+                H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, SLAB_FROM_CHECKPOINT=True, GROUP=GROUP,
+                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH)
             # the chunk's local adjoint of the state before its first token: in the slot before the chunk's own
             # (_slots); the first chunk's is dM0's, dI0's local part, in their buffers (nowhere without them)
             if i_c > 0:
@@ -361,6 +369,9 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
+        GROUP=int(config["GROUP"]), GAUGE=bool(config["GAUGE"]) or int(config["GROUP"]) == 4,
+        RELOAD=bool(config.get("RELOAD", int(config["GROUP"]) == 4)),
+        PREFETCH=fr._prefetches(v, config),
         num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common,
     )
     del sc_m, sc_i
@@ -404,7 +415,9 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "G": groups, "BV": sizes["BV"], "BK": sizes["BK"], "BS": block_size,
             "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
-            "FAST_RCP": True, "ACC": acc}),
+            "FAST_RCP": True, "ACC": acc, "GROUP": int(config["GROUP"]),
+            "GAUGE": bool(config["GAUGE"]) or int(config["GROUP"]) == 4,
+            "RELOAD": bool(config.get("RELOAD", int(config["GROUP"]) == 4)), "PREFETCH": bool(config["PREFETCH"])}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": False, "ACC": acc}),
@@ -421,7 +434,7 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
                    maxnreg: int | None = None) -> dict:
     """One kernel compiled for ``sm_<arch>a`` without a GPU: every pointer 16-byte aligned and of the type ``low``
     names (``*fp32`` otherwise), ``T``, ``n_nh``, ``n_work`` 32-bit integers; its resource usage
-    (``gluon_scan.resource_usage``)."""
+    (``gluon_scan.resource_usage``) and ``prefetches``, the L1 prefetches in its PTX."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -435,4 +448,4 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
     attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
                               options={"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})})
-    return resource_usage(compiled)
+    return {**resource_usage(compiled), "prefetches": compiled.asm["ptx"].count("prefetch.global.L1")}

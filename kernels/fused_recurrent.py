@@ -313,9 +313,14 @@ def _reverse_step(
     b_m, b_i, b_mp, b_ip_prev, b_dm, b_di, b_an, b_k, b_v, b_a, b_b, b_q, b_dy, b_du, tok, valid, i_h, i_g,
     o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
-    USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+    USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr, GAUGE: tl.constexpr = False,
 ):
     """Gradients of token ``tok`` from ``(M_t, I_t)``, ``(M_{t-1}, I_{t-1})`` and the adjoints of the step after.
+
+    ``GAUGE``: the decay gradient from token ``t``'s own state (``b_mp``, ``b_ip_prev`` unused), by the identities
+    ``a_t <dM_t, M_{t-1}> = <dM_t, M_t> - v . dv`` and ``a_t <dI_t, I_{t-1} - I_prior> = <dI_t, I_t - I_prior> -
+    beta . dbeta`` (both recursions' updates solved for the previous state), so that the previous state need not
+    stay live.
 
     ``b_q``, ``b_dy``, ``b_du`` are the token's query and output gradients, loaded by the caller ahead of time.
 
@@ -337,15 +342,20 @@ def _reverse_step(
     b_di = b_di * b_an - b_e
 
     b_dv = _sum_n(b_dm * _cols(b_k, TRANS), TRANS)
-    b_da = tl.sum(_sum_v(b_dm * b_mp + b_di * (b_ip_prev - b_ip), TRANS), 0)
+    if GAUGE:  # a_t times the inner products with the previous state, as a whole
+        b_da = tl.sum(_sum_v(b_dm * b_m + b_di * (b_i - b_ip), TRANS), 0) - tl.sum(b_v * b_dv, 0)
+    else:
+        b_da = b_a * tl.sum(_sum_v(b_dm * b_mp + b_di * (b_ip_prev - b_ip), TRANS), 0)
     b_dk = _sum_v(b_dm * _rows(b_v, TRANS), TRANS)
     if USE_BETA:
         b_db = _sum_n(b_di * _cols(b_k * b_k, TRANS), TRANS)
         tl.store(dbeta + (tok * H + i_h) * P + o_v, b_db.to(dbeta.dtype.element_ty), mask=m_v)
         b_dk += 2 * b_k * _sum_v(b_di * _rows(b_b, TRANS), TRANS)
+        if GAUGE:
+            b_da -= tl.sum(b_b * b_db, 0)
     tl.store(dv + (tok * H + i_h) * P + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
     # relaxed: the default acq_rel ordering fences every atomic, and nothing here reads these sums back
-    tl.atomic_add(dg + tok * H + i_h, (b_da * b_a).to(dg.dtype.element_ty), mask=valid, sem="relaxed")
+    tl.atomic_add(dg + tok * H + i_h, b_da.to(dg.dtype.element_ty), mask=valid, sem="relaxed")
     tl.atomic_add(dq + (tok * G + i_g) * N + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k, sem="relaxed")
     tl.atomic_add(dk + (tok * G + i_g) * N + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k, sem="relaxed")
     return b_dm, b_di, b_a
@@ -366,6 +376,37 @@ def _load_readout_grads(q, dy, du, tok, valid, i_h, i_g, o_v, o_k, H: tl.constex
 
 
 @triton.jit
+def _prefetch(p):
+    """Ask for the 128-byte lines at pointers ``p`` in L1 (``prefetch.global.L1``): nothing is returned or waited
+    for, so the loads that later read them hit L1 instead of waiting on L2."""
+    tl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_block(v, k, q, g, beta, dy, du, tok0, t_last, i_h, i_g, i_v,
+                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BV: tl.constexpr,
+                    BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, READOUT: tl.constexpr):
+    """Prefetch the inputs of the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) into L1: their key rows, the
+    program's value, gain and decay lines and, with ``READOUT``, their query rows and output-gradient lines."""
+    o_t = tl.minimum(tok0 + tl.arange(0, BS), t_last)
+    LK: tl.constexpr = max(1, N * k.dtype.element_ty.primitive_bitwidth // 1024)  # 128-byte lines per key row
+    o_l = tl.arange(0, LK) * (1024 // k.dtype.element_ty.primitive_bitwidth)
+    o_row = ((o_t * G + i_g) * N)[:, None] + o_l[None, :]
+    _prefetch(k + o_row)
+    o_c = (o_t * H + i_h) * P + i_v * BV
+    _prefetch(v + o_c)
+    _prefetch(g + o_t * H + i_h)
+    if USE_BETA:
+        _prefetch(beta + o_c)
+    if READOUT:
+        _prefetch(q + o_row)
+        _prefetch(dy + o_c)
+        if USE_DU:
+            _prefetch(du + o_c)
+
+
+@triton.jit
 def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BS: tl.constexpr,
                    USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
@@ -378,18 +419,39 @@ def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k
 
 
 @triton.jit
+def _reverse_in_quad(
+    v, k, g, beta, b_m, b_i, b_dm, b_di, b_an, b_k, b_v, b_a, b_b, b_q, b_dy, b_du, tok, valid, i_h, i_g,
+    o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
+    USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr, RELOAD: tl.constexpr,
+):
+    """A quad's reverse step (the decay gradient from the token's own state); with ``RELOAD`` its inputs are loaded
+    again (L1 hits) instead of kept live since the update, which spares registers."""
+    if RELOAD:
+        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+    return _reverse_step(b_m, b_i, b_m, b_i, b_dm, b_di, b_an, b_k, b_v, b_a, b_b, b_q, b_dy, b_du, tok, valid,
+                         i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip, H, G, P, N, USE_BETA, USE_DU, TRANS,
+                         FAST_RCP, ACC, True)
+
+
+@triton.jit
 def _reverse_chunk(
     v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
     i_c, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
-    ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False,
+    ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False, GROUP: tl.constexpr = 2,
+    GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
 ):
     """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
     it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
     and decay of the chunk's first token. Shared by the sequential backward and the chunk-parallel one's local
     pass (chunked_bwd.py). ``SLAB_FROM_CHECKPOINT``: the first block starts at the checkpoint, read where it is,
-    so the slab holds one state pair fewer (:func:`slab_states`)."""
+    so the slab holds one state pair fewer (:func:`slab_states`). ``GROUP``: the tokens recomputed together from
+    the block start, 2 (pairs) or 4 (quads: 2.5 state updates a token at ``BS`` 8 instead of 3.5, four states live
+    instead of three; always with ``GAUGE``, :func:`_reverse_step`, which frees the state before each token).
+    ``PREFETCH`` (a GPU only: inline PTX): the next block's inputs are prefetched into L1 while a block is walked,
+    so that a block's first touches hit L1 instead of waiting on L2."""
     t0 = i_c * CT
     nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
     # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
@@ -397,8 +459,12 @@ def _reverse_chunk(
     o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
     b_m = tl.load(ck_m + o_ck + o_s, mask=m_s, other=0)
     b_i = tl.load(ck_i + o_ck + o_s, mask=m_s, other=1)
+    t_last = bos + T - 1
     if SLAB_FROM_CHECKPOINT:  # block j + 1 starts at slot j
         for j in range(nb - 1):
+            if PREFETCH:  # the next block's inputs, while this one's are used
+                _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, i_v,
+                                H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
             b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v, o_k,
                                       H, G, P, N, BS, USE_BETA, TRANS, ACC)
             tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
@@ -407,11 +473,15 @@ def _reverse_chunk(
         for j in range(nb):
             tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
             tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
+            if PREFETCH:
+                _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, i_v,
+                                H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
             if j < nb - 1:
                 b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v,
                                           o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC)
     tl.debug_barrier()
-    # pass B: blocks in reverse, pairs of tokens in reverse inside a block, each pair recomputed
+    # pass B: blocks in reverse, groups (pairs or quads) of tokens in reverse inside a block, each group
+    # recomputed from the block start
     for i_jr in range(nb):
         j = nb - 1 - i_jr
         tb = t0 + j * BS
@@ -421,42 +491,103 @@ def _reverse_chunk(
             else:
                 p_m0, p_i0 = sc_m + (o_sc + (j - 1) * BV * N), sc_i + (o_sc + (j - 1) * BV * N)
         ne = tl.minimum(BS, T - tb)
-        n_pairs = (ne + 1) // 2
-        for i_pr in range(n_pairs):
-            i_p = n_pairs - 1 - i_pr
-            tok1 = bos + tb + 2 * i_p
-            valid2 = 2 * i_p + 1 < ne
-            # the pair's queries and output gradients: first touches, issued before the walk hides them
-            b_q1, b_dy1, b_du1 = _load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_DU, ACC)
-            b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_DU, ACC)
-            # the block start, reloaded for every pair (an L1 hit) rather than held in registers
-            if SLAB_FROM_CHECKPOINT:
-                b_m0 = tl.load(p_m0 + o_s, mask=m_s, other=0)
-                b_i0 = tl.load(p_i0 + o_s, mask=m_s, other=1)
-            else:
-                b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
-                b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
-            for s in range(i_p):  # the walk from the block start to the pair, two tokens at a time
-                for w in tl.static_range(2):
-                    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
-                                                     i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                    b_m0, b_i0 = _update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
-            b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                 H, G, P, N, USE_BETA, ACC)
-            b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
-            b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                 H, G, P, N, USE_BETA, ACC)
-            b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
-            b_dm, b_di, b_an = _reverse_step(
-                b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
-                tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
-            b_dm, b_di, b_an = _reverse_step(
-                b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
-                tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+        if PREFETCH:  # the block before, walked next; its first touches would wait on L2
+            if j > 0:
+                _prefetch_block(v, k, q, g, beta, dy, du, bos + tb - BS, t_last, i_h, i_g, i_v,
+                                H, G, P, N, BV, BS, USE_BETA, USE_DU, True)
+        if GROUP == 2:
+            n_pairs = (ne + 1) // 2
+            for i_pr in range(n_pairs):
+                i_p = n_pairs - 1 - i_pr
+                tok1 = bos + tb + 2 * i_p
+                valid2 = 2 * i_p + 1 < ne
+                # the pair's queries and output gradients: first touches, issued before the walk hides them
+                b_q1, b_dy1, b_du1 = _load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                # the block start, reloaded for every pair (an L1 hit) rather than held in registers
+                if SLAB_FROM_CHECKPOINT:
+                    b_m0 = tl.load(p_m0 + o_s, mask=m_s, other=0)
+                    b_i0 = tl.load(p_i0 + o_s, mask=m_s, other=1)
+                else:
+                    b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
+                    b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
+                for s in range(i_p):  # the walk from the block start to the pair, two tokens at a time
+                    for w in tl.static_range(2):
+                        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
+                                                         i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                        b_m0, b_i0 = _update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+                b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_BETA, ACC)
+                b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
+                b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_BETA, ACC)
+                b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
+                b_dm, b_di, b_an = _reverse_step(
+                    b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
+                    tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE)
+                b_dm, b_di, b_an = _reverse_step(
+                    b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
+                    tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE)
+        else:
+            tl.static_assert(GROUP == 4, "GROUP is 2 or 4")
+            n_quads = (ne + 3) // 4
+            for i_qr in range(n_quads):
+                i_p = n_quads - 1 - i_qr
+                tok1 = bos + tb + 4 * i_p
+                valid2 = 4 * i_p + 1 < ne
+                valid3 = 4 * i_p + 2 < ne
+                valid4 = 4 * i_p + 3 < ne
+                b_q1, b_dy1, b_du1 = _load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                b_q3, b_dy3, b_du3 = _load_readout_grads(q, dy, du, tok1 + 2, valid3, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                b_q4, b_dy4, b_du4 = _load_readout_grads(q, dy, du, tok1 + 3, valid4, i_h, i_g, o_v, o_k,
+                                                         H, G, P, N, USE_DU, ACC)
+                if SLAB_FROM_CHECKPOINT:
+                    b_m1 = tl.load(p_m0 + o_s, mask=m_s, other=0)
+                    b_i1 = tl.load(p_i0 + o_s, mask=m_s, other=1)
+                else:
+                    b_m1 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
+                    b_i1 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
+                for s in range(i_p):  # the walk from the block start to the quad, four tokens at a time
+                    for w in tl.static_range(4):
+                        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 4 * s + w, s >= 0, i_h,
+                                                         i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                        b_m1, b_i1 = _update(b_m1, b_i1, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+                b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_BETA, ACC)
+                b_m1, b_i1 = _update(b_m1, b_i1, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
+                b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_BETA, ACC)
+                b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
+                b_k3, b_v3, b_a3, b_b3 = _load_token(v, k, g, beta, tok1 + 2, valid3, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_BETA, ACC)
+                b_m3, b_i3 = _update(b_m2, b_i2, b_k3, b_v3, b_a3, b_b3, b_ip, USE_BETA, TRANS)
+                b_k4, b_v4, b_a4, b_b4 = _load_token(v, k, g, beta, tok1 + 3, valid4, i_h, i_g, o_v, o_k,
+                                                     H, G, P, N, USE_BETA, ACC)
+                b_m4, b_i4 = _update(b_m3, b_i3, b_k4, b_v4, b_a4, b_b4, b_ip, USE_BETA, TRANS)
+                b_dm, b_di, b_an = _reverse_in_quad(
+                    v, k, g, beta, b_m4, b_i4, b_dm, b_di, b_an, b_k4, b_v4, b_a4, b_b4, b_q4, b_dy4, b_du4,
+                    tok1 + 3, valid4, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD)
+                b_dm, b_di, b_an = _reverse_in_quad(
+                    v, k, g, beta, b_m3, b_i3, b_dm, b_di, b_an, b_k3, b_v3, b_a3, b_b3, b_q3, b_dy3, b_du3,
+                    tok1 + 2, valid3, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD)
+                b_dm, b_di, b_an = _reverse_in_quad(
+                    v, k, g, beta, b_m2, b_i2, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
+                    tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD)
+                b_dm, b_di, b_an = _reverse_in_quad(
+                    v, k, g, beta, b_m1, b_i1, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
+                    tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD)
     return b_dm, b_di, b_an
 
 
@@ -468,7 +599,8 @@ def palimpsa_bwd_kernel(
     BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BS: tl.constexpr,
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     USE_FINAL_STATE_GRADIENT: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
-    FAST_RCP: tl.constexpr, ACC: tl.constexpr,
+    FAST_RCP: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False,
+    RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
 ):
     i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
         cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
@@ -489,7 +621,8 @@ def palimpsa_bwd_kernel(
         b_dm, b_di, b_an = _reverse_chunk(
             v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
             NT - 1 - i_r, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
-            H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC)
+            H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GROUP=GROUP, GAUGE=GAUGE, RELOAD=RELOAD,
+            PREFETCH=PREFETCH)
 
     if USE_INITIAL_STATE:
         tl.store(dm0 + o_state + o_s, (b_dm * b_an).to(dm0.dtype.element_ty), mask=m_s)
@@ -542,6 +675,12 @@ def _acc_dtype(dtype: torch.dtype):
 def _fast_rcp(tensor: torch.Tensor) -> bool:
     """The PTX reciprocal needs float32 states and a real GPU (not the interpreter)."""
     return tensor.is_cuda and tensor.dtype != torch.float64 and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def _prefetches(tensor: torch.Tensor, config: dict) -> bool:
+    """Whether the backward prefetches each block's inputs into L1 (``_reverse_chunk``'s ``PREFETCH``): the
+    config's ``PREFETCH`` (default on), on a real GPU only (inline PTX: not under the interpreter)."""
+    return bool(config.get("PREFETCH", True)) and tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
 
 
 def _launch_config(config: dict, head_dim: int) -> tuple[int, dict]:
@@ -776,6 +915,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     groups, state_size = k.shape[2], k.shape[3]
     device, state_dtype = v.device, _state_dtype(v.dtype)
     block_v, cfg = _launch_config(bwd_config, head_dim)
+    cfg["PREFETCH"] = _prefetches(v, cfg)
     block_k = triton.next_power_of_2(state_size)
     n_blocks_v = triton.cdiv(head_dim, block_v)
     grid = (n_blocks_v, n_states * heads)

@@ -114,8 +114,9 @@ def ours(inputs, fwd_config=None, bwd_config=None, chunk_size=None, block_size=N
         fwd_config, bwd_config = {"kernel": "gluon"}, {"kernel": "gluon"}
     if backend.split("@")[0] == "chunked" and bwd_config is None:  # chunked[@KEY=VALUE:...]: the chunk-parallel bwd
         bwd_config = chunked_config(backend)
-    if backend == "sequential" and bwd_config is None:  # the Triton forward with the sequential backward
-        bwd_config = fused_recurrent._backward_config(inputs["v"].shape[0], HEADS, HEAD_DIM, torch.device("cuda"))
+    if backend.split("@")[0] == "sequential" and bwd_config is None:  # sequential[@KEY=VALUE:...]: the sequential
+        bwd_config = {**fused_recurrent._backward_config(inputs["v"].shape[0], HEADS, HEAD_DIM, torch.device("cuda")),
+                      **config_keys(backend.partition("@")[2])}  # backward (BWD_CONFIG's keys, GROUP, GAUGE)
     if backend.startswith("gluon@") and fwd_config is None:  # gluon@<forward variant>[/<backward variant>]
         fwd_name, _, bwd_name = backend.removeprefix("gluon@").partition("/")
         fwd_config = {"kernel": "gluon", "variant": fwd_name}
@@ -420,8 +421,9 @@ def main() -> int:
                              "with the Triton backward; gluon@<fwd variant>[/<bwd variant>]: that one of "
                              "gluon_scan.FWD_VARIANTS, with the Triton backward or that of BWD_VARIANTS; gluon-bwd: "
                              "the Gluon forward and backward; triton: palimpsa_scan's Triton path as dispatched "
-                             "(PALIMPSA_TRITON_BACKWARD, default auto); sequential: the Triton forward with the "
-                             "sequential backward; chunked[@KEY=VALUE:...]: the Triton forward with the "
+                             "(PALIMPSA_TRITON_BACKWARD, default auto); sequential[@KEY=VALUE:...]: the Triton forward with "
+                             "the sequential backward, fused_recurrent.BWD_CONFIG's keys (and GROUP, GAUGE) "
+                             "overridden; chunked[@KEY=VALUE:...]: the Triton forward with the "
                              "chunk-parallel backward, chunked_bwd.CHUNKED_CONFIG's keys overridden; the Triton "
                              "forward is the one PALIMPSA_TRITON_FORWARD picks (auto: chunk-parallel at B = 1), "
                              "fwd-seq:<backend> that backend with the sequential Triton forward instead, "
@@ -445,11 +447,17 @@ def main() -> int:
                         help="only time backward configurations against each other in interleaved rounds")
     parser.add_argument("--chunk-size", type=int, default=fused_recurrent.CHUNK_SIZE,
                         help="tokens per scan checkpoint CT for every run of ours (default %(default)s)")
+    parser.add_argument("--block-size", type=int, default=fused_recurrent.BLOCK_SIZE,
+                        help="tokens per recompute state BS of the backward's scratch slab (default %(default)s; "
+                             "half of it doubles the scratch)")
     args = parser.parse_args()
-    if args.chunk_size < 2 or args.chunk_size % fused_recurrent.BLOCK_SIZE:
+    if args.block_size < 2 or args.block_size % 2:
+        parser.error(f"--block-size {args.block_size}: give an even number of tokens, e.g. 4 or 8")
+    if args.chunk_size < 2 or args.chunk_size % args.block_size:
         parser.error(f"--chunk-size {args.chunk_size}: give a multiple of the block size "
-                     f"({fused_recurrent.BLOCK_SIZE}), e.g. 256 or 512")
+                     f"({args.block_size}), e.g. 256 or 512")
     fused_recurrent.CHUNK_SIZE = args.chunk_size
+    fused_recurrent.BLOCK_SIZE = args.block_size
     batches = (1,) if args.quick else (1, 4)
     shapes = [(b, length) for b in batches for length in (2048, 8192, 16384)]
     if args.shapes:

@@ -171,8 +171,16 @@ def main() -> int:
     parser.add_argument("--forward", choices=fused_recurrent.FORWARDS, default=None,
                         help="the Triton forward (PALIMPSA_TRITON_FORWARD): auto (chunk-parallel where the GPU would "
                              "otherwise be short of programs), sequential, or chunked everywhere")
+    parser.add_argument("--chunked-config", default="", metavar="KEY=VALUE:...",
+                        help="overrides of chunked_bwd.CHUNKED_CONFIG for the chunk-parallel backward, e.g. GROUP=4")
     args = parser.parse_args()
     backend = args.backend
+    if args.chunked_config:
+        from palimpsa.kernels import chunked_bwd
+
+        for item in filter(None, args.chunked_config.split(":")):
+            key, _, value = item.partition("=")
+            chunked_bwd.CHUNKED_CONFIG[key] = int(value) if value.lstrip("-").isdigit() else value
     if args.forward:
         os.environ[fused_recurrent.FORWARD_ENV] = args.forward
     if backend in ("triton-chunked", "triton-sequential"):  # the Triton forward with that backward everywhere
@@ -208,7 +216,8 @@ def main() -> int:
             rows.append((name, "error", args.backend, float("inf"), tol, False))
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
-          f"{args.backend}, forward {os.environ.get(fused_recurrent.FORWARD_ENV) or 'auto'}; float32 cases without "
+          f"{args.backend}, forward {os.environ.get(fused_recurrent.FORWARD_ENV) or 'auto'}, chunked "
+          f"{args.chunked_config or 'default'}; float32 cases without "
           "TF32 (the chunk-parallel backward's products in IEEE float32)")
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:

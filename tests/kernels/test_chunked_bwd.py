@@ -99,6 +99,25 @@ def test_float32_fast_decays_over_long_chunks():
     check(inputs, {"NSPLIT": 2}, tol=1e-5, sizes={"chunk_size": 64, "block_size": 8})
 
 
+@pytest.mark.parametrize("length, with_beta, with_state, config", [
+    (45, True, True, {"NSPLIT": 2, "GROUP": 4}),  # quads: a walk to the second quad of a block, odd tails
+    (37, False, True, {"NSPLIT": 3, "GROUP": 4, "BV": 2}),  # quads without beta
+    (45, True, True, {"NSPLIT": 2, "GAUGE": True}),  # pairs with the decay gradient from the own state
+])
+def test_quads_and_the_own_state_decay_gradient(length, with_beta, with_state, config):
+    """Blocks of 8 tokens in chunks of 16, so that a quad walks from the block start; lengths whose last block
+    ends mid-quad."""
+    check(inputs_for(2, length, 2, with_beta=with_beta, with_state=with_state), config,
+          sizes={"chunk_size": 16, "block_size": 8})
+
+
+def test_quads_over_fast_decays_in_float32():
+    """The decay gradient from the token's own state subtracts ``v . dv`` and ``beta . dbeta`` from inner products
+    with the state: near log decays of -8 it still holds float32's tolerance."""
+    inputs = make_inputs(1, 128, 2, 1, 8, 16, dtype=torch.float32, requires_grad=True, device=DEVICE, seed=3)
+    check(inputs, {"NSPLIT": 2, "GROUP": 4}, tol=1e-5, sizes={"chunk_size": 64, "block_size": 8})
+
+
 def test_only_some_outputs_carry_gradients():
     """No final-state gradient and no ``du``: the carry starts from zero and the local kernel skips ``du``."""
     check(inputs_for(2, 21, 2), {"NSPLIT": 2}, final_state=False, uncertainty=False)
@@ -224,6 +243,10 @@ def test_kernels_compile_for_sm90a_without_spills():
             assert found["stack"] == 0 and found["local"] == 0, (dtype, name, found)
             assert found["registers"] <= 255, (dtype, name, found)
         assert launches["local"]["registers"] >= 160, launches  # four channels' states live in registers
+        # the next block's inputs prefetched into L1: keys, values, gains, decays in pass A; queries and output
+        # gradients too in pass B
+        assert launches["local"]["prefetches"] == 10, launches
+        assert launches["correct"]["prefetches"] == 0, launches
 
 
 def test_corrections_use_tf32_only_where_the_inputs_or_pytorch_allow_it():
