@@ -419,6 +419,22 @@ def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k
 
 
 @triton.jit
+def _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, tok0, n_groups, i_h, i_g, o_v, o_k,
+                   H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, GROUP: tl.constexpr,
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
+    """The state before group ``n_groups`` of a block: the block start (at ``p_m0``, ``p_i0``) walked over the
+    ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration."""
+    b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
+    b_i = tl.load(p_i0 + o_s, mask=m_s, other=1)
+    for s in range(n_groups):
+        for w in tl.static_range(GROUP):
+            b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok0 + GROUP * s + w, s >= 0, i_h, i_g, o_v, o_k,
+                                             H, G, P, N, USE_BETA, ACC)
+            b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+    return b_m, b_i
+
+
+@triton.jit
 def _reverse_in_quad(
     v, k, g, beta, b_m, b_i, b_dm, b_di, b_an, b_k, b_v, b_a, b_b, b_q, b_dy, b_du, tok, valid, i_h, i_g,
     o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
@@ -490,6 +506,8 @@ def _reverse_chunk(
                 p_m0, p_i0 = ck_m + o_ck, ck_i + o_ck
             else:
                 p_m0, p_i0 = sc_m + (o_sc + (j - 1) * BV * N), sc_i + (o_sc + (j - 1) * BV * N)
+        else:
+            p_m0, p_i0 = sc_m + (o_sc + j * BV * N), sc_i + (o_sc + j * BV * N)
         ne = tl.minimum(BS, T - tb)
         if PREFETCH:  # the block before, walked next; its first touches would wait on L2
             if j > 0:
@@ -506,18 +524,10 @@ def _reverse_chunk(
                                                          H, G, P, N, USE_DU, ACC)
                 b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
                                                          H, G, P, N, USE_DU, ACC)
-                # the block start, reloaded for every pair (an L1 hit) rather than held in registers
-                if SLAB_FROM_CHECKPOINT:
-                    b_m0 = tl.load(p_m0 + o_s, mask=m_s, other=0)
-                    b_i0 = tl.load(p_i0 + o_s, mask=m_s, other=1)
-                else:
-                    b_m0 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
-                    b_i0 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
-                for s in range(i_p):  # the walk from the block start to the pair, two tokens at a time
-                    for w in tl.static_range(2):
-                        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 2 * s + w, s >= 0, i_h,
-                                                         i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                        b_m0, b_i0 = _update(b_m0, b_i0, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+                # the block start, reloaded for every pair (an L1 hit) rather than held in registers, walked to
+                # the pair
+                b_m0, b_i0 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h, i_g,
+                                            o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC)
                 b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
                                                      H, G, P, N, USE_BETA, ACC)
                 b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
@@ -549,17 +559,8 @@ def _reverse_chunk(
                                                          H, G, P, N, USE_DU, ACC)
                 b_q4, b_dy4, b_du4 = _load_readout_grads(q, dy, du, tok1 + 3, valid4, i_h, i_g, o_v, o_k,
                                                          H, G, P, N, USE_DU, ACC)
-                if SLAB_FROM_CHECKPOINT:
-                    b_m1 = tl.load(p_m0 + o_s, mask=m_s, other=0)
-                    b_i1 = tl.load(p_i0 + o_s, mask=m_s, other=1)
-                else:
-                    b_m1 = tl.load(sc_m + (o_sc + j * BV * N) + o_s, mask=m_s, other=0)
-                    b_i1 = tl.load(sc_i + (o_sc + j * BV * N) + o_s, mask=m_s, other=1)
-                for s in range(i_p):  # the walk from the block start to the quad, four tokens at a time
-                    for w in tl.static_range(4):
-                        b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, bos + tb + 4 * s + w, s >= 0, i_h,
-                                                         i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
-                        b_m1, b_i1 = _update(b_m1, b_i1, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+                b_m1, b_i1 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h, i_g,
+                                            o_v, o_k, H, G, P, N, 4, USE_BETA, TRANS, ACC)
                 b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
                                                      H, G, P, N, USE_BETA, ACC)
                 b_m1, b_i1 = _update(b_m1, b_i1, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
