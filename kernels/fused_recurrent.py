@@ -165,6 +165,16 @@ def _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA: tl.constexpr, TRANS: t
 
 
 @triton.jit
+def _step(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
+          H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
+          TRANS: tl.constexpr, ACC: tl.constexpr):
+    """Token ``tok``'s inputs and the state after it: ``(M, I, k, v, a, beta)``."""
+    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+    b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
+    return b_m, b_i, b_k, b_v, b_a, b_b
+
+
+@triton.jit
 def _bounds(cu_seqlens, chunk_offsets, i_n, T, CT: tl.constexpr, IS_VARLEN: tl.constexpr):
     """Sequence ``i_n``'s first token, length and first checkpoint (``cu_seqlens`` and ``chunk_offsets`` with
     packing, else every sequence ``T`` long)."""
@@ -528,12 +538,12 @@ def _reverse_chunk(
                 # the pair
                 b_m0, b_i0 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h, i_g,
                                             o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC)
-                b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_BETA, ACC)
-                b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
-                b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_BETA, ACC)
-                b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
+                b_m1, b_i1, b_k1, b_v1, b_a1, b_b1 = _step(
+                    v, k, g, beta, b_m0, b_i0, b_ip, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                    H, G, P, N, USE_BETA, TRANS, ACC)
+                b_m2, b_i2, b_k2, b_v2, b_a2, b_b2 = _step(
+                    v, k, g, beta, b_m1, b_i1, b_ip, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                    H, G, P, N, USE_BETA, TRANS, ACC)
                 b_dm, b_di, b_an = _reverse_step(
                     b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
                     tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
@@ -561,18 +571,18 @@ def _reverse_chunk(
                                                          H, G, P, N, USE_DU, ACC)
                 b_m1, b_i1 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h, i_g,
                                             o_v, o_k, H, G, P, N, 4, USE_BETA, TRANS, ACC)
-                b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_BETA, ACC)
-                b_m1, b_i1 = _update(b_m1, b_i1, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
-                b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_BETA, ACC)
-                b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
-                b_k3, b_v3, b_a3, b_b3 = _load_token(v, k, g, beta, tok1 + 2, valid3, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_BETA, ACC)
-                b_m3, b_i3 = _update(b_m2, b_i2, b_k3, b_v3, b_a3, b_b3, b_ip, USE_BETA, TRANS)
-                b_k4, b_v4, b_a4, b_b4 = _load_token(v, k, g, beta, tok1 + 3, valid4, i_h, i_g, o_v, o_k,
-                                                     H, G, P, N, USE_BETA, ACC)
-                b_m4, b_i4 = _update(b_m3, b_i3, b_k4, b_v4, b_a4, b_b4, b_ip, USE_BETA, TRANS)
+                b_m1, b_i1, b_k1, b_v1, b_a1, b_b1 = _step(
+                    v, k, g, beta, b_m1, b_i1, b_ip, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                    H, G, P, N, USE_BETA, TRANS, ACC)
+                b_m2, b_i2, b_k2, b_v2, b_a2, b_b2 = _step(
+                    v, k, g, beta, b_m1, b_i1, b_ip, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                    H, G, P, N, USE_BETA, TRANS, ACC)
+                b_m3, b_i3, b_k3, b_v3, b_a3, b_b3 = _step(
+                    v, k, g, beta, b_m2, b_i2, b_ip, tok1 + 2, valid3, i_h, i_g, o_v, o_k,
+                    H, G, P, N, USE_BETA, TRANS, ACC)
+                b_m4, b_i4, b_k4, b_v4, b_a4, b_b4 = _step(
+                    v, k, g, beta, b_m3, b_i3, b_ip, tok1 + 3, valid4, i_h, i_g, o_v, o_k,
+                    H, G, P, N, USE_BETA, TRANS, ACC)
                 b_dm, b_di, b_an = _reverse_in_quad(
                     v, k, g, beta, b_m4, b_i4, b_dm, b_di, b_an, b_k4, b_v4, b_a4, b_b4, b_q4, b_dy4, b_du4,
                     tok1 + 3, valid4, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
