@@ -49,9 +49,9 @@ from . import fused_recurrent as fr
 # each with one scratch slab; 0: one program per work item, each with its own slab (NSPLIT times the scratch)
 # maxnreg: a register cap for the local pass (ptxas's own choice where 0), so that more programs fit an SM
 # GROUP: tokens recomputed together from a block start, 2 or 4 (quads: fewer state updates, measured slower); GAUGE:
-# the decay gradient from each token's own state (on with quads); RELOAD (default: with quads) loads a quad's inputs
-# again for its reverse steps; PREFETCH: the next block's inputs prefetched into L1 (on a GPU; fused_recurrent's
-# _reverse_chunk and docs/kernels.md)
+# the decay gradient from each token's own state (always so with quads); RELOAD (default: with quads) loads a quad's
+# inputs again for its reverse steps; PREFETCH: the next block's inputs prefetched into L1 (on a GPU;
+# fused_recurrent's _reverse_chunk and docs/kernels.md)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True}
@@ -275,6 +275,13 @@ def _programs(config: dict, n_work: int, device: torch.device) -> int:
     return triton.cdiv(n_work, triton.cdiv(n_work, resident))
 
 
+def _recompute_options(config: dict) -> dict:
+    """The local pass's ``GROUP``, ``GAUGE`` and ``RELOAD`` from a config (quads always take the decay gradient
+    from the token's own state; ``RELOAD`` defaults to on with quads)."""
+    group = int(config["GROUP"])
+    return {"GROUP": group, "GAUGE": bool(config["GAUGE"]), "RELOAD": bool(config.get("RELOAD", group == 4))}
+
+
 def _dot_precision(name: str, dtype: torch.dtype) -> str:
     if name != "auto":
         return name
@@ -369,9 +376,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
-        GROUP=int(config["GROUP"]), GAUGE=bool(config["GAUGE"]) or int(config["GROUP"]) == 4,
-        RELOAD=bool(config.get("RELOAD", int(config["GROUP"]) == 4)),
-        PREFETCH=fr._prefetches(v, config),
+        PREFETCH=fr._prefetches(v, config), **_recompute_options(config),
         num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common,
     )
     del sc_m, sc_i
@@ -415,9 +420,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "G": groups, "BV": sizes["BV"], "BK": sizes["BK"], "BS": block_size,
             "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
-            "FAST_RCP": True, "ACC": acc, "GROUP": int(config["GROUP"]),
-            "GAUGE": bool(config["GAUGE"]) or int(config["GROUP"]) == 4,
-            "RELOAD": bool(config.get("RELOAD", int(config["GROUP"]) == 4)), "PREFETCH": bool(config["PREFETCH"])}),
+            "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), **_recompute_options(config)}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": False, "ACC": acc}),

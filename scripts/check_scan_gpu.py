@@ -176,11 +176,10 @@ def main() -> int:
     args = parser.parse_args()
     backend = args.backend
     if args.chunked_config:
+        from bench_scan import config_keys  # this script's folder
         from palimpsa.kernels import chunked_bwd
 
-        for item in filter(None, args.chunked_config.split(":")):
-            key, _, value = item.partition("=")
-            chunked_bwd.CHUNKED_CONFIG[key] = int(value) if value.lstrip("-").isdigit() else value
+        chunked_bwd.CHUNKED_CONFIG.update(config_keys(args.chunked_config))
     if args.forward:
         os.environ[fused_recurrent.FORWARD_ENV] = args.forward
     if backend in ("triton-chunked", "triton-sequential"):  # the Triton forward with that backward everywhere
