@@ -163,7 +163,7 @@ def breakdown(backends, batch=1, length=8192, rounds=5) -> list:
 
     rows = []
     inputs = scan_inputs(batch, length)
-    for backend in (b for b in backends if b.split("@")[0] == "chunked"):
+    for backend in (b for b in backends if b.rpartition("]:")[2].split("@")[0] == "chunked"):  # fwd[...]: too
         _, fwd_bwd = ours(inputs, backend=backend)
         fwd_bwd()
         times = {}
