@@ -54,7 +54,7 @@ from . import fused_recurrent as fr
 # fused_recurrent's _reverse_chunk and docs/kernels.md)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
-                  "PREFETCH": 1, "DIRECT": False, "PIPELINE": False}
+                  "PREFETCH": True}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -79,8 +79,7 @@ def palimpsa_bwd_local_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
     GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False,
-    PREFETCH: tl.constexpr = 0, DIRECT: tl.constexpr = False, PIPELINE: tl.constexpr = False,
-    KEEP: tl.constexpr = False, PF_PAIR: tl.constexpr = 0,
+    PREFETCH: tl.constexpr = False,
 ):
     # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
     # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
@@ -100,8 +99,7 @@ def palimpsa_bwd_local_kernel(
                 tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
                 i_c, i_v, o_sc, bos, T_n, boc, i_h, i_g, o_v, o_k, m_s, o_s,
                 H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, SLAB_FROM_CHECKPOINT=True, GROUP=GROUP,
-                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH, DIRECT=DIRECT,
-                PIPELINE=PIPELINE, KEEP=KEEP, PF_PAIR=PF_PAIR)
+                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH)
             # the chunk's local adjoint of the state before its first token: in the slot before the chunk's own
             # (_slots); the first chunk's is dM0's, dI0's local part, in their buffers (nowhere without them)
             if i_c > 0:
@@ -281,9 +279,7 @@ def _recompute_options(config: dict) -> dict:
     """The local pass's ``GROUP``, ``GAUGE`` and ``RELOAD`` from a config (quads always take the decay gradient
     from the token's own state; ``RELOAD`` defaults to on with quads)."""
     group = int(config["GROUP"])
-    return {"GROUP": group, "GAUGE": bool(config["GAUGE"]), "RELOAD": bool(config.get("RELOAD", group == 4)),
-            "PIPELINE": int(config.get("PIPELINE", 0)), "KEEP": bool(config.get("KEEP", False)),
-            "PF_PAIR": int(config.get("PF_PAIR", 0))}
+    return {"GROUP": group, "GAUGE": bool(config["GAUGE"]), "RELOAD": bool(config.get("RELOAD", group == 4))}
 
 
 def _dot_precision(name: str, dtype: torch.dtype) -> str:
@@ -380,7 +376,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
-        PREFETCH=fr._prefetches(v, config), DIRECT=fr._direct_stores(v, config), **_recompute_options(config),
+        PREFETCH=fr._prefetches(v, config), **_recompute_options(config),
         num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common,
     )
     del sc_m, sc_i
@@ -424,8 +420,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "G": groups, "BV": sizes["BV"], "BK": sizes["BK"], "BS": block_size,
             "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
-            "FAST_RCP": True, "ACC": acc, "PREFETCH": int(config["PREFETCH"]), "DIRECT": bool(config["DIRECT"]),
-            **_recompute_options(config)}),
+            "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), **_recompute_options(config)}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": False, "ACC": acc}),

@@ -58,8 +58,6 @@ def walk_config(config: dict) -> dict:
     for key, name in (("walk_BV", "BV"), ("walk_warps", "num_warps"), ("walk_UNROLL", "UNROLL")):
         if int(config.get(key, 0)):
             walk[name] = int(config[key])
-    if "DIRECT" in config:  # readouts stored from the row sums' layout (fused_recurrent._store_direct; default on)
-        walk["DIRECT"] = int(config["DIRECT"])
     return walk
 
 

@@ -138,25 +138,15 @@ def _sum_v(x, TRANS: tl.constexpr):
 
 
 @triton.jit
-def _ld(p, mask, other, KEEP: tl.constexpr = False):
-    """``tl.load``; with ``KEEP`` at the L1's last eviction priority (``evict_last``)."""
-    if KEEP:
-        return tl.load(p, mask=mask, other=other, eviction_policy="evict_last")
-    else:
-        return tl.load(p, mask=mask, other=other)
-
-
-@triton.jit
 def _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k,
                 H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
-                USE_BETA: tl.constexpr, ACC: tl.constexpr, KEEP: tl.constexpr = False):
-    """Key, value, decay and gain of token ``tok``; an invalid token reads as the identity update (``KEEP``:
-    :func:`_ld`)."""
-    b_k = _ld(k + (tok * G + i_g) * N + o_k, o_k < tl.where(valid, N, 0), 0, KEEP).to(ACC)
-    b_v = _ld(v + (tok * H + i_h) * P + o_v, o_v < tl.where(valid, P, 0), 0, KEEP).to(ACC)
-    b_a = tl.exp(_ld(g + tok * H + i_h, valid, 0, KEEP).to(ACC))
+                USE_BETA: tl.constexpr, ACC: tl.constexpr):
+    """Key, value, decay and gain of token ``tok``; an invalid token reads as the identity update."""
+    b_k = tl.load(k + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
+    b_v = tl.load(v + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
+    b_a = tl.exp(tl.load(g + tok * H + i_h, mask=valid, other=0).to(ACC))
     if USE_BETA:
-        b_b = _ld(beta + (tok * H + i_h) * P + o_v, o_v < tl.where(valid, P, 0), 0, KEEP).to(ACC)
+        b_b = tl.load(beta + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
     else:
         b_b = b_v
     return b_k, b_v, b_a, b_b
@@ -177,10 +167,9 @@ def _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA: tl.constexpr, TRANS: t
 @triton.jit
 def _step(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
           H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
-          TRANS: tl.constexpr, ACC: tl.constexpr, KEEP: tl.constexpr = False):
+          TRANS: tl.constexpr, ACC: tl.constexpr):
     """Token ``tok``'s inputs and the state after it: ``(M, I, k, v, a, beta)``."""
-    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC,
-                                     KEEP)
+    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
     b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     return b_m, b_i, b_k, b_v, b_a, b_b
 
@@ -240,17 +229,16 @@ def _load_fwd_token(v, k, q, g, beta, tok, valid, i_h, i_g, o_v, o_k,
 @triton.jit
 def _fwd_token(b_m, b_i, b_k, b_v, b_a, b_b, b_q, b_ip, y, u, tok, valid, i_h, o_v,
                H: tl.constexpr, P: tl.constexpr, USE_BETA: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
-               TRANS: tl.constexpr, FAST_RCP: tl.constexpr, DIRECT: tl.constexpr = False):
-    """Advance the state by one token and write its readout (an invalid token: identity, nothing written);
-    ``DIRECT``: from the row sums' own layout (:func:`_store_direct`)."""
+               TRANS: tl.constexpr, FAST_RCP: tl.constexpr):
+    """Advance the state by one token and write its readout (an invalid token: identity, nothing written)."""
     b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     b_r = _reciprocal(b_i, FAST_RCP)
     m_y = o_v < tl.where(valid, P, 0)
     b_y = _sum_n(b_m * b_r * _cols(b_q, TRANS), TRANS)
-    _store_rows(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), m_y, DIRECT)
+    tl.store(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), mask=m_y)
     if USE_UNCERTAINTY:
         b_u = _sum_n(b_r * _cols(b_q * b_q, TRANS), TRANS)
-        _store_rows(u + (tok * H + i_h) * P + o_v, b_u.to(u.dtype.element_ty), m_y, DIRECT)
+        tl.store(u + (tok * H + i_h) * P + o_v, b_u.to(u.dtype.element_ty), mask=m_y)
     return b_m, b_i
 
 
@@ -262,7 +250,7 @@ def palimpsa_fwd_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     STORE_FINAL_STATE: tl.constexpr, STORE_CHECKPOINTS: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
     IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
-    CHUNKED: tl.constexpr = False, DIRECT: tl.constexpr = False,
+    CHUNKED: tl.constexpr = False,
 ):
     """A program walks its channel block of one (sequence, head) through the whole sequence, storing the
     checkpoints on the way; with ``CHUNKED`` (``chunked_fwd.py``) it walks one chunk only (``program_id(2)``),
@@ -313,12 +301,12 @@ def palimpsa_fwd_kernel(
                 n_k2, n_v2, n_a2, n_b2, n_q2 = _load_fwd_token(v, k, q, g, beta, tok + 3, t + 3 < T, i_h, i_g,
                                                                o_v, o_k, H, G, P, N, USE_BETA, ACC)
             b_m, b_i = _fwd_token(b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok, t < T, i_h, o_v,
-                                  H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, DIRECT)
+                                  H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP)
             b_k1, b_v1, b_a1, b_b1, b_q1 = n_k1, n_v1, n_a1, n_b1, n_q1
             if UNROLL == 2:
                 # a chunk holds an even number of tokens; only the sequence's last pair can be half empty
                 b_m, b_i = _fwd_token(b_m, b_i, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u, tok + 1, t + 1 < T, i_h,
-                                      o_v, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, DIRECT)
+                                      o_v, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP)
                 b_k2, b_v2, b_a2, b_b2, b_q2 = n_k2, n_v2, n_a2, n_b2, n_q2
 
     if STORE_FINAL_STATE:
@@ -336,7 +324,6 @@ def _reverse_step(
     o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
     USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr, GAUGE: tl.constexpr = False,
-    DIRECT: tl.constexpr = False,
 ):
     """Gradients of token ``tok`` from ``(M_t, I_t)``, ``(M_{t-1}, I_{t-1})`` and the adjoints of the step after.
 
@@ -372,11 +359,11 @@ def _reverse_step(
     b_dk = _sum_v(b_dm * _rows(b_v, TRANS), TRANS)
     if USE_BETA:
         b_db = _sum_n(b_di * _cols(b_k * b_k, TRANS), TRANS)
-        _store_rows(dbeta + (tok * H + i_h) * P + o_v, b_db.to(dbeta.dtype.element_ty), m_v, DIRECT)
+        tl.store(dbeta + (tok * H + i_h) * P + o_v, b_db.to(dbeta.dtype.element_ty), mask=m_v)
         b_dk += 2 * b_k * _sum_v(b_di * _rows(b_b, TRANS), TRANS)
         if GAUGE:
             b_da -= tl.sum(b_b * b_db, 0)
-    _store_rows(dv + (tok * H + i_h) * P + o_v, b_dv.to(dv.dtype.element_ty), m_v, DIRECT)
+    tl.store(dv + (tok * H + i_h) * P + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
     # relaxed: the default acq_rel ordering fences every atomic, and nothing here reads these sums back
     tl.atomic_add(dg + tok * H + i_h, b_da.to(dg.dtype.element_ty), mask=valid, sem="relaxed")
     tl.atomic_add(dq + (tok * G + i_g) * N + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k, sem="relaxed")
@@ -386,107 +373,57 @@ def _reverse_step(
 
 @triton.jit
 def _load_readout_grads(q, dy, du, tok, valid, i_h, i_g, o_v, o_k, H: tl.constexpr, G: tl.constexpr,
-                        P: tl.constexpr, N: tl.constexpr, USE_DU: tl.constexpr, ACC: tl.constexpr,
-                        KEEP: tl.constexpr = False):
+                        P: tl.constexpr, N: tl.constexpr, USE_DU: tl.constexpr, ACC: tl.constexpr):
     """Query and output gradients of token ``tok`` (zeros for an invalid token)."""
-    b_q = _ld(q + (tok * G + i_g) * N + o_k, o_k < tl.where(valid, N, 0), 0, KEEP).to(ACC)
+    b_q = tl.load(q + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
     m_v = o_v < tl.where(valid, P, 0)
-    b_dy = _ld(dy + (tok * H + i_h) * P + o_v, m_v, 0, KEEP).to(ACC)
+    b_dy = tl.load(dy + (tok * H + i_h) * P + o_v, mask=m_v, other=0).to(ACC)
     if USE_DU:
-        b_du = _ld(du + (tok * H + i_h) * P + o_v, m_v, 0, KEEP).to(ACC)
+        b_du = tl.load(du + (tok * H + i_h) * P + o_v, mask=m_v, other=0).to(ACC)
     else:
         b_du = b_dy
     return b_q, b_dy, b_du
 
 
 @triton.jit
-def _prefetch(p, L2: tl.constexpr = False):
-    """Ask for the 128-byte lines at pointers ``p`` in L1 (``prefetch.global.L1``; with ``L2`` in L2 only):
-    nothing is returned or waited for, so the loads that later read them hit L1 instead of waiting on L2."""
-    if L2:
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
-                                  is_pure=False, pack=1)
-    else:
-        tl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
-                                  is_pure=False, pack=1)
-
-
-@triton.jit
-def _store_direct(p, x, mask):
-    """``tl.store(p, x, mask=mask)`` issued from ``x``'s own layout (``st.global`` through inline PTX, one a
-    held element). A row sum over the state comes out of its shuffles replicated in every lane; ``tl.store`` would
-    first move it into a coalesced layout through shared memory and a barrier, on the reverse step's critical
-    path. Here every lane stores the values it holds: the lanes holding one value write the same bytes, which a
-    warp's store merges into one request."""
-    BITS: tl.constexpr = x.dtype.primitive_bitwidth
-    tl.static_assert(BITS == 16 or BITS == 32 or BITS == 64, "a 16-, 32- or 64-bit value")
-    m = mask.to(tl.int32)
-    if BITS == 16:
-        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b16 [$1], $2; }\n\t"
-                                  "mov.u32 $0, 0;", "=r,l,h,r", [p, x.to(tl.int16, bitcast=True), m],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-    elif BITS == 32:
-        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b32 [$1], $2; }\n\t"
-                                  "mov.u32 $0, 0;", "=r,l,r,r", [p, x.to(tl.int32, bitcast=True), m],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-    else:
-        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b64 [$1], $2; }\n\t"
-                                  "mov.u32 $0, 0;", "=r,l,l,r", [p, x.to(tl.int64, bitcast=True), m],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _store_rows(p, x, mask, DIRECT: tl.constexpr):
-    """Store a row sum (``dv``, ``dbeta``): :func:`_store_direct` with ``DIRECT`` (a GPU only), else ``tl.store``."""
-    if DIRECT:
-        _store_direct(p, x, mask)
-    else:
-        tl.store(p, x, mask=mask)
+def _prefetch(p):
+    """Ask for the 128-byte lines at pointers ``p`` in L1 (``prefetch.global.L1``): nothing is returned or waited
+    for, so the loads that later read them hit L1 instead of waiting on L2."""
+    tl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
+                              is_pure=False, pack=1)
 
 
 @triton.jit
 def _prefetch_block(v, k, q, g, beta, dy, du, tok0, t_last, i_h, i_g, i_v,
                     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BV: tl.constexpr,
-                    BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, READOUT: tl.constexpr,
-                    L2: tl.constexpr = False):
-    """Prefetch the inputs of the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) into L1 (``L2``: into L2):
-    their key rows, the program's value, gain and decay lines and, with ``READOUT``, their query rows and
-    output-gradient lines."""
+                    BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, READOUT: tl.constexpr):
+    """Prefetch the inputs of the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) into L1: their key rows, the
+    program's value, gain and decay lines and, with ``READOUT``, their query rows and output-gradient lines."""
     o_t = tl.minimum(tok0 + tl.arange(0, BS), t_last)
     LK: tl.constexpr = max(1, N * k.dtype.element_ty.primitive_bitwidth // 1024)  # 128-byte lines per key row
     o_l = tl.arange(0, LK) * (1024 // k.dtype.element_ty.primitive_bitwidth)
     o_row = ((o_t * G + i_g) * N)[:, None] + o_l[None, :]
-    _prefetch(k + o_row, L2)
+    _prefetch(k + o_row)
     o_c = (o_t * H + i_h) * P + i_v * BV
-    _prefetch(v + o_c, L2)
-    _prefetch(g + o_t * H + i_h, L2)
+    _prefetch(v + o_c)
+    _prefetch(g + o_t * H + i_h)
     if USE_BETA:
-        _prefetch(beta + o_c, L2)
+        _prefetch(beta + o_c)
     if READOUT:
-        _prefetch(q + o_row, L2)
-        _prefetch(dy + o_c, L2)
+        _prefetch(q + o_row)
+        _prefetch(dy + o_c)
         if USE_DU:
-            _prefetch(du + o_c, L2)
-
-
-@triton.jit
-def _prefetch_state(sc_m, sc_i, o, BV: tl.constexpr, N: tl.constexpr, L2: tl.constexpr = False):
-    """Prefetch a ``[BV, N]`` state pair of the scratch slab at offset ``o`` into L1 (``L2``: into L2), one
-    instruction a line."""
-    LINES: tl.constexpr = max(1, BV * N * sc_m.dtype.element_ty.primitive_bitwidth // 1024)
-    o_l = o + tl.arange(0, LINES) * (1024 // sc_m.dtype.element_ty.primitive_bitwidth)
-    _prefetch(sc_m + o_l, L2)
-    _prefetch(sc_i + o_l, L2)
+            _prefetch(du + o_c)
 
 
 @triton.jit
 def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BS: tl.constexpr,
-                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, KEEP: tl.constexpr = False):
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
     """The state after the ``BS`` tokens from ``tok`` (pass A of the backward's recompute: updates, no readout)."""
     for s in tl.static_range(BS):
         b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok + s, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA,
-                                         ACC, KEEP)
+                                         ACC)
         b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     return b_m, b_i
 
@@ -494,42 +431,17 @@ def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k
 @triton.jit
 def _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, tok0, n_groups, i_h, i_g, o_v, o_k,
                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, GROUP: tl.constexpr,
-                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, KEEP: tl.constexpr = False):
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
     """The state before group ``n_groups`` of a block: the block start (at ``p_m0``, ``p_i0``) walked over the
     ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration."""
-    b_m = _ld(p_m0 + o_s, m_s, 0, KEEP)
-    b_i = _ld(p_i0 + o_s, m_s, 1, KEEP)
+    b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
+    b_i = tl.load(p_i0 + o_s, mask=m_s, other=1)
     for s in range(n_groups):
         for w in tl.static_range(GROUP):
             b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok0 + GROUP * s + w, s >= 0, i_h, i_g, o_v, o_k,
-                                             H, G, P, N, USE_BETA, ACC, KEEP)
+                                             H, G, P, N, USE_BETA, ACC)
             b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     return b_m, b_i
-
-
-@triton.jit
-def _walk_to_pair(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, tok0, n_pairs, valid2, i_h, i_g, o_v, o_k,
-                  H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
-                  TRANS: tl.constexpr, ACC: tl.constexpr):
-    """:func:`_walk_to_group` for pairs, software-pipelined: each pair's inputs are loaded one pair ahead of its
-    updates. The last inputs loaded are the pair's own (its second token valid where ``valid2``); returns the
-    state before the pair and those inputs, ``(M, I, k1, v1, a1, beta1, k2, v2, a2, beta2)``."""
-    b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok0, n_pairs >= 0, i_h, i_g, o_v, o_k, H, G, P, N,
-                                         USE_BETA, ACC)
-    b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok0 + 1, (n_pairs > 0) | valid2, i_h, i_g, o_v, o_k,
-                                         H, G, P, N, USE_BETA, ACC)
-    b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
-    b_i = tl.load(p_i0 + o_s, mask=m_s, other=1)
-    for s in range(n_pairs):
-        n_k1, n_v1, n_a1, n_b1 = _load_token(v, k, g, beta, tok0 + 2 * s + 2, s >= 0, i_h, i_g, o_v, o_k,
-                                             H, G, P, N, USE_BETA, ACC)
-        n_k2, n_v2, n_a2, n_b2 = _load_token(v, k, g, beta, tok0 + 2 * s + 3, (s + 1 < n_pairs) | valid2, i_h,
-                                             i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
-        b_m, b_i = _update(b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
-        b_m, b_i = _update(b_m, b_i, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
-        b_k1, b_v1, b_a1, b_b1 = n_k1, n_v1, n_a1, n_b1
-        b_k2, b_v2, b_a2, b_b2 = n_k2, n_v2, n_a2, n_b2
-    return b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_k2, b_v2, b_a2, b_b2
 
 
 @triton.jit
@@ -538,7 +450,6 @@ def _reverse_in_quad(
     o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
     USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr, RELOAD: tl.constexpr,
-    DIRECT: tl.constexpr,
 ):
     """A quad's reverse step (the decay gradient from the token's own state); with ``RELOAD`` its inputs are loaded
     again (L1 hits) instead of kept live since the update, which spares registers."""
@@ -546,7 +457,7 @@ def _reverse_in_quad(
         b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
     return _reverse_step(b_m, b_i, b_m, b_i, b_dm, b_di, b_an, b_k, b_v, b_a, b_b, b_q, b_dy, b_du, tok, valid,
                          i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip, H, G, P, N, USE_BETA, USE_DU, TRANS,
-                         FAST_RCP, ACC, True, DIRECT)
+                         FAST_RCP, ACC, True)
 
 
 @triton.jit
@@ -556,9 +467,7 @@ def _reverse_chunk(
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
     ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False, GROUP: tl.constexpr = 2,
-    GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = 0,
-    DIRECT: tl.constexpr = False, PIPELINE: tl.constexpr = False, KEEP: tl.constexpr = False,
-    PF_PAIR: tl.constexpr = 0,
+    GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
 ):
     """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
     it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
@@ -568,13 +477,7 @@ def _reverse_chunk(
     the block start, 2 (pairs) or 4 (quads: 2.5 state updates a token at ``BS`` 8 instead of 3.5, four states live
     instead of three; always with ``GAUGE``, :func:`_reverse_step`, which frees the state before each token).
     ``PREFETCH`` (a GPU only: inline PTX): the next block's inputs are prefetched into L1 while a block is walked,
-    so that a block's first touches hit L1 instead of waiting on L2; 2 also the block start that pass B reads from
-    the slab next; 3 also the block after the next (in pass B with its slab start) into L2. ``DIRECT`` (a GPU
-    only): ``dv`` and ``dbeta`` stored from the row sums' own layout (:func:`_store_direct`). ``PIPELINE``: 1 a
-    pair's own inputs loaded before its walk from the block start rather than after it, 2 every pair's inputs one
-    pair ahead (:func:`_walk_to_pair`). ``KEEP``: inputs and block starts loaded at L1's last eviction priority.
-    ``PF_PAIR``: pass B prefetches the block before when it reaches this pair of a block (0: at the block's
-    start)."""
+    so that a block's first touches hit L1 instead of waiting on L2."""
     t0 = i_c * CT
     nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
     # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
@@ -588,11 +491,8 @@ def _reverse_chunk(
             if PREFETCH:  # the next block's inputs, while this one's are used
                 _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, i_v,
                                 H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
-                if PREFETCH == 3:  # and the one after it into L2
-                    _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 2) * BS, t_last, i_h, i_g, i_v,
-                                    H, G, P, N, BV, BS, USE_BETA, USE_DU, False, True)
             b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v, o_k,
-                                      H, G, P, N, BS, USE_BETA, TRANS, ACC, KEEP)
+                                      H, G, P, N, BS, USE_BETA, TRANS, ACC)
             tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
             tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
     else:  # block j starts at slot j
@@ -602,9 +502,6 @@ def _reverse_chunk(
             if PREFETCH:
                 _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, i_v,
                                 H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
-                if PREFETCH == 3:
-                    _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 2) * BS, t_last, i_h, i_g, i_v,
-                                    H, G, P, N, BV, BS, USE_BETA, USE_DU, False, True)
             if j < nb - 1:
                 b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v,
                                           o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC)
@@ -622,74 +519,39 @@ def _reverse_chunk(
         else:
             p_m0, p_i0 = sc_m + (o_sc + j * BV * N), sc_i + (o_sc + j * BV * N)
         ne = tl.minimum(BS, T - tb)
-        if PREFETCH and PF_PAIR == 0:  # the block before, walked next; its first touches would wait on L2
+        if PREFETCH:  # the block before, walked next; its first touches would wait on L2
             if j > 0:
                 _prefetch_block(v, k, q, g, beta, dy, du, bos + tb - BS, t_last, i_h, i_g, i_v,
                                 H, G, P, N, BV, BS, USE_BETA, USE_DU, True)
-                if PREFETCH == 2:  # and its start in the slab (the first block's is the checkpoint)
-                    if SLAB_FROM_CHECKPOINT:
-                        if j > 1:
-                            _prefetch_state(sc_m, sc_i, o_sc + (j - 2) * BV * N, BV, N)
-                    else:
-                        _prefetch_state(sc_m, sc_i, o_sc + (j - 1) * BV * N, BV, N)
-                if PREFETCH == 3:  # and the block two before, with its start in the slab, into L2
-                    if j > 1:
-                        _prefetch_block(v, k, q, g, beta, dy, du, bos + tb - 2 * BS, t_last, i_h, i_g, i_v,
-                                        H, G, P, N, BV, BS, USE_BETA, USE_DU, True, True)
-                        if SLAB_FROM_CHECKPOINT:
-                            if j > 2:
-                                _prefetch_state(sc_m, sc_i, o_sc + (j - 3) * BV * N, BV, N, True)
-                        else:
-                            _prefetch_state(sc_m, sc_i, o_sc + (j - 2) * BV * N, BV, N, True)
         if GROUP == 2:
             n_pairs = (ne + 1) // 2
             for i_pr in range(n_pairs):
                 i_p = n_pairs - 1 - i_pr
                 tok1 = bos + tb + 2 * i_p
                 valid2 = 2 * i_p + 1 < ne
-                if PREFETCH and PF_PAIR > 0:  # the block before, later: less time for the L1 to evict it
-                    if (j > 0) & (i_pr == tl.minimum(PF_PAIR, n_pairs - 1)):
-                        _prefetch_block(v, k, q, g, beta, dy, du, bos + tb - BS, t_last, i_h, i_g, i_v,
-                                        H, G, P, N, BV, BS, USE_BETA, USE_DU, True)
                 # the pair's queries and output gradients: first touches, issued before the walk hides them
                 b_q1, b_dy1, b_du1 = _load_readout_grads(q, dy, du, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                         H, G, P, N, USE_DU, ACC, KEEP)
+                                                         H, G, P, N, USE_DU, ACC)
                 b_q2, b_dy2, b_du2 = _load_readout_grads(q, dy, du, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                         H, G, P, N, USE_DU, ACC, KEEP)
+                                                         H, G, P, N, USE_DU, ACC)
                 # the block start, reloaded for every pair (an L1 hit) rather than held in registers, walked to
                 # the pair
-                if PIPELINE == 2:  # every pair's inputs loaded one pair ahead
-                    b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_k2, b_v2, b_a2, b_b2 = _walk_to_pair(
-                        v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, valid2, i_h, i_g, o_v, o_k,
-                        H, G, P, N, USE_BETA, TRANS, ACC)
-                    b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
-                    b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
-                elif PIPELINE:  # the pair's own inputs before the walk, which hides their latency
-                    b_k1, b_v1, b_a1, b_b1 = _load_token(v, k, g, beta, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                                                         H, G, P, N, USE_BETA, ACC, KEEP)
-                    b_k2, b_v2, b_a2, b_b2 = _load_token(v, k, g, beta, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                                                         H, G, P, N, USE_BETA, ACC, KEEP)
-                    b_m0, b_i0 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h,
-                                                i_g, o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC, KEEP)
-                    b_m1, b_i1 = _update(b_m0, b_i0, b_k1, b_v1, b_a1, b_b1, b_ip, USE_BETA, TRANS)
-                    b_m2, b_i2 = _update(b_m1, b_i1, b_k2, b_v2, b_a2, b_b2, b_ip, USE_BETA, TRANS)
-                else:
-                    b_m0, b_i0 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h,
-                                                i_g, o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC, KEEP)
-                    b_m1, b_i1, b_k1, b_v1, b_a1, b_b1 = _step(
-                        v, k, g, beta, b_m0, b_i0, b_ip, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                        H, G, P, N, USE_BETA, TRANS, ACC, KEEP)
-                    b_m2, b_i2, b_k2, b_v2, b_a2, b_b2 = _step(
-                        v, k, g, beta, b_m1, b_i1, b_ip, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                        H, G, P, N, USE_BETA, TRANS, ACC, KEEP)
+                b_m0, b_i0 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h, i_g,
+                                            o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC)
+                b_m1, b_i1, b_k1, b_v1, b_a1, b_b1 = _step(
+                    v, k, g, beta, b_m0, b_i0, b_ip, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
+                    H, G, P, N, USE_BETA, TRANS, ACC)
+                b_m2, b_i2, b_k2, b_v2, b_a2, b_b2 = _step(
+                    v, k, g, beta, b_m1, b_i1, b_ip, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
+                    H, G, P, N, USE_BETA, TRANS, ACC)
                 b_dm, b_di, b_an = _reverse_step(
                     b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
                     tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, DIRECT)
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE)
                 b_dm, b_di, b_an = _reverse_step(
                     b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
                     tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, DIRECT)
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE)
         else:
             tl.static_assert(GROUP == 4, "GROUP is 2 or 4")
             n_quads = (ne + 3) // 4
@@ -724,19 +586,19 @@ def _reverse_chunk(
                 b_dm, b_di, b_an = _reverse_in_quad(
                     v, k, g, beta, b_m4, b_i4, b_dm, b_di, b_an, b_k4, b_v4, b_a4, b_b4, b_q4, b_dy4, b_du4,
                     tok1 + 3, valid4, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD, DIRECT)
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD)
                 b_dm, b_di, b_an = _reverse_in_quad(
                     v, k, g, beta, b_m3, b_i3, b_dm, b_di, b_an, b_k3, b_v3, b_a3, b_b3, b_q3, b_dy3, b_du3,
                     tok1 + 2, valid3, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD, DIRECT)
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD)
                 b_dm, b_di, b_an = _reverse_in_quad(
                     v, k, g, beta, b_m2, b_i2, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
                     tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD, DIRECT)
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD)
                 b_dm, b_di, b_an = _reverse_in_quad(
                     v, k, g, beta, b_m1, b_i1, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
                     tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD, DIRECT)
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, RELOAD)
     return b_dm, b_di, b_an
 
 
@@ -749,8 +611,7 @@ def palimpsa_bwd_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     USE_FINAL_STATE_GRADIENT: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
     FAST_RCP: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False,
-    RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = 0, DIRECT: tl.constexpr = False,
-    PIPELINE: tl.constexpr = False, KEEP: tl.constexpr = False, PF_PAIR: tl.constexpr = 0,
+    RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
 ):
     i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
         cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
@@ -772,7 +633,7 @@ def palimpsa_bwd_kernel(
             v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
             NT - 1 - i_r, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
             H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GROUP=GROUP, GAUGE=GAUGE, RELOAD=RELOAD,
-            PREFETCH=PREFETCH, DIRECT=DIRECT, PIPELINE=PIPELINE, KEEP=KEEP, PF_PAIR=PF_PAIR)
+            PREFETCH=PREFETCH)
 
     if USE_INITIAL_STATE:
         tl.store(dm0 + o_state + o_s, (b_dm * b_an).to(dm0.dtype.element_ty), mask=m_s)
@@ -827,21 +688,10 @@ def _fast_rcp(tensor: torch.Tensor) -> bool:
     return tensor.is_cuda and tensor.dtype != torch.float64 and os.environ.get("TRITON_INTERPRET") != "1"
 
 
-def _inline_ptx(tensor: torch.Tensor) -> bool:
-    """Whether kernels on ``tensor`` may take inline PTX: a real GPU, not the interpreter."""
-    return tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
-
-
-def _prefetches(tensor: torch.Tensor, config: dict) -> int:
-    """What the backward prefetches into L1 (``_reverse_chunk``'s ``PREFETCH``): the config's ``PREFETCH`` (0
-    nothing, 1 each block's inputs, 2 also its start in the slab; default 1) on a real GPU, 0 elsewhere."""
-    return int(config.get("PREFETCH", 1)) if _inline_ptx(tensor) else 0
-
-
-def _direct_stores(tensor: torch.Tensor, config: dict) -> bool:
-    """Whether the backward stores ``dv`` and ``dbeta`` from the row sums' layout (``_reverse_chunk``'s ``DIRECT``):
-    the config's ``DIRECT`` (default off: measured slower) on a real GPU."""
-    return bool(config.get("DIRECT", False)) and _inline_ptx(tensor)
+def _prefetches(tensor: torch.Tensor, config: dict) -> bool:
+    """Whether the backward prefetches each block's inputs into L1 (``_reverse_chunk``'s ``PREFETCH``): the
+    config's ``PREFETCH`` (default on), on a real GPU only (inline PTX: not under the interpreter)."""
+    return bool(config.get("PREFETCH", True)) and tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
 
 
 def _launch_config(config: dict, head_dim: int) -> tuple[int, dict]:
@@ -1011,7 +861,6 @@ def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offset
     m_t = _output(final_shape, state_dtype, device) if output_final_state else None
     i_t = _output(final_shape, state_dtype, device) if output_final_state else None
     block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
-    cfg["DIRECT"] = _direct_stores(v, cfg)
     grid = (triton.cdiv(head_dim, block_v), n_states * heads) + (() if chunks is None else (chunks,))
     palimpsa_fwd_kernel[grid](
         v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
@@ -1078,7 +927,6 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     device, state_dtype = v.device, _state_dtype(v.dtype)
     block_v, cfg = _launch_config(bwd_config, head_dim)
     cfg["PREFETCH"] = _prefetches(v, cfg)
-    cfg["DIRECT"] = _direct_stores(v, cfg)
     block_k = triton.next_power_of_2(state_size)
     n_blocks_v = triton.cdiv(head_dim, block_v)
     grid = (n_blocks_v, n_states * heads)
