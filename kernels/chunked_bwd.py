@@ -33,8 +33,6 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
 ``dk`` and ``dq`` are summed over the heads of a group with atomics, as in the sequential kernel.
 """
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -54,10 +52,9 @@ from . import fused_recurrent as fr
 # the decay gradient from each token's own state (always so with quads); RELOAD (default: with quads) loads a quad's
 # inputs again for its reverse steps; PREFETCH: the next block's inputs prefetched into L1 (on a GPU;
 # fused_recurrent's _reverse_chunk and docs/kernels.md)
-# BY_SM: the persistent programs take work items from per-SM queues (_next_work), measured no faster
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
-                  "PREFETCH": True, "BY_SM": False}
+                  "PREFETCH": True}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -74,40 +71,15 @@ def _slots(i_n, boc):
 
 
 @triton.jit
-def _sm_id(SMID: tl.constexpr):
-    """The SM this program runs on (``%smid``; without ``SMID``, under the interpreter, the program id)."""
-    if SMID:
-        return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
-    else:
-        return tl.program_id(0)
-
-
-@triton.jit
-def _next_work(work, queue, sm, n_sm, BY_SM: tl.constexpr, GS: tl.constexpr):
-    """A persistent program's next work item after ``work`` (-1 before the first): in turn (``work`` + programs)
-    or, ``BY_SM``, from its SM's queue, which hands the SM groups ``sm``, ``sm + n_sm``, ... of ``GS`` consecutive
-    work items (the channel blocks of one head and chunk), one item a call, so that the programs an SM holds walk
-    the same tokens of the same head together and share the L1 lines of their inputs."""
-    if BY_SM:
-        item = tl.atomic_add(queue + sm, 1, sem="relaxed")
-        return (sm + n_sm * (item // GS)) * GS + item % GS
-    else:
-        if work < 0:
-            return tl.program_id(0)
-        else:
-            return work + tl.num_programs(0)
-
-
-@triton.jit
 def palimpsa_bwd_local_kernel(
     v, k, q, g, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-    dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, chunk_offsets, T, n_nh, n_work, queue, n_sm,
+    dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, chunk_offsets, T, n_nh, n_work,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     BV: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BS: tl.constexpr, NSPLIT: tl.constexpr,
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
     GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False,
-    PREFETCH: tl.constexpr = False, BY_SM: tl.constexpr = False, SMID: tl.constexpr = False, GS: tl.constexpr = 8,
+    PREFETCH: tl.constexpr = False,
 ):
     # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
     # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
@@ -116,9 +88,7 @@ def palimpsa_bwd_local_kernel(
     pid = tl.program_id(0)
     o_sc = pid.to(tl.int64) * (CT // BS - 1) * BV * N
     b_ip = tl.load(ip).to(ACC)
-    sm = _sm_id(SMID) % n_sm
-    work = _next_work(pid * 0 - 1, queue, sm, n_sm, BY_SM, GS)
-    while work < n_work:
+    for work in range(pid, n_work, tl.num_programs(0)):
         i_sp = work // (NV * n_nh)
         i_v, i_nh, i_h, i_g, bos, T_n, boc, o_v, o_k, m_s, o_s, o_state = fr._program_at(
             work % NV, (work // NV) % n_nh, cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT,
@@ -141,7 +111,6 @@ def palimpsa_bwd_local_kernel(
                     tl.store(dm0 + o_state + o_s, b_dm * b_an, mask=m_s)
                 if USE_INITIAL_IMPORTANCE:
                     tl.store(di0 + o_state + o_s, b_di * b_an, mask=m_s)
-        work = _next_work(work, queue, sm, n_sm, BY_SM, GS)
 
 
 @triton.jit
@@ -301,21 +270,9 @@ def _programs(config: dict, n_work: int, device: torch.device) -> int:
     per_sm = int(config["PROGRAMS_PER_SM"])
     if per_sm <= 0:
         return n_work
-    resident = max(1, per_sm * _sm_slots(device))
-    if _by_sm(config):  # every SM's programs drain its own queue: all of them, whatever the rounds
-        return resident
+    resident = max(1, per_sm * (fr._sm_count(device) if device.type == "cuda" else 1))
     n_work = max(1, n_work)
     return triton.cdiv(n_work, triton.cdiv(n_work, resident))
-
-
-def _sm_slots(device: torch.device) -> int:
-    """The SMs a launch spreads over (1 off a GPU, where ``BY_SM``'s queues stand in for them)."""
-    return fr._sm_count(device) if device.type == "cuda" else 1
-
-
-def _by_sm(config: dict) -> bool:
-    """Whether the local pass takes its work items from per-SM queues (``BY_SM``; persistent programs only)."""
-    return bool(config.get("BY_SM", False)) and int(config["PROGRAMS_PER_SM"]) > 0
 
 
 def _recompute_options(config: dict) -> dict:
@@ -413,19 +370,16 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     mark = _marker()
     common = {"USE_BETA": beta is not None, "IS_VARLEN": cu_seqlens is not None, "ACC": acc}
     initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
-    n_sm = _sm_slots(device)
-    queue = torch.zeros(n_sm if _by_sm(config) else 1, dtype=torch.int32, device=device)
     mark("local")
     palimpsa_bwd_local_kernel[(programs,)](
         v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-        dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work, queue, n_sm,
+        dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
-        PREFETCH=fr._prefetches(v, config), BY_SM=_by_sm(config), GS=max(1, int(config["PROGRAMS_PER_SM"])),
-        SMID=v.is_cuda and os.environ.get("TRITON_INTERPRET") != "1", **_recompute_options(config),
+        PREFETCH=fr._prefetches(v, config), **_recompute_options(config),
         num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common,
     )
-    del sc_m, sc_i, queue
+    del sc_m, sc_i
     mark("carry")
     palimpsa_bwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
         log_decay, lm, li, dm_t, di_t, dm0, di0, cu_seqlens, offsets, length,
@@ -458,7 +412,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     sizes = _sizes(config, {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32), head_dim,
                    state_size, chunk_size, on_gpu=True)
     low = {n: f"*{dtype}" for n in ("v", "k", "q", "beta", "dy", "du")}
-    low.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32", "chunk_seq": "*i32", "queue": "*i32"})
+    low.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32", "chunk_seq": "*i32"})
     acc = tl.float32
     shape = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size}
     launches = {
@@ -466,8 +420,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "G": groups, "BV": sizes["BV"], "BK": sizes["BK"], "BS": block_size,
             "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
-            "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), "BY_SM": _by_sm(config),
-            "SMID": True, "GS": max(1, int(config["PROGRAMS_PER_SM"])), **_recompute_options(config)}),
+            "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), **_recompute_options(config)}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": False, "ACC": acc}),
@@ -490,7 +443,7 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
 
     from .gluon_scan import resource_usage
 
-    integers = [p for p in kernel.arg_names if p in ("T", "n_nh", "n_work", "n_sm")]
+    integers = [p for p in kernel.arg_names if p in ("T", "n_nh", "n_work")]
     pointers = [p for p in kernel.arg_names if p not in constexprs and p not in integers]
     signature = {p: low.get(p, "*fp32") for p in pointers}
     signature.update({p: "i32" for p in integers})

@@ -116,17 +116,6 @@ def test_quads_over_fast_decays_in_float32():
     check(inputs, {"NSPLIT": 2, "GROUP": 4}, tol=1e-5, sizes={"chunk_size": 32, "block_size": 8})
 
 
-@pytest.mark.parametrize("n_sm, per_sm", [(3, 2), (2, 3)])
-def test_per_sm_queues_take_every_work_item_once(monkeypatch, n_sm, per_sm):
-    """``BY_SM``: the programs of each SM take groups of ``PROGRAMS_PER_SM`` work items from that SM's queue (under
-    the interpreter a program's SM is its id modulo the SMs). With three or two stand-in SMs the groups spread
-    unevenly over the queues, and with groups of 3 the last is partial (2 sequences x 4 heads x 4 channel blocks x
-    2 splits = 64 work items)."""
-    monkeypatch.setattr(chunked_bwd, "_sm_slots", lambda device: n_sm)
-    assert chunked_bwd._programs({"PROGRAMS_PER_SM": per_sm, "BY_SM": True}, 64, torch.device("cpu")) == n_sm * per_sm
-    check(inputs_for(2, 29, 2), {"NSPLIT": 2, "BV": 2, "BY_SM": True, "PROGRAMS_PER_SM": per_sm})
-
-
 def test_only_some_outputs_carry_gradients():
     """No final-state gradient and no ``du``: the carry starts from zero and the local kernel skips ``du``."""
     check(inputs_for(2, 21, 2), {"NSPLIT": 2}, final_state=False, uncertainty=False)
