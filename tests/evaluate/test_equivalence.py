@@ -208,13 +208,13 @@ def test_uncompensated_importance_prior_fails_the_sweep(fresh, root, monkeypatch
 
 def test_quadratic_beta_gives_slope_two(fresh, monkeypatch):
     """A Palimpsa layer whose beta enters quadratically in the scale: the difference falls like scale^2."""
-    original = PalimpsaMixer.beta
+    original = PalimpsaMixer.gate_and_factor
 
     def quadratic(self, hidden_states, dt, A):
-        beta = original(self, hidden_states, dt, A)
-        return None if beta is None else beta * self.beta_scale
+        gate, factor = original(self, hidden_states, dt, A)
+        return gate, None if factor is None else factor * self.beta_scale
 
-    monkeypatch.setattr(PalimpsaMixer, "beta", quadratic)
+    monkeypatch.setattr(PalimpsaMixer, "gate_and_factor", quadratic)
     model = load_float64(fresh)
     result = run_sweep(model, probe_for(model))
     assert result.slope is not None
@@ -226,13 +226,13 @@ def test_quadratic_beta_gives_slope_two(fresh, monkeypatch):
 
 def test_beta_that_does_not_vanish_at_zero_fails(fresh, monkeypatch):
     """A Palimpsa layer with an importance gain that ignores the scale: the difference stays at scale 0."""
-    original = PalimpsaMixer.beta
+    original = PalimpsaMixer.gate_and_factor
 
     def offset(self, hidden_states, dt, A):
-        beta = original(self, hidden_states, dt, A)
-        return None if beta is None else beta + 1e-3 * dt[..., None]
+        gate, factor = original(self, hidden_states, dt, A)
+        return gate, None if factor is None else factor + 2e-3 * dt  # beta + 1e-3 dt where the gate is 1/2
 
-    monkeypatch.setattr(PalimpsaMixer, "beta", offset)
+    monkeypatch.setattr(PalimpsaMixer, "gate_and_factor", offset)
     model = load_float64(fresh)
     result = run_sweep(model, probe_for(model))
     assert result.at_zero > 1e3 * ZERO_TOLERANCE[torch.float64]

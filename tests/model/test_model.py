@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 
 import palimpsa.upgrade  # noqa: F401  (registers the model with transformers' Auto classes)
 import pytest
@@ -379,6 +380,41 @@ def test_palimpsa_layer_with_beta_matches_reference(case):
     mamba2 = reference_logits(config, model.state_dict(), ids, beta_scale=0.0)
     assert rel_diff(mamba2, want) > 1e-2  # beta matters here, so the check below means something
     assert rel_diff(logits_of(model, ids), want) <= 1e-5
+
+
+@pytest.mark.parametrize("case", ["mlp-Dhdim-normfirst-limit", "mlp-4groups-normfirst"])
+def test_palimpsa_layer_through_the_fused_gains(case, monkeypatch):
+    """The layer's values and gains from the fused kernels (as on a GPU; here under the Triton interpreter) give
+    the logits and every parameter's gradient of the PyTorch expressions."""
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
+    from palimpsa.kernels import fused_gains, gains
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = reference_config(**REFERENCE_CASES[case], importance_prior=0.7)
+    model = convert_layers(random_weights(PalimpsaForCausalLM(config), seed=3), [0, 1])
+    random_beta(model, seed=3, gain=3.0)
+    model.set_beta_scale(0.5)
+    model.to(device)
+    ids = random_ids(50, length=24).to(device)
+
+    def run():
+        model.zero_grad()
+        logits = model(ids).logits
+        (logits * torch.linspace(-1, 1, logits.shape[-1], device=device)).sum().backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    monkeypatch.setattr(gains, "_fused", lambda x: None)
+    want, want_grads = run()
+    calls = []
+    monkeypatch.setattr(gains, "_fused", lambda x: calls.append(1) or fused_gains)
+    got, got_grads = run()
+    assert calls  # the fused kernels ran
+    assert rel_diff(got, want) <= 1e-6
+    assert got_grads.keys() == want_grads.keys() and any("beta_up" in n for n in got_grads)
+    for name, grad in want_grads.items():
+        assert rel_diff(got_grads[name], grad) <= 1e-5, name
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -17,7 +17,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from palimpsa.kernels import ops_saved_under_checkpointing, palimpsa_scan, palimpsa_step
+from palimpsa.kernels import (
+    ops_saved_under_checkpointing,
+    palimpsa_scan,
+    palimpsa_step,
+    reference_values_and_gains,
+    scan_values_and_gains,
+)
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -122,18 +128,25 @@ def mamba_ssm_chunk_scan():
 class ScanInputs:
     """What a mixer's scan reads, per token: ``x_heads`` ``[B, L, H, P]`` (the value is ``dt * x``), ``keys`` and
     ``queries`` ``[B, L, G, N]``, ``dt`` ``[B, L, H]`` (after softplus and the clamp), ``A`` ``[H]`` (negative; the
-    decay is ``exp(dt * A)``), ``beta`` ``[B, L, H, P]`` (None in a Mamba2 layer); ``z``, ``z0``, ``x0`` feed the
-    gated norm and the gated MLP after the scan."""
+    decay is ``exp(dt * A)``), the importance gain's ``gate`` ``[B, L, H * P]`` (before its sigmoid) and ``factor``
+    ``[B, L, H]`` (both None in a Mamba2 layer; ``beta`` is ``sigmoid(gate) * factor``, ``[B, L, H, P]``); ``z``,
+    ``z0``, ``x0`` feed the gated norm and the gated MLP after the scan."""
 
     x_heads: torch.Tensor
     keys: torch.Tensor
     queries: torch.Tensor
     dt: torch.Tensor
     A: torch.Tensor
-    beta: torch.Tensor | None
+    gate: torch.Tensor | None
+    factor: torch.Tensor | None
     z: torch.Tensor
     z0: torch.Tensor
     x0: torch.Tensor
+
+    @property
+    def beta(self) -> torch.Tensor | None:
+        """The importance gains ``[B, L, H, P]`` (None in a Mamba2 layer), computed on each access."""
+        return reference_values_and_gains(self.x_heads, self.dt, self.gate, self.factor)[1]
 
 
 class PlainMamba2Mixer(nn.Module):
@@ -160,9 +173,11 @@ class PlainMamba2Mixer(nn.Module):
                                      config.norm_before_gate)
         self.out_proj = nn.Linear(config.d_inner, config.d_model, bias=config.bias)
 
-    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor, A: torch.Tensor) -> torch.Tensor | None:
-        """Importance gains ``[B, L, H, P]``; a plain Mamba2 layer has none."""
-        return None
+    def gate_and_factor(self, hidden_states: torch.Tensor, dt: torch.Tensor,
+                        A: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The importance gain's gate (before its sigmoid) ``[B, L, H * P]`` and per-head factor ``[B, L, H]``
+        (``beta = sigmoid(gate) * factor``); a plain Mamba2 layer has neither."""
+        return None, None
 
     def _fused_mamba2_scan(self, fused, x_heads, dt, A, keys, queries, state, cache, cu_seqlens) -> torch.Tensor:
         """The same Mamba2 scan through mamba_ssm's fused kernel (``dt`` already through softplus and the clamp)."""
@@ -211,7 +226,8 @@ class PlainMamba2Mixer(nn.Module):
             x_heads=x.view(batch, length, self.nheads, self.headdim),
             keys=keys.view(batch, length, self.ngroups, self.d_state),
             queries=queries.view(batch, length, self.ngroups, self.d_state),
-            dt=dt, A=A, beta=self.beta(hidden_states, dt, A), z=z, z0=z0, x0=x0)
+            dt=dt, A=A, **dict(zip(("gate", "factor"), self.gate_and_factor(hidden_states, dt, A))),
+            z=z, z0=z0, x0=x0)
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, cache: PalimpsaCache | None = None) -> torch.Tensor:
@@ -224,24 +240,27 @@ class PlainMamba2Mixer(nn.Module):
         batch, length, _ = hidden_states.shape
         config = self.config
         inputs = self.scan_inputs(hidden_states, cu_seqlens, attention_mask, cache)
-        x_heads, keys, queries, dt, A, beta = (inputs.x_heads, inputs.keys, inputs.queries, inputs.dt, inputs.A,
-                                               inputs.beta)
+        x_heads, keys, queries, dt, A = inputs.x_heads, inputs.keys, inputs.queries, inputs.dt, inputs.A
+        has_beta = inputs.gate is not None
         state = None if cache is None else cache.ssm[self.layer_idx]
-        fused = mamba_ssm_chunk_scan() if beta is None and x_heads.is_cuda else None
+        fused = mamba_ssm_chunk_scan() if not has_beta and x_heads.is_cuda else None
         if fused is not None and (state is None or state[1] is None):
             y = self._fused_mamba2_scan(fused, x_heads, dt, A, keys, queries, state, cache, cu_seqlens)
         elif length == 1 and state is not None and state[1] is not None and not torch.is_grad_enabled():
             # Decoding a Palimpsa layer: one in-place step of (M, I), no scan.
             memory, importance = (s.contiguous() for s in state)
+            beta = inputs.beta
             y = palimpsa_step(upcast(x_heads[:, 0]) * dt[:, 0, :, None], keys[:, 0], queries[:, 0], dt[:, 0] * A,
                               None if beta is None else beta[:, 0], (memory, importance),
-                              importance_prior=config.importance_prior if beta is not None else 1.0).y[:, None]
+                              importance_prior=config.importance_prior if has_beta else 1.0).y[:, None]
             cache.ssm[self.layer_idx] = (memory, importance)
         else:
+            # v = dt x and beta = sigmoid(gate) * factor: one fused kernel each way on a GPU (kernels/gains.py)
+            values, beta = scan_values_and_gains(x_heads, dt, inputs.gate, inputs.factor)
             y, final, _ = palimpsa_scan(
-                upcast(x_heads) * dt[..., None], keys, queries, dt * A, beta,
+                values, keys, queries, dt * A, beta,
                 # A Mamba2 layer (no beta) is the scan with I == 1; the prior only exists in a Palimpsa layer.
-                importance_prior=config.importance_prior if beta is not None else 1.0,
+                importance_prior=config.importance_prior if has_beta else 1.0,
                 initial_state=state, output_final_state=cache is not None, cu_seqlens=cu_seqlens,
             )
             if cache is not None:
@@ -304,14 +323,13 @@ class PalimpsaMixer(PlainMamba2Mixer):
         """The learned per-head gain ``[H]`` (float32, ``beta_scale`` not applied)."""
         return upcast(self.beta_gain).abs() if self.linear_dt_gain else torch.exp(upcast(self.beta_log_gain))
 
-    def beta(self, hidden_states: torch.Tensor, dt: torch.Tensor, A: torch.Tensor) -> torch.Tensor | None:
+    def gate_and_factor(self, hidden_states: torch.Tensor, dt: torch.Tensor,
+                        A: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         if self.beta_dropped:
-            return None
-        batch, length, _ = hidden_states.shape
-        gate = torch.sigmoid(upcast(self.beta_up(self.beta_down(hidden_states))))
+            return None, None
+        gate = self.beta_up(self.beta_down(hidden_states))
         per_token = dt if self.linear_dt_gain else -torch.expm1(dt * A)  # 1 - a_t, exact for small dt |A|
-        gain = self.beta_scale * self.gain() * per_token
-        return gate.view(batch, length, self.nheads, self.headdim) * gain[..., None]
+        return gate, self.beta_scale * self.gain() * per_token
 
 
 # transformers 5.24 renamed the recurrent cache from ``cache_params`` to ``cache``: in its outputs (ModelOutput turns a
