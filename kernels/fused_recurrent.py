@@ -324,6 +324,7 @@ def _reverse_step(
     o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
     USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr, GAUGE: tl.constexpr = False,
+    PROBE: tl.constexpr = 0,
 ):
     """Gradients of token ``tok`` from ``(M_t, I_t)``, ``(M_{t-1}, I_{t-1})`` and the adjoints of the step after.
 
@@ -357,17 +358,23 @@ def _reverse_step(
     else:
         b_da = b_a * tl.sum(_sum_v(b_dm * b_mp + b_di * (b_ip_prev - b_ip), TRANS), 0)
     b_dk = _sum_v(b_dm * _rows(b_v, TRANS), TRANS)
+    # PROBE (timing only, wrong gradients; bits): 1 leaves out the dk, dq sums and atomics, 4 the dv, dbeta row sums
+    # and stores, 16 the decay gradient's sum and atomic, so that a run measures what each costs
     if USE_BETA:
         b_db = _sum_n(b_di * _cols(b_k * b_k, TRANS), TRANS)
-        tl.store(dbeta + (tok * H + i_h) * P + o_v, b_db.to(dbeta.dtype.element_ty), mask=m_v)
+        if (PROBE & 4) == 0:
+            tl.store(dbeta + (tok * H + i_h) * P + o_v, b_db.to(dbeta.dtype.element_ty), mask=m_v)
         b_dk += 2 * b_k * _sum_v(b_di * _rows(b_b, TRANS), TRANS)
         if GAUGE:
             b_da -= tl.sum(b_b * b_db, 0)
-    tl.store(dv + (tok * H + i_h) * P + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
+    if (PROBE & 4) == 0:
+        tl.store(dv + (tok * H + i_h) * P + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
     # relaxed: the default acq_rel ordering fences every atomic, and nothing here reads these sums back
-    tl.atomic_add(dg + tok * H + i_h, b_da.to(dg.dtype.element_ty), mask=valid, sem="relaxed")
-    tl.atomic_add(dq + (tok * G + i_g) * N + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k, sem="relaxed")
-    tl.atomic_add(dk + (tok * G + i_g) * N + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k, sem="relaxed")
+    if (PROBE & 16) == 0:
+        tl.atomic_add(dg + tok * H + i_h, b_da.to(dg.dtype.element_ty), mask=valid, sem="relaxed")
+    if (PROBE & 1) == 0:
+        tl.atomic_add(dq + (tok * G + i_g) * N + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k, sem="relaxed")
+        tl.atomic_add(dk + (tok * G + i_g) * N + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k, sem="relaxed")
     return b_dm, b_di, b_a
 
 
@@ -431,11 +438,16 @@ def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k
 @triton.jit
 def _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, tok0, n_groups, i_h, i_g, o_v, o_k,
                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, GROUP: tl.constexpr,
-                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, SLAB_LOAD: tl.constexpr = 0):
     """The state before group ``n_groups`` of a block: the block start (at ``p_m0``, ``p_i0``) walked over the
-    ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration."""
-    b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
-    b_i = tl.load(p_i0 + o_s, mask=m_s, other=1)
+    ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration. ``SLAB_LOAD`` 1: the block start
+    loaded at L1's first eviction priority."""
+    if SLAB_LOAD == 1:
+        b_m = tl.load(p_m0 + o_s, mask=m_s, other=0, eviction_policy="evict_first")
+        b_i = tl.load(p_i0 + o_s, mask=m_s, other=1, eviction_policy="evict_first")
+    else:
+        b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
+        b_i = tl.load(p_i0 + o_s, mask=m_s, other=1)
     for s in range(n_groups):
         for w in tl.static_range(GROUP):
             b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok0 + GROUP * s + w, s >= 0, i_h, i_g, o_v, o_k,
@@ -468,6 +480,7 @@ def _reverse_chunk(
     BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
     ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False, GROUP: tl.constexpr = 2,
     GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
+    PROBE: tl.constexpr = 0, SLAB_STORE: tl.constexpr = 0, SLAB_LOAD: tl.constexpr = 0, LEAD: tl.constexpr = 1,
 ):
     """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
     it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
@@ -488,13 +501,28 @@ def _reverse_chunk(
     t_last = bos + T - 1
     if SLAB_FROM_CHECKPOINT:  # block j + 1 starts at slot j
         for j in range(nb - 1):
-            if PREFETCH:  # the next block's inputs, while this one's are used
-                _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, i_v,
+            if PREFETCH:  # the next block's inputs, while this one's are used (LEAD 2: the block after it)
+                if LEAD == 2:
+                    if j == 0:
+                        _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + BS, t_last, i_h, i_g, i_v,
+                                        H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
+                _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + LEAD) * BS, t_last, i_h, i_g, i_v,
                                 H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
-            b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v, o_k,
-                                      H, G, P, N, BS, USE_BETA, TRANS, ACC)
-            tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
-            tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_s)
+            # PROBE bits (timing only, wrong gradients): 8 leaves out pass A, 2 its slab stores (masked off by a
+            # condition the compiler cannot know false, so that pass A is still computed), 32 has pass B start every
+            # block at the checkpoint (an L1 or L2 hit) instead of the slab
+            if (PROBE & 8) == 0:
+                b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v,
+                                          o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC)
+                m_st = m_s
+                if (PROBE & 2) != 0:
+                    m_st = m_s & (t_last < 0)
+                if SLAB_STORE == 1:  # streaming: evict first from L2
+                    tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_st, cache_modifier=".cs")
+                    tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_st, cache_modifier=".cs")
+                else:
+                    tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_st)
+                    tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_st)
     else:  # block j starts at slot j
         for j in range(nb):
             tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
@@ -512,7 +540,9 @@ def _reverse_chunk(
         j = nb - 1 - i_jr
         tb = t0 + j * BS
         if SLAB_FROM_CHECKPOINT:
-            if j == 0:
+            if (PROBE & 40) != 0:
+                p_m0, p_i0 = ck_m + o_ck, ck_i + o_ck
+            elif j == 0:
                 p_m0, p_i0 = ck_m + o_ck, ck_i + o_ck
             else:
                 p_m0, p_i0 = sc_m + (o_sc + (j - 1) * BV * N), sc_i + (o_sc + (j - 1) * BV * N)
@@ -537,7 +567,7 @@ def _reverse_chunk(
                 # the block start, reloaded for every pair (an L1 hit) rather than held in registers, walked to
                 # the pair
                 b_m0, b_i0 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h, i_g,
-                                            o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC)
+                                            o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC, SLAB_LOAD)
                 b_m1, b_i1, b_k1, b_v1, b_a1, b_b1 = _step(
                     v, k, g, beta, b_m0, b_i0, b_ip, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
                     H, G, P, N, USE_BETA, TRANS, ACC)
@@ -547,11 +577,11 @@ def _reverse_chunk(
                 b_dm, b_di, b_an = _reverse_step(
                     b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
                     tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE)
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, PROBE)
                 b_dm, b_di, b_an = _reverse_step(
                     b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
                     tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE)
+                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, PROBE)
         else:
             tl.static_assert(GROUP == 4, "GROUP is 2 or 4")
             n_quads = (ne + 3) // 4
