@@ -52,12 +52,10 @@ from . import fused_recurrent as fr
 # the decay gradient from each token's own state (always so with quads); RELOAD (default: with quads) loads a quad's
 # inputs again for its reverse steps; PREFETCH: the next block's inputs prefetched into L1 (on a GPU;
 # fused_recurrent's _reverse_chunk and docs/kernels.md); PROBE (timing only, wrong gradients): bits that leave parts of
-# the local pass out (_reverse_chunk, _reverse_step; docs/bench/chunked-atomics-2026-11-27); ORDER, SLAB_STORE,
-# SLAB_LOAD, LEAD: the options that record's calls timed
+# the local pass out (_reverse_chunk, _reverse_step; docs/bench/chunked-atomics-2026-11-27)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
-                  "PREFETCH": True, "ORDER": 0, "PROBE": 0,
-                  "SLAB_STORE": "", "SLAB_LOAD": "", "LEAD": 1}
+                  "PREFETCH": True, "PROBE": 0}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -82,8 +80,7 @@ def palimpsa_bwd_local_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
     GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False,
-    PREFETCH: tl.constexpr = False, ORDER: tl.constexpr = 0, PROBE: tl.constexpr = 0,
-    SLAB_STORE: tl.constexpr = 0, SLAB_LOAD: tl.constexpr = 0, LEAD: tl.constexpr = 1,
+    PREFETCH: tl.constexpr = False, PROBE: tl.constexpr = 0,
 ):
     # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
     # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
@@ -93,16 +90,9 @@ def palimpsa_bwd_local_kernel(
     o_sc = pid.to(tl.int64) * (CT // BS - 1) * BV * N
     b_ip = tl.load(ip).to(ACC)
     for work in range(pid, n_work, tl.num_programs(0)):
-        if ORDER == 1:  # the split fastest: the programs running at once walk NSPLIT different chunks
-            i_sp = work % NSPLIT
-            i_wv = (work // NSPLIT) % NV
-            i_wnh = work // (NSPLIT * NV)
-        else:
-            i_sp = work // (NV * n_nh)
-            i_wv = work % NV
-            i_wnh = (work // NV) % n_nh
+        i_sp = work // (NV * n_nh)
         i_v, i_nh, i_h, i_g, bos, T_n, boc, o_v, o_k, m_s, o_s, o_state = fr._program_at(
-            i_wv, i_wnh, cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT,
+            work % NV, (work // NV) % n_nh, cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT,
             IS_VARLEN, TRANS)
         for i_c in range(i_sp, tl.cdiv(T_n, CT), NSPLIT):
             b_dm, b_di, b_an = fr._reverse_chunk(
@@ -110,8 +100,7 @@ def palimpsa_bwd_local_kernel(
                 tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
                 i_c, i_v, o_sc, bos, T_n, boc, i_h, i_g, o_v, o_k, m_s, o_s,
                 H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, SLAB_FROM_CHECKPOINT=True, GROUP=GROUP,
-                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH, PROBE=PROBE, SLAB_STORE=SLAB_STORE,
-                SLAB_LOAD=SLAB_LOAD, LEAD=LEAD)
+                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH, PROBE=PROBE)
             # the chunk's local adjoint of the state before its first token: in the slot before the chunk's own
             # (_slots); the first chunk's is dM0's, dI0's local part, in their buffers (nowhere without them)
             if i_c > 0:
@@ -388,9 +377,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
-        PREFETCH=fr._prefetches(v, config), ORDER=int(config["ORDER"]), PROBE=int(config["PROBE"]),
-        SLAB_STORE=int(config["SLAB_STORE"] == "cs" and v.is_cuda),
-        SLAB_LOAD=int(config["SLAB_LOAD"] == "evict_first" and v.is_cuda), LEAD=int(config["LEAD"]),
+        PREFETCH=fr._prefetches(v, config), PROBE=int(config["PROBE"]),
         **_recompute_options(config),
         num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common,
     )
@@ -435,9 +422,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "G": groups, "BV": sizes["BV"], "BK": sizes["BK"], "BS": block_size,
             "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
-            "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), "ORDER": int(config["ORDER"]),
-            "PROBE": int(config["PROBE"]), "SLAB_STORE": int(config["SLAB_STORE"] == "cs"),
-            "SLAB_LOAD": int(config["SLAB_LOAD"] == "evict_first"), "LEAD": int(config["LEAD"]),
+            "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), "PROBE": int(config["PROBE"]),
             **_recompute_options(config)}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,

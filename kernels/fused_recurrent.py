@@ -438,16 +438,11 @@ def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k
 @triton.jit
 def _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, tok0, n_groups, i_h, i_g, o_v, o_k,
                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, GROUP: tl.constexpr,
-                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, SLAB_LOAD: tl.constexpr = 0):
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
     """The state before group ``n_groups`` of a block: the block start (at ``p_m0``, ``p_i0``) walked over the
-    ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration. ``SLAB_LOAD`` 1: the block start
-    loaded at L1's first eviction priority."""
-    if SLAB_LOAD == 1:
-        b_m = tl.load(p_m0 + o_s, mask=m_s, other=0, eviction_policy="evict_first")
-        b_i = tl.load(p_i0 + o_s, mask=m_s, other=1, eviction_policy="evict_first")
-    else:
-        b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
-        b_i = tl.load(p_i0 + o_s, mask=m_s, other=1)
+    ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration."""
+    b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
+    b_i = tl.load(p_i0 + o_s, mask=m_s, other=1)
     for s in range(n_groups):
         for w in tl.static_range(GROUP):
             b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok0 + GROUP * s + w, s >= 0, i_h, i_g, o_v, o_k,
@@ -480,7 +475,7 @@ def _reverse_chunk(
     BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
     ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False, GROUP: tl.constexpr = 2,
     GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-    PROBE: tl.constexpr = 0, SLAB_STORE: tl.constexpr = 0, SLAB_LOAD: tl.constexpr = 0, LEAD: tl.constexpr = 1,
+    PROBE: tl.constexpr = 0,
 ):
     """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
     it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
@@ -501,12 +496,8 @@ def _reverse_chunk(
     t_last = bos + T - 1
     if SLAB_FROM_CHECKPOINT:  # block j + 1 starts at slot j
         for j in range(nb - 1):
-            if PREFETCH:  # the next block's inputs, while this one's are used (LEAD 2: the block after it)
-                if LEAD == 2:
-                    if j == 0:
-                        _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + BS, t_last, i_h, i_g, i_v,
-                                        H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
-                _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + LEAD) * BS, t_last, i_h, i_g, i_v,
+            if PREFETCH:  # the next block's inputs, while this one's are used
+                _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, i_v,
                                 H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
             # PROBE bits (timing only, wrong gradients): 8 leaves out pass A, 2 its slab stores (masked off by a
             # condition the compiler cannot know false, so that pass A is still computed), 32 has pass B start every
@@ -517,12 +508,8 @@ def _reverse_chunk(
                 m_st = m_s
                 if (PROBE & 2) != 0:
                     m_st = m_s & (t_last < 0)
-                if SLAB_STORE == 1:  # streaming: evict first from L2
-                    tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_st, cache_modifier=".cs")
-                    tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_st, cache_modifier=".cs")
-                else:
-                    tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_st)
-                    tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_st)
+                tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_st)
+                tl.store(sc_i + (o_sc + j * BV * N) + o_s, b_i, mask=m_st)
     else:  # block j starts at slot j
         for j in range(nb):
             tl.store(sc_m + (o_sc + j * BV * N) + o_s, b_m, mask=m_s)
@@ -567,7 +554,7 @@ def _reverse_chunk(
                 # the block start, reloaded for every pair (an L1 hit) rather than held in registers, walked to
                 # the pair
                 b_m0, b_i0 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h, i_g,
-                                            o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC, SLAB_LOAD)
+                                            o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC)
                 b_m1, b_i1, b_k1, b_v1, b_a1, b_b1 = _step(
                     v, k, g, beta, b_m0, b_i0, b_ip, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
                     H, G, P, N, USE_BETA, TRANS, ACC)

@@ -75,7 +75,6 @@ def check(inputs: dict, config: dict, tol=F64_TOL, **options) -> None:
     [
         (29, 2, True, True, {"NSPLIT": 2, "BT": 4}),  # chunks shared by two splits, corrections in sub-blocks
         (21, 1, False, True, {"NSPLIT": 3, "BV": 2, "BP": 4}),  # no beta, channel blocks in both kernels
-        (29, 2, True, True, {"NSPLIT": 3, "BV": 2, "ORDER": 1}),  # work items with the split fastest
         (16, 4, True, False, {"NSPLIT": 0}),  # whole chunks only, no state in or out of the scan
         (13, 2, True, True, {"NSPLIT": 2, "PROGRAMS_PER_SM": 0}),  # a program (and a slab) per work item
         (8, 1, True, True, {"NSPLIT": 2}),  # one chunk per sequence: no adjoint between chunks, dM0 from dM_T
