@@ -52,10 +52,11 @@ from . import fused_recurrent as fr
 # the decay gradient from each token's own state (always so with quads); RELOAD (default: with quads) loads a quad's
 # inputs again for its reverse steps; PREFETCH: the next block's inputs prefetched into L1 (on a GPU;
 # fused_recurrent's _reverse_chunk and docs/kernels.md); PROBE (timing only, wrong gradients): bits that leave parts of
-# the local pass out (_reverse_chunk, _reverse_step; docs/bench/chunked-atomics-2026-11-27)
+# the local pass out (_reverse_chunk, _reverse_step; docs/bench/chunked-atomics-2026-11-27); PAIRSUM: a pair's dv, dbeta
+# reduced over the lanes together (fused_recurrent._pair_rows; on a GPU, where the tiling allows)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
-                  "PREFETCH": True, "PROBE": 0}
+                  "PREFETCH": True, "PROBE": 0, "PAIRSUM": True}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -80,7 +81,7 @@ def palimpsa_bwd_local_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
     GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False,
-    PREFETCH: tl.constexpr = False, PROBE: tl.constexpr = 0,
+    PREFETCH: tl.constexpr = False, PROBE: tl.constexpr = 0, PAIRSUM: tl.constexpr = False,
 ):
     # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
     # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
@@ -100,7 +101,7 @@ def palimpsa_bwd_local_kernel(
                 tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
                 i_c, i_v, o_sc, bos, T_n, boc, i_h, i_g, o_v, o_k, m_s, o_s,
                 H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, SLAB_FROM_CHECKPOINT=True, GROUP=GROUP,
-                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH, PROBE=PROBE)
+                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH, PROBE=PROBE, PAIRSUM=PAIRSUM)
             # the chunk's local adjoint of the state before its first token: in the slot before the chunk's own
             # (_slots); the first chunk's is dM0's, dI0's local part, in their buffers (nowhere without them)
             if i_c > 0:
@@ -378,6 +379,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
         PREFETCH=fr._prefetches(v, config), PROBE=int(config["PROBE"]),
+        PAIRSUM=fr._pair_sums(v, beta, config, sizes["BK"]),
         **_recompute_options(config),
         num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common,
     )
@@ -423,6 +425,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
             "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), "PROBE": int(config["PROBE"]),
+            "PAIRSUM": bool(config["PAIRSUM"]),
             **_recompute_options(config)}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,
@@ -440,7 +443,8 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
                    maxnreg: int | None = None) -> dict:
     """One kernel compiled for ``sm_<arch>a`` without a GPU: every pointer 16-byte aligned and of the type ``low``
     names (``*fp32`` otherwise), ``T``, ``n_nh``, ``n_work`` 32-bit integers; its resource usage
-    (``gluon_scan.resource_usage``) and ``prefetches``, the L1 prefetches in its PTX."""
+    (``gluon_scan.resource_usage``), ``prefetches`` (the L1 prefetches in its PTX) and ``shuffles`` (its PTX's
+    ``shfl.sync``)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -454,4 +458,6 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
     attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
                               options={"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})})
-    return {**resource_usage(compiled), "prefetches": compiled.asm["ptx"].count("prefetch.global.L1")}
+    ptx = compiled.asm["ptx"]
+    return {**resource_usage(compiled), "prefetches": ptx.count("prefetch.global.L1"),
+            "shuffles": ptx.count("shfl.sync")}

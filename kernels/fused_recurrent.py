@@ -324,7 +324,7 @@ def _reverse_step(
     o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
     USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr, GAUGE: tl.constexpr = False,
-    PROBE: tl.constexpr = 0,
+    PROBE: tl.constexpr = 0, PAIRSUM: tl.constexpr = False,
 ):
     """Gradients of token ``tok`` from ``(M_t, I_t)``, ``(M_{t-1}, I_{t-1})`` and the adjoints of the step after.
 
@@ -336,7 +336,9 @@ def _reverse_step(
     ``b_q``, ``b_dy``, ``b_du`` are the token's query and output gradients, loaded by the caller ahead of time.
 
     ``b_dm``, ``b_di`` hold ``dM_{t+1}``, ``dI_{t+1}`` and ``b_an`` the decay ``a_{t+1}``; returns
-    ``dM_t``, ``dI_t`` and ``a_t`` (palimpsa-math section 6).
+    ``dM_t``, ``dI_t`` and ``a_t`` (palimpsa-math section 6). ``PAIRSUM`` (not with ``GAUGE`` or ``TRANS``): ``dv``
+    and ``dbeta`` are not summed over the lanes nor stored here; their lane partials (:func:`_lane_sums`) are
+    returned too, for :func:`_pair_rows` to finish with the pair's other token.
     """
     m_v = o_v < tl.where(valid, P, 0)
     m_k = o_k < tl.where(valid, N, 0)
@@ -352,7 +354,11 @@ def _reverse_step(
         b_dq += 2 * b_q * _sum_v(b_rdu, TRANS)
     b_di = b_di * b_an - b_e
 
-    b_dv = _sum_n(b_dm * _cols(b_k, TRANS), TRANS)
+    if PAIRSUM:
+        l_dv = _lane_sums(b_dm * _cols(b_k, TRANS))
+        l_db = l_dv
+    else:
+        b_dv = _sum_n(b_dm * _cols(b_k, TRANS), TRANS)
     if GAUGE:  # a_t times the inner products with the previous state, as a whole
         b_da = tl.sum(_sum_v(b_dm * b_m + b_di * (b_i - b_ip), TRANS), 0) - tl.sum(b_v * b_dv, 0)
     else:
@@ -361,21 +367,89 @@ def _reverse_step(
     # PROBE (timing only, wrong gradients; bits): 1 leaves out the dk, dq sums and atomics, 4 the dv, dbeta row sums
     # and stores, 16 the decay gradient's sum and atomic, so that a run measures what each costs
     if USE_BETA:
-        b_db = _sum_n(b_di * _cols(b_k * b_k, TRANS), TRANS)
-        if (PROBE & 4) == 0:
-            tl.store(dbeta + (tok * H + i_h) * P + o_v, b_db.to(dbeta.dtype.element_ty), mask=m_v)
+        if PAIRSUM:
+            l_db = _lane_sums(b_di * _cols(b_k * b_k, TRANS))
+        else:
+            b_db = _sum_n(b_di * _cols(b_k * b_k, TRANS), TRANS)
+            if (PROBE & 4) == 0:
+                tl.store(dbeta + (tok * H + i_h) * P + o_v, b_db.to(dbeta.dtype.element_ty), mask=m_v)
         b_dk += 2 * b_k * _sum_v(b_di * _rows(b_b, TRANS), TRANS)
         if GAUGE:
             b_da -= tl.sum(b_b * b_db, 0)
-    if (PROBE & 4) == 0:
-        tl.store(dv + (tok * H + i_h) * P + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
+    if not PAIRSUM:
+        if (PROBE & 4) == 0:
+            tl.store(dv + (tok * H + i_h) * P + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
     # relaxed: the default acq_rel ordering fences every atomic, and nothing here reads these sums back
     if (PROBE & 16) == 0:
         tl.atomic_add(dg + tok * H + i_h, b_da.to(dg.dtype.element_ty), mask=valid, sem="relaxed")
     if (PROBE & 1) == 0:
         tl.atomic_add(dq + (tok * G + i_g) * N + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k, sem="relaxed")
         tl.atomic_add(dk + (tok * G + i_g) * N + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k, sem="relaxed")
-    return b_dm, b_di, b_a
+    if PAIRSUM:
+        return b_dm, b_di, b_a, l_dv, l_db
+    else:
+        return b_dm, b_di, b_a
+
+
+# PAIRSUM's butterflies (inline PTX on each lane's values): a stage over lane bit ``m`` takes two tensors and leaves
+# in the lanes whose bit is 0 the first one's sum over the two lanes, in the others the second one's
+def _butterfly_asm(bit: int) -> str:
+    return ("{ .reg .pred p; .reg .b32 l, s, k, r; mov.u32 l, %laneid; and.b32 l, l, " + str(bit) + "; "
+            "setp.ne.u32 p, l, 0; selp.b32 s, $1, $2, p; selp.b32 k, $2, $1, p; "
+            "shfl.sync.bfly.b32 r, s, " + str(bit) + ", 0x1f, 0xffffffff; add.f32 $0, k, r; }")
+
+
+def _xor_asm(bit: int) -> str:
+    return "shfl.sync.bfly.b32 $0, $1, " + str(bit) + ", 0x1f, 0xffffffff;"
+
+
+STAGE16, STAGE8 = tl.constexpr(_butterfly_asm(16)), tl.constexpr(_butterfly_asm(8))
+XOR8, XOR4, XOR2, XOR1 = (tl.constexpr(_xor_asm(bit)) for bit in (8, 4, 2, 1))
+
+
+@triton.jit
+def _butterfly(a, b, ASM: tl.constexpr):
+    return tl.inline_asm_elementwise(ASM, "=r,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _plus_lane(x, ASM: tl.constexpr):
+    """``x`` plus the same element of the lane whose index differs in one bit."""
+    return x + tl.inline_asm_elementwise(ASM, "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _lane_sums(x):
+    """A ``[BV, BK]`` tile (one warp, lanes along ``N``, ``BK / 32`` consecutive states a lane) summed over each
+    lane's own states: ``[BV, 32]``, column ``l`` in lane ``l``, no data moved."""
+    BV: tl.constexpr = x.shape[0]
+    BK: tl.constexpr = x.shape[1]
+    return tl.sum(tl.reshape(x, [BV, 32, BK // 32]), 2)
+
+
+@triton.jit
+def _pair_rows(dv, dbeta, l_dv1, l_dv2, l_db1, l_db2, tok1, valid1, valid2, i_h, o_v,
+               H: tl.constexpr, P: tl.constexpr, USE_BETA: tl.constexpr):
+    """``dv`` (and ``dbeta``) of a pair's two tokens from their lane partials, stored: a butterfly over the lanes
+    that reduce-scatters the four sums (two tokens x two gradients) instead of reducing each over all lanes (24
+    shuffles a pair against 80 for ``BV`` 4), so that each lane ends with one token's sums of one gradient and a
+    lane in 8 stores them, without a shared-memory conversion. Lane bit 4 picks the token, bit 3 the gradient."""
+    if USE_BETA:
+        s = _butterfly(_butterfly(l_dv1, l_dv2, STAGE16), _butterfly(l_db1, l_db2, STAGE16), STAGE8)
+        EVERY: tl.constexpr = 8
+    else:
+        s = _plus_lane(_butterfly(l_dv1, l_dv2, STAGE16), XOR8)
+        EVERY: tl.constexpr = 16
+    s = _plus_lane(_plus_lane(_plus_lane(s, XOR4), XOR2), XOR1)
+    lane = tl.arange(0, 32)[None, :]
+    second = ((lane >> 4) & 1) == 1
+    tok = tok1 + second.to(tl.int32)
+    ok = tl.where(second, valid2, valid1) & ((lane & (EVERY - 1)) == 0) & (o_v[:, None] < P)
+    if USE_BETA:
+        base = tl.where(((lane >> 3) & 1) == 1, dbeta, dv)
+    else:
+        base = dv + tl.zeros_like(lane)
+    tl.store(base + (tok * H + i_h) * P + o_v[:, None], s.to(dv.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -475,7 +549,7 @@ def _reverse_chunk(
     BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
     ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False, GROUP: tl.constexpr = 2,
     GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-    PROBE: tl.constexpr = 0,
+    PROBE: tl.constexpr = 0, PAIRSUM: tl.constexpr = False,
 ):
     """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
     it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
@@ -561,14 +635,27 @@ def _reverse_chunk(
                 b_m2, b_i2, b_k2, b_v2, b_a2, b_b2 = _step(
                     v, k, g, beta, b_m1, b_i1, b_ip, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
                     H, G, P, N, USE_BETA, TRANS, ACC)
-                b_dm, b_di, b_an = _reverse_step(
-                    b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
-                    tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, PROBE)
-                b_dm, b_di, b_an = _reverse_step(
-                    b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
-                    tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
-                    H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, PROBE)
+                if PAIRSUM:  # dv, dbeta of both tokens reduced together (_pair_rows)
+                    b_dm, b_di, b_an, l_dv2, l_db2 = _reverse_step(
+                        b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
+                        tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                        H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, PROBE, True)
+                    b_dm, b_di, b_an, l_dv1, l_db1 = _reverse_step(
+                        b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
+                        tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                        H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, PROBE, True)
+                    if (PROBE & 4) == 0:
+                        _pair_rows(dv, dbeta, l_dv1, l_dv2, l_db1, l_db2, tok1, i_p >= 0, valid2, i_h, o_v,
+                                   H, P, USE_BETA)
+                else:
+                    b_dm, b_di, b_an = _reverse_step(
+                        b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
+                        tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                        H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, PROBE)
+                    b_dm, b_di, b_an = _reverse_step(
+                        b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
+                        tok1, i_p >= 0, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
+                        H, G, P, N, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GAUGE, PROBE)
         else:
             tl.static_assert(GROUP == 4, "GROUP is 2 or 4")
             n_quads = (ne + 3) // 4
@@ -628,7 +715,7 @@ def palimpsa_bwd_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     USE_FINAL_STATE_GRADIENT: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
     FAST_RCP: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False,
-    RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
+    RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False, PAIRSUM: tl.constexpr = False,
 ):
     i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
         cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
@@ -650,7 +737,7 @@ def palimpsa_bwd_kernel(
             v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
             NT - 1 - i_r, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
             H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GROUP=GROUP, GAUGE=GAUGE, RELOAD=RELOAD,
-            PREFETCH=PREFETCH)
+            PREFETCH=PREFETCH, PAIRSUM=PAIRSUM)
 
     if USE_INITIAL_STATE:
         tl.store(dm0 + o_state + o_s, (b_dm * b_an).to(dm0.dtype.element_ty), mask=m_s)
@@ -709,6 +796,16 @@ def _prefetches(tensor: torch.Tensor, config: dict) -> bool:
     """Whether the backward prefetches each block's inputs into L1 (``_reverse_chunk``'s ``PREFETCH``): the
     config's ``PREFETCH`` (default on), on a real GPU only (inline PTX: not under the interpreter)."""
     return bool(config.get("PREFETCH", True)) and tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def _pair_sums(v: torch.Tensor, beta: torch.Tensor | None, config: dict, block_k: int) -> bool:
+    """``PAIRSUM`` (:func:`_pair_rows`; on unless the config turns it off): on a real GPU (inline PTX), float32
+    states, the tiling it assumes (one warp, lanes along ``N``, pairs, no ``GAUGE``) and ``dv``, ``dbeta`` of one
+    dtype. Measured faster in both backwards (docs/bench/chunked-pairsum-2026-11-27)."""
+    return (bool(config.get("PAIRSUM", True)) and v.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+            and v.dtype != torch.float64 and not config.get("TRANS", False) and int(config.get("num_warps", 1)) == 1
+            and int(config.get("GROUP", 2)) == 2 and not config.get("GAUGE", False) and block_k >= 32
+            and (beta is None or beta.dtype == v.dtype))
 
 
 def _launch_config(config: dict, head_dim: int) -> tuple[int, dict]:
@@ -945,6 +1042,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     block_v, cfg = _launch_config(bwd_config, head_dim)
     cfg["PREFETCH"] = _prefetches(v, cfg)
     block_k = triton.next_power_of_2(state_size)
+    cfg["PAIRSUM"] = _pair_sums(v, beta, cfg, block_k)
     n_blocks_v = triton.cdiv(head_dim, block_v)
     grid = (n_blocks_v, n_states * heads)
     use_final_grad, dm_t, di_t, dy, du = _incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)

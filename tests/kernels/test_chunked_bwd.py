@@ -247,6 +247,22 @@ def test_kernels_compile_for_sm90a_without_spills():
         assert launches["correct"]["prefetches"] == 0, launches
 
 
+def test_a_pairs_row_sums_take_one_butterfly():
+    """``PAIRSUM`` (on by default on a GPU): ``dv`` and ``dbeta`` of a pair's two tokens are reduced over the lanes
+    by one butterfly (24 shuffles) instead of one 5-level reduction per channel, token and gradient (80 with four
+    channels); the decay gradient's 2 x 5 stay. The kernel's PTX with and without it, Triton for sm_90a."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from palimpsa.kernels import chunked_bwd as c; "
+            "print(json.dumps([c.compile_kernels(config={'PAIRSUM': p})['local'] for p in (False, True)]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    without, with_pairs = json.loads(run.stdout.strip().splitlines()[-1])
+    assert without["shuffles"] == 80 + 10 and with_pairs["shuffles"] == 24 + 10, (without, with_pairs)
+    assert with_pairs["stack"] == 0 and with_pairs["registers"] <= without["registers"], (without, with_pairs)
+    assert chunked_bwd.CHUNKED_CONFIG["PAIRSUM"] and fused_recurrent._pair_sums(
+        torch.empty(1), None, {}, 128) is False  # off the GPU (the interpreter cannot run inline PTX)
+
+
 def test_corrections_use_tf32_only_where_the_inputs_or_pytorch_allow_it():
     precision = torch.get_float32_matmul_precision()
     try:
