@@ -481,8 +481,13 @@ def _prefetch_block(v, k, q, g, beta, dy, du, tok0, t_last, i_h, i_g, i_v,
     """Prefetch the inputs of the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) into L1: their key rows, the
     program's value, gain and decay lines and, with ``READOUT``, their query rows and output-gradient lines."""
     o_t = tl.minimum(tok0 + tl.arange(0, BS), t_last)
-    LK: tl.constexpr = max(1, N * k.dtype.element_ty.primitive_bitwidth // 1024)  # 128-byte lines per key row
-    o_l = tl.arange(0, LK) * (1024 // k.dtype.element_ty.primitive_bitwidth)
+    # the key row's 128-byte lines (at least one; a constexpr branch rather than max(), which Triton 3.5 does not
+    # keep a constexpr)
+    BITS: tl.constexpr = k.dtype.element_ty.primitive_bitwidth
+    if N * BITS >= 1024:
+        o_l = tl.arange(0, N * BITS // 1024) * (1024 // BITS)
+    else:
+        o_l = tl.arange(0, 1)
     o_row = ((o_t * G + i_g) * N)[:, None] + o_l[None, :]
     _prefetch(k + o_row)
     o_c = (o_t * H + i_h) * P + i_v * BV
