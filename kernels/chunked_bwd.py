@@ -33,6 +33,8 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
 ``dk`` and ``dq`` are summed over the heads of a group with atomics, as in the sequential kernel.
 """
 
+import re
+
 import torch
 import triton
 import triton.language as tl
@@ -443,8 +445,9 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
                    maxnreg: int | None = None) -> dict:
     """One kernel compiled for ``sm_<arch>a`` without a GPU: every pointer 16-byte aligned and of the type ``low``
     names (``*fp32`` otherwise), ``T``, ``n_nh``, ``n_work`` 32-bit integers; its resource usage
-    (``gluon_scan.resource_usage``), ``prefetches`` (the L1 prefetches in its PTX) and ``shuffles`` (its PTX's
-    ``shfl.sync``)."""
+    (``gluon_scan.resource_usage``), ``prefetches`` (the L1 prefetches in its PTX), ``shuffles`` (its PTX's
+    ``shfl.sync``) and ``butterfly_lanes``: the lanes' layout (``threadsPerWarp``) of the tensors that
+    ``PAIRSUM``'s butterflies shuffle, which must be ``[1, 32, 1]`` (lane ``l`` holds column ``l``)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -458,6 +461,10 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
     attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
                               options={"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})})
-    ptx = compiled.asm["ptx"]
+    ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
+    layouts = dict(re.findall(r"^(#\w+) = #ttg\.blocked<\{[^\n]*?threadsPerWarp = (\[[^\]]*\])", ttgir, re.MULTILINE))
+    butterflies = re.findall(r"elementwise_inline_asm \"\{ \.reg \.pred[^\n]*?slice<\{dim = \d, parent = (#\w+)\}>",
+                             ttgir)
     return {**resource_usage(compiled), "prefetches": ptx.count("prefetch.global.L1"),
-            "shuffles": ptx.count("shfl.sync")}
+            "shuffles": ptx.count("shfl.sync"),
+            "butterfly_lanes": sorted({layouts.get(parent, parent) for parent in butterflies})}

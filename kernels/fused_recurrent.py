@@ -806,10 +806,14 @@ def _prefetches(tensor: torch.Tensor, config: dict) -> bool:
 def _pair_sums(v: torch.Tensor, beta: torch.Tensor | None, config: dict, block_k: int) -> bool:
     """``PAIRSUM`` (:func:`_pair_rows`; on unless the config turns it off): on a real GPU (inline PTX), float32
     states, the tiling it assumes (one warp, lanes along ``N``, pairs, no ``GAUGE``) and ``dv``, ``dbeta`` of one
-    dtype. Measured faster in both backwards (docs/bench/chunked-pairsum-2026-11-27)."""
+    dtype. Measured faster in both backwards (docs/bench/chunked-pairsum-2026-11-27).
+
+    Only at 128 states (every Mamba2 release): the butterflies need lane ``l`` to hold column ``l`` of the lane
+    partials, which Triton's layout gives there (3.5.1 to 3.9, any ``BV``; ``chunked_bwd.compile_launch``
+    reports it), and not at 64 or 256, where it spreads the lanes over the channels too."""
     return (bool(config.get("PAIRSUM", True)) and v.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
             and v.dtype != torch.float64 and not config.get("TRANS", False) and int(config.get("num_warps", 1)) == 1
-            and int(config.get("GROUP", 2)) == 2 and not config.get("GAUGE", False) and block_k >= 32
+            and int(config.get("GROUP", 2)) == 2 and not config.get("GAUGE", False) and block_k == 128
             and (beta is None or beta.dtype == v.dtype))
 
 

@@ -261,8 +261,26 @@ def test_a_pairs_row_sums_take_one_butterfly():
     # no spill, and still eight one-warp programs an SM (222 registers against 226 under Triton 3.6, 232 against
     # 229 under 3.7.1)
     assert with_pairs["stack"] == 0 and with_pairs["registers"] <= 255, (without, with_pairs)
+    # the butterflies' lane arithmetic holds: lane l holds column l of the partials they shuffle
+    assert without["butterfly_lanes"] == [] and with_pairs["butterfly_lanes"] == ["[1, 32, 1]"], with_pairs
     assert chunked_bwd.CHUNKED_CONFIG["PAIRSUM"] and fused_recurrent._pair_sums(
         torch.empty(1), None, {}, 128) is False  # off the GPU (the interpreter cannot run inline PTX)
+
+
+def test_pair_sums_run_only_where_their_layout_was_checked(monkeypatch):
+    """At 64 or 256 states Triton spreads the lanes over the channels as well, and the butterflies would mix
+    channels: the pair sums run at 128 states only, on a GPU, with the tiling they assume."""
+    on_gpu = torch.empty(1)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert fused_recurrent._pair_sums(on_gpu, None, {}, 128)
+    assert fused_recurrent._pair_sums(on_gpu, on_gpu.clone(), chunked_bwd.CHUNKED_CONFIG, 128)
+    for block_k in (32, 64, 256):
+        assert not fused_recurrent._pair_sums(on_gpu, None, {}, block_k)
+    for config in ({"PAIRSUM": False}, {"TRANS": True}, {"num_warps": 2}, {"GROUP": 4}, {"GAUGE": True}):
+        assert not fused_recurrent._pair_sums(on_gpu, None, config, 128), config
+    assert not fused_recurrent._pair_sums(on_gpu.double(), None, {}, 128)  # float64 states
+    assert not fused_recurrent._pair_sums(on_gpu, on_gpu.half(), {}, 128)  # dv and dbeta of two dtypes
 
 
 def test_corrections_use_tf32_only_where_the_inputs_or_pytorch_allow_it():
