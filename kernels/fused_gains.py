@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .fused_recurrent import _acc_dtype, _state_dtype
+
 ROWS = 32  # tokens per program; a program takes one head's P channels of them
 
 
@@ -74,14 +76,6 @@ def gains_bwd_kernel(x, dt, gate, factor, dv, dbeta, dx, ddt, dgate, dfactor, n_
         tl.store(dfactor + o_h, tl.sum(b_db * b_s, 1).to(dfactor.dtype.element_ty), mask=m_r)
 
 
-def _out_dtype(x: torch.Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
-def _acc(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
 def supported(x, dt, gate, factor) -> bool:
     """Whether the kernels take these operands as they are (else the PyTorch expressions run): ``x`` ``[B, L, H,
     P]`` with each token's heads and channels contiguous, the gate ``[B, L, H * P]`` or ``[B, L, H, P]`` likewise,
@@ -89,7 +83,7 @@ def supported(x, dt, gate, factor) -> bool:
     if x.dim() != 4 or gate is None or factor is None:
         return False
     batch, length, heads, head_dim = x.shape
-    out = _out_dtype(x)
+    out = _state_dtype(x.dtype)
     return (x.stride(3) == 1 and x.stride(2) == head_dim and gate.shape[:2] == (batch, length)
             and gate.shape[2:].numel() == heads * head_dim and gate.stride(-1) == 1
             and (gate.dim() == 3 or gate.stride(2) == head_dim)
@@ -109,18 +103,18 @@ def _launch_args(x, gate):
 @torch.library.custom_op("palimpsa::scan_values_and_gains", mutates_args=())
 def _values_and_gains_op(x: torch.Tensor, dt: torch.Tensor, gate: torch.Tensor,
                          factor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    out = _out_dtype(x)
+    out = _state_dtype(x.dtype)
     v = torch.empty(x.shape, dtype=out, device=x.device)
     beta = torch.empty(x.shape, dtype=out, device=x.device)
     grid, scalars, sizes = _launch_args(x, gate)
     gains_fwd_kernel[grid](x, dt.contiguous(), gate, factor.contiguous(), v, beta, *scalars, **sizes,
-                           ACC=_acc(out), num_warps=4)
+                           ACC=_acc_dtype(out), num_warps=4)
     return v, beta
 
 
 @_values_and_gains_op.register_fake
 def _values_and_gains_fake(x, dt, gate, factor):
-    out = _out_dtype(x)
+    out = _state_dtype(x.dtype)
     return x.new_empty(x.shape, dtype=out), x.new_empty(x.shape, dtype=out)
 
 
@@ -131,7 +125,7 @@ def _values_and_gains_backward_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``dx, ddt, dgate, dfactor`` (empty where the output gradient they come from is None)."""
     has_dv, has_dbeta = dv is not None, dbeta is not None
-    out = _out_dtype(x)
+    out = _state_dtype(x.dtype)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device) if has_dv else x.new_empty(0)
     ddt = torch.empty(dt.shape, dtype=dt.dtype, device=x.device) if has_dv else x.new_empty(0)
     dgate = torch.empty(gate.shape, dtype=gate.dtype, device=x.device) if has_dbeta else x.new_empty(0)
@@ -140,7 +134,7 @@ def _values_and_gains_backward_op(
         grid, scalars, sizes = _launch_args(x, gate)
         gains_bwd_kernel[grid](x, dt.contiguous(), gate, factor.contiguous(),
                                dv.contiguous() if has_dv else x, dbeta.contiguous() if has_dbeta else x,
-                               dx, ddt, dgate, dfactor, *scalars, **sizes, ACC=_acc(out), HAS_DV=has_dv,
+                               dx, ddt, dgate, dfactor, *scalars, **sizes, ACC=_acc_dtype(out), HAS_DV=has_dv,
                                HAS_DBETA=has_dbeta, num_warps=4)
     return dx, ddt, dgate, dfactor
 

@@ -222,12 +222,12 @@ class PlainMamba2Mixer(nn.Module):
         if config.dt_limit is not None:
             dt = dt.clamp(min=config.dt_limit[0], max=config.dt_limit[1])
         A = -torch.exp(upcast(self.A_log))
+        gate, factor = self.gate_and_factor(hidden_states, dt, A)
         return ScanInputs(
             x_heads=x.view(batch, length, self.nheads, self.headdim),
             keys=keys.view(batch, length, self.ngroups, self.d_state),
             queries=queries.view(batch, length, self.ngroups, self.d_state),
-            dt=dt, A=A, **dict(zip(("gate", "factor"), self.gate_and_factor(hidden_states, dt, A))),
-            z=z, z0=z0, x0=x0)
+            dt=dt, A=A, gate=gate, factor=factor, z=z, z0=z0, x0=x0)
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, cache: PalimpsaCache | None = None) -> torch.Tensor:
