@@ -33,6 +33,7 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
 ``dk`` and ``dq`` are summed over the heads of a group with atomics, as in the sequential kernel.
 """
 
+import json
 import re
 
 import torch
@@ -55,10 +56,12 @@ from . import fused_recurrent as fr
 # inputs again for its reverse steps; PREFETCH: the next block's inputs prefetched into L1 (on a GPU;
 # fused_recurrent's _reverse_chunk and docs/kernels.md); PROBE (timing only, wrong gradients): bits that leave parts of
 # the local pass out (_reverse_chunk, _reverse_step; docs/bench/chunked-atomics-2026-11-27); PAIRSUM: a pair's dv, dbeta
-# reduced over the lanes together (fused_recurrent._pair_rows; on a GPU, where the tiling allows)
+# reduced over the lanes together (fused_recurrent._pair_rows; on a GPU, where the tiling allows); CHAIN: the reverse
+# step's sums as FFMA chains, the decay gradient's with the pair's (fused_recurrent._chains); FAST_EXP: each decay of
+# the recompute from one ex2.approx.ftz (fused_recurrent._exp; on a GPU)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
-                  "PREFETCH": True, "PROBE": 0, "PAIRSUM": True}
+                  "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": True, "FAST_EXP": True}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -84,6 +87,7 @@ def palimpsa_bwd_local_kernel(
     USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
     GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False,
     PREFETCH: tl.constexpr = False, PROBE: tl.constexpr = 0, PAIRSUM: tl.constexpr = False,
+    CHAIN: tl.constexpr = False, FAST_EXP: tl.constexpr = False,
 ):
     # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
     # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
@@ -103,7 +107,8 @@ def palimpsa_bwd_local_kernel(
                 tl.zeros(o_s.shape, dtype=ACC), tl.zeros(o_s.shape, dtype=ACC), tl.full([], 1, dtype=ACC), b_ip,
                 i_c, i_v, o_sc, bos, T_n, boc, i_h, i_g, o_v, o_k, m_s, o_s,
                 H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, SLAB_FROM_CHECKPOINT=True, GROUP=GROUP,
-                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH, PROBE=PROBE, PAIRSUM=PAIRSUM)
+                GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH, PROBE=PROBE, PAIRSUM=PAIRSUM,
+                CHAIN=CHAIN, FAST_EXP=FAST_EXP)
             # the chunk's local adjoint of the state before its first token: in the slot before the chunk's own
             # (_slots); the first chunk's is dM0's, dI0's local part, in their buffers (nowhere without them)
             if i_c > 0:
@@ -382,15 +387,17 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
         PREFETCH=fr._prefetches(v, config), PROBE=int(config["PROBE"]),
         PAIRSUM=fr._pair_sums(v, beta, config, sizes["BK"]),
+        CHAIN=fr._chains(config, sizes["BV"], sizes["BK"], fr._compiled(v)),
+        FAST_EXP=fr._fast_exp(v, config),
         **_recompute_options(config),
-        num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common,
+        num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common, **fr.FP_FUSION,
     )
     del sc_m, sc_i
     mark("carry")
     palimpsa_bwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
         log_decay, lm, li, dm_t, di_t, dm0, di0, cu_seqlens, offsets, length,
         H=heads, P=head_dim, N=state_size, CT=chunk_size, BE=sizes["BE"], USE_FINAL_STATE_GRADIENT=use_final_grad,
-        IS_VARLEN=cu_seqlens is not None, ACC=acc, num_warps=4, **initial,
+        IS_VARLEN=cu_seqlens is not None, ACC=acc, num_warps=4, **initial, **fr.FP_FUSION,
     )
     mark("correct")
     chunk_seq = None
@@ -402,7 +409,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, dv, dk, dg, dbeta, cu_seqlens, offsets,
         chunk_seq, length, H=heads, G=groups, P=head_dim, N=state_size, BP=sizes["BP"], BK=sizes["BKC"],
         CT=chunk_size, BT=sizes["BT"], DOT=sizes["DOT"], USE_FINAL_STATE_GRADIENT=use_final_grad,
-        num_warps=sizes["correct_warps"], **common,
+        num_warps=sizes["correct_warps"], **common, **fr.FP_FUSION,
     )
     mark(None)
     return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
@@ -427,7 +434,8 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             "NSPLIT": max(1, config["NSPLIT"]), "USE_BETA": True, "USE_INITIAL_STATE": False,
             "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
             "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), "PROBE": int(config["PROBE"]),
-            "PAIRSUM": bool(config["PAIRSUM"]),
+            "PAIRSUM": bool(config["PAIRSUM"]), "CHAIN": fr._chains(config, sizes["BV"], sizes["BK"], True),
+            "FAST_EXP": bool(config["FAST_EXP"]),
             **_recompute_options(config)}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,
@@ -446,8 +454,10 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
     """One kernel compiled for ``sm_<arch>a`` without a GPU: every pointer 16-byte aligned and of the type ``low``
     names (``*fp32`` otherwise), ``T``, ``n_nh``, ``n_work`` 32-bit integers; its resource usage
     (``gluon_scan.resource_usage``), ``prefetches`` (the L1 prefetches in its PTX), ``shuffles`` (its PTX's
-    ``shfl.sync``) and ``butterfly_lanes``: the lanes' layout (``threadsPerWarp``) of the tensors that
-    ``PAIRSUM``'s butterflies shuffle, which must be ``[1, 32, 1]`` (lane ``l`` holds column ``l``)."""
+    ``shfl.sync``), ``fmas`` (its PTX's ``fma.rn.f32``) and ``butterfly_lanes``: for every tensor type that
+    ``PAIRSUM``'s butterflies shuffle, which element each lane-index bit moves to (:func:`lane_bases`); they need
+    lane ``l`` to hold index ``l`` of the last axis, ``[[0, 1], [0, 2], [0, 4], [0, 8], [0, 16]]`` for ``[BV, 32]``
+    partials and ``[[1], ..., [16]]`` for ``[32]``."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -460,11 +470,42 @@ def compile_launch(kernel, num_warps: int, constexprs: dict, low: dict, arch: in
     signature.update({c: "constexpr" for c in constexprs})
     attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})})
+                              options={"num_warps": num_warps, **fr.FP_FUSION,
+                                       **({"maxnreg": maxnreg} if maxnreg else {})})
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
-    layouts = dict(re.findall(r"^(#\w+) = #ttg\.blocked<\{[^\n]*?threadsPerWarp = (\[[^\]]*\])", ttgir, re.MULTILINE))
-    butterflies = re.findall(r"elementwise_inline_asm \"\{ \.reg \.pred[^\n]*?slice<\{dim = \d, parent = (#\w+)\}>",
-                             ttgir)
+    operands = re.findall(r"elementwise_inline_asm \"[^\n]*?shfl\.sync\.bfly[^\n]*?: (tensor<[^\n]*?) ->", ttgir)
     return {**resource_usage(compiled), "prefetches": ptx.count("prefetch.global.L1"),
-            "shuffles": ptx.count("shfl.sync"),
-            "butterfly_lanes": sorted({layouts.get(parent, parent) for parent in butterflies})}
+            "shuffles": ptx.count("shfl.sync"), "fmas": ptx.count("fma.rn.f32"),
+            "butterfly_lanes": sorted({str(lane_bases(ttgir, t)) for t in operands})}
+
+
+def lane_bases(ttgir: str, tensor_type: str) -> list:
+    """Which element of a one-warp tensor (``tensor<AxBxf32, #layout>`` as TTGIR writes it) each of the 5 lane-index
+    bits moves to: a coordinate list per bit, from the layout's definition in ``ttgir`` (``#ttg.blocked``,
+    ``#ttg.linear``, or a ``#ttg.slice`` of either, whose sliced axis is dropped)."""
+    depth, start = 0, tensor_type.index("tensor<") + len("tensor<")
+    for end in range(start, len(tensor_type)):  # the type's own closing bracket (layouts nest brackets)
+        depth += {"<": 1, ">": -1}.get(tensor_type[end], 0)
+        if depth < 0:
+            break
+    return _layout_lanes(ttgir, tensor_type[start:end].split(", ", 1)[1])
+
+
+def _layout_lanes(ttgir: str, layout: str) -> list:
+    sliced = re.fullmatch(r"#ttg\.slice<\{dim = (\d+), parent = (.+)\}>", layout)
+    if sliced:
+        dim = int(sliced.group(1))
+        return [base[:dim] + base[dim + 1:] for base in _layout_lanes(ttgir, sliced.group(2))]
+    definition = re.search(rf"^{re.escape(layout)} = (#ttg\.\w+<\{{[^\n]*\}}>)", ttgir, re.MULTILINE)
+    text = definition.group(1) if definition else layout
+    lists = {key: json.loads(value) for key, value in re.findall(r"(\w+) = (\[[\[\]\d, ]*\])", text)}
+    if text.startswith("#ttg.linear"):
+        return lists["lane"]
+    per_thread, lanes, order = lists["sizePerThread"], lists["threadsPerWarp"], lists["order"]
+    bases = []
+    for dim in order:  # lane bits fill the fastest axis first
+        step = 1
+        while step < lanes[dim]:
+            bases.append([per_thread[dim] * step if d == dim else 0 for d in range(len(lanes))])
+            step *= 2
+    return bases

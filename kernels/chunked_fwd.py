@@ -206,11 +206,11 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
     palimpsa_fwd_local_kernel[(n_chunks, heads, triton.cdiv(head_dim, sizes["BP"]))](
         v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, chunk_seq, length, G=groups, BP=sizes["BP"],
         BK=sizes["BK"], BT=sizes["BT"], USE_BETA=beta is not None, DOT=sizes["DOT"], num_warps=sizes["local_warps"],
-        **common,
+        **common, **fr.FP_FUSION,
     )
     palimpsa_fwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
         log_decay, m0, i0, ip, ck_m, ck_i, cu_seqlens, offsets, length, BE=sizes["BE"],
-        USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None, num_warps=4, **common,
+        USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None, num_warps=4, **common, **fr.FP_FUSION,
     )
     y, m_t, i_t, u = fr._walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offsets, n_chunks,
                               ck_m, ck_i, output_final_state, output_uncertainty, False, walk_config(config),

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_recurrent import _acc_dtype, _state_dtype
+from .fused_recurrent import FP_FUSION, _acc_dtype, _state_dtype
 
 ROWS = 32  # tokens per program; a program takes one head's P channels of them
 
@@ -108,7 +108,7 @@ def _values_and_gains_op(x: torch.Tensor, dt: torch.Tensor, gate: torch.Tensor,
     beta = torch.empty(x.shape, dtype=out, device=x.device)
     grid, scalars, sizes = _launch_args(x, gate)
     gains_fwd_kernel[grid](x, dt.contiguous(), gate, factor.contiguous(), v, beta, *scalars, **sizes,
-                           ACC=_acc_dtype(out), num_warps=4)
+                           ACC=_acc_dtype(out), num_warps=4, **FP_FUSION)
     return v, beta
 
 
@@ -135,7 +135,7 @@ def _values_and_gains_backward_op(
         gains_bwd_kernel[grid](x, dt.contiguous(), gate, factor.contiguous(),
                                dv.contiguous() if has_dv else x, dbeta.contiguous() if has_dbeta else x,
                                dx, ddt, dgate, dfactor, *scalars, **sizes, ACC=_acc_dtype(out), HAS_DV=has_dv,
-                               HAS_DBETA=has_dbeta, num_warps=4)
+                               HAS_DBETA=has_dbeta, num_warps=4, **FP_FUSION)
     return dx, ddt, dgate, dfactor
 
 

@@ -59,6 +59,10 @@ SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under 
 STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
 CHUNK_SIZE = 512  # tokens per checkpoint (CT)
 BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
+# every launch and offline compile asks for FMA contraction explicitly: the kernels' arithmetic is written for it (a
+# multiply and an add become one FFMA), Triton 3.9 warns on every first compile where it is left to the default, and
+# Triton 3.10 is to turn that default off
+FP_FUSION = {"enable_fp_fusion": True}
 # The backward where no bwd_config is given: "sequential" (this module's kernel), "chunked" (chunked_bwd.py's
 # chunk-parallel one) or "auto" (the default: chunked on CUDA where its corrections run in TF32, see
 # chunked_by_default; chunked_bwd itself runs the sequential kernel where the grid needs no split)
@@ -102,6 +106,17 @@ def _reciprocal(x, FAST_RCP: tl.constexpr):
 
 
 @triton.jit
+def _exp(x, FAST_EXP: tl.constexpr):
+    """``exp(x)``; with FAST_EXP one ``ex2.approx.ftz.f32`` of ``x log2(e)`` (results below 2^-126 flushed to 0)
+    instead of ``tl.exp``'s five instructions, whose extra three keep such results as subnormals."""
+    if FAST_EXP:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * 1.4426950408889634],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
 def _rows(x, TRANS: tl.constexpr):
     """A ``[BV]`` channel vector, shaped to broadcast against a state tile."""
     if TRANS:
@@ -140,11 +155,11 @@ def _sum_v(x, TRANS: tl.constexpr):
 @triton.jit
 def _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k,
                 H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
-                USE_BETA: tl.constexpr, ACC: tl.constexpr):
+                USE_BETA: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False):
     """Key, value, decay and gain of token ``tok``; an invalid token reads as the identity update."""
     b_k = tl.load(k + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
     b_v = tl.load(v + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
-    b_a = tl.exp(tl.load(g + tok * H + i_h, mask=valid, other=0).to(ACC))
+    b_a = _exp(tl.load(g + tok * H + i_h, mask=valid, other=0).to(ACC), FAST_EXP)
     if USE_BETA:
         b_b = tl.load(beta + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
     else:
@@ -167,9 +182,10 @@ def _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA: tl.constexpr, TRANS: t
 @triton.jit
 def _step(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
           H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr,
-          TRANS: tl.constexpr, ACC: tl.constexpr):
+          TRANS: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False):
     """Token ``tok``'s inputs and the state after it: ``(M, I, k, v, a, beta)``."""
-    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC,
+                                     FAST_EXP)
     b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     return b_m, b_i, b_k, b_v, b_a, b_b
 
@@ -319,6 +335,29 @@ def palimpsa_fwd_kernel(
 
 
 @triton.jit
+def _readout_adjoints(b_m, b_i, b_dm, b_di, b_an, b_q, b_dy, b_du, USE_DU: tl.constexpr, TRANS: tl.constexpr,
+                      FAST_RCP: tl.constexpr, CHAIN: tl.constexpr):
+    """The start of a reverse step: ``dM_t``, ``dI_t`` from the adjoints of the step after (``b_dm``, ``b_di``, decay
+    ``b_an``) and token ``t``'s readout, with ``mu_t = M_t / I_t`` and ``dq_t``. ``CHAIN``: ``dq``'s sum over the
+    channels as one FFMA chain (:func:`_row_dot`)."""
+    b_r = _reciprocal(b_i, FAST_RCP)
+    b_mu = b_m * b_r
+    b_gr = _rows(b_dy, TRANS) * _cols(b_q, TRANS) * b_r  # dmu / I
+    b_dm = b_dm * b_an + b_gr
+    b_e = b_gr * b_mu  # dmu * M / I^2
+    if CHAIN:
+        b_dq = _row_dot(b_mu, tl.broadcast_to(_rows(b_dy, TRANS), b_mu.shape), b_mu, b_mu, False)
+    else:
+        b_dq = _sum_v(b_mu * _rows(b_dy, TRANS), TRANS)
+    if USE_DU:
+        b_rdu = b_r * _rows(b_du, TRANS)
+        b_e += b_rdu * b_r * _cols(b_q * b_q, TRANS)
+        b_dq += 2 * b_q * _sum_v(b_rdu, TRANS)
+    b_di = b_di * b_an - b_e
+    return b_dm, b_di, b_dq
+
+
+@triton.jit
 def _reverse_step(
     b_m, b_i, b_mp, b_ip_prev, b_dm, b_di, b_an, b_k, b_v, b_a, b_b, b_q, b_dy, b_du, tok, valid, i_h, i_g,
     o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
@@ -342,18 +381,8 @@ def _reverse_step(
     """
     m_v = o_v < tl.where(valid, P, 0)
     m_k = o_k < tl.where(valid, N, 0)
-    b_r = _reciprocal(b_i, FAST_RCP)
-    b_mu = b_m * b_r
-    b_gr = _rows(b_dy, TRANS) * _cols(b_q, TRANS) * b_r  # dmu / I
-    b_dm = b_dm * b_an + b_gr
-    b_e = b_gr * b_mu  # dmu * M / I^2
-    b_dq = _sum_v(b_mu * _rows(b_dy, TRANS), TRANS)
-    if USE_DU:
-        b_rdu = b_r * _rows(b_du, TRANS)
-        b_e += b_rdu * b_r * _cols(b_q * b_q, TRANS)
-        b_dq += 2 * b_q * _sum_v(b_rdu, TRANS)
-    b_di = b_di * b_an - b_e
-
+    b_dm, b_di, b_dq = _readout_adjoints(b_m, b_i, b_dm, b_di, b_an, b_q, b_dy, b_du, USE_DU, TRANS, FAST_RCP,
+                                         False)
     if PAIRSUM:
         l_dv = _lane_sums(b_dm * _cols(b_k, TRANS))
         l_db = l_dv
@@ -389,6 +418,52 @@ def _reverse_step(
         return b_dm, b_di, b_a, l_dv, l_db
     else:
         return b_dm, b_di, b_a
+
+
+@triton.jit
+def _chained_step(
+    b_m, b_i, b_mp, b_ip_prev, b_dm, b_di, b_an, b_k, b_v, b_a, b_b, b_q, b_dy, b_du, tok, valid, i_g,
+    o_k, dk, dq, b_ip,
+    G: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, FAST_RCP: tl.constexpr,
+    PROBE: tl.constexpr = 0,
+):
+    """:func:`_reverse_step` with ``CHAIN`` (pairs of one-warp programs of 4 channels, no ``GAUGE`` or ``TRANS``):
+    every sum over the channels or over 4 consecutive states is one FFMA chain (:func:`_row_dot`,
+    :func:`_lane_dot`) instead of products added in a tree. ``dk``, ``dq`` are added here; ``dv``, ``dbeta`` and
+    the decay gradient are returned as partial sums over each 4 consecutive states (``[4, N / 4]``, ``[4, N / 4]``,
+    ``[N / 4]``: at 128 states a lane's own), for :func:`_pair_rows` and :func:`_pair_decay_grads` to finish with
+    the pair's other token (or :func:`_token_rows` alone). Returns ``dM_t``, ``dI_t``, ``a_t`` and those three."""
+    m_k = o_k < tl.where(valid, N, 0)
+    b_dm, b_di, b_dq = _readout_adjoints(b_m, b_i, b_dm, b_di, b_an, b_q, b_dy, b_du, USE_DU, False, FAST_RCP,
+                                         True)
+    b_kt = tl.broadcast_to(_cols(b_k, False), b_dm.shape)
+    l_dv = _lane_dot(b_dm, b_kt)
+    l_db = l_dv
+    b_dk = _row_dot(b_dm, tl.broadcast_to(_rows(b_v, False), b_dm.shape), b_dm, b_dm, False)
+    b_g = _row_dot(b_dm, b_mp, b_di, b_ip_prev - b_ip, True)
+    g0, g1, g2, g3 = _split4(tl.reshape(b_g, [b_g.shape[0] // 4, 4]))
+    l_dg = b_a * (g0 + g1 + g2 + g3)
+    if USE_BETA:
+        l_db = _lane_dot(b_di, b_kt * b_kt)
+        b_dk += 2 * b_k * _row_dot(b_di, tl.broadcast_to(_rows(b_b, False), b_di.shape), b_di, b_di, False)
+    if (PROBE & 1) == 0:
+        tl.atomic_add(dq + (tok * G + i_g) * N + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k, sem="relaxed")
+        tl.atomic_add(dk + (tok * G + i_g) * N + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k, sem="relaxed")
+    return b_dm, b_di, b_a, l_dv, l_db, l_dg
+
+
+@triton.jit
+def _token_rows(dv, dbeta, dg, l_dv, l_db, l_dg, tok, valid, i_h, o_v, H: tl.constexpr, P: tl.constexpr,
+                USE_BETA: tl.constexpr, PROBE: tl.constexpr = 0):
+    """One token's ``dv``, ``dbeta`` stored and decay gradient added from :func:`_chained_step`'s partial sums, with
+    plain reductions (``CHAIN`` without ``PAIRSUM``: the interpreter's path, no inline PTX)."""
+    m_v = o_v < tl.where(valid, P, 0)
+    if (PROBE & 4) == 0:
+        tl.store(dv + (tok * H + i_h) * P + o_v, tl.sum(l_dv, 1).to(dv.dtype.element_ty), mask=m_v)
+        if USE_BETA:
+            tl.store(dbeta + (tok * H + i_h) * P + o_v, tl.sum(l_db, 1).to(dbeta.dtype.element_ty), mask=m_v)
+    if (PROBE & 16) == 0:
+        tl.atomic_add(dg + tok * H + i_h, tl.sum(l_dg, 0).to(dg.dtype.element_ty), mask=valid, sem="relaxed")
 
 
 # PAIRSUM's butterflies (inline PTX on each lane's values): a stage over lane bit ``m`` takes two tensors and leaves
@@ -428,6 +503,43 @@ def _lane_sums(x):
 
 
 @triton.jit
+def _split4(x):
+    """A ``[.., 4]`` tensor whose last axis a thread holds as its four parts ``x[.., 0]``, ``x[.., 1]``,
+    ``x[.., 2]``, ``x[.., 3]`` (``tl.split`` twice: no data moved)."""
+    y = tl.reshape(x, x.shape[:-1] + [2, 2])
+    a, b = tl.split(y)
+    x0, x2 = tl.split(a)
+    x1, x3 = tl.split(b)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _row_dot(x, w, y, u, TWO: tl.constexpr):
+    """``sum_rows x w`` (with ``TWO`` ``+ y u``) of ``[4, BK]`` tiles as one chain of FFMAs per column: ``[BK]``
+    (``tl.sum`` of the products would add them in a tree, a multiply and an add for most elements)."""
+    x0, x1, x2, x3 = _split4(tl.permute(x, (1, 0)))
+    w0, w1, w2, w3 = _split4(tl.permute(w, (1, 0)))
+    if TWO:
+        y0, y1, y2, y3 = _split4(tl.permute(y, (1, 0)))
+        u0, u1, u2, u3 = _split4(tl.permute(u, (1, 0)))
+        return x0 * w0 + y0 * u0 + x1 * w1 + y1 * u1 + x2 * w2 + y2 * u2 + x3 * w3 + y3 * u3
+    else:
+        return x0 * w0 + x1 * w1 + x2 * w2 + x3 * w3
+
+
+@triton.jit
+def _lane_dot(x, w):
+    """``[BV, BK]`` tiles multiplied and summed over each 4 consecutive states as one chain of FFMAs: ``[BV, BK / 4]``.
+    At 128 states (one warp, lanes along ``N``) those are each lane's own states, and column ``l`` is in lane ``l``
+    (:func:`_lane_sums`)."""
+    BV: tl.constexpr = x.shape[0]
+    BK: tl.constexpr = x.shape[1]
+    x0, x1, x2, x3 = _split4(tl.reshape(x, [BV, BK // 4, 4]))
+    w0, w1, w2, w3 = _split4(tl.reshape(w, [BV, BK // 4, 4]))
+    return x0 * w0 + x1 * w1 + x2 * w2 + x3 * w3
+
+
+@triton.jit
 def _pair_rows(dv, dbeta, l_dv1, l_dv2, l_db1, l_db2, tok1, valid1, valid2, i_h, o_v,
                H: tl.constexpr, P: tl.constexpr, USE_BETA: tl.constexpr):
     """``dv`` (and ``dbeta``) of a pair's two tokens from their lane partials, stored: a butterfly over the lanes
@@ -450,6 +562,19 @@ def _pair_rows(dv, dbeta, l_dv1, l_dv2, l_db1, l_db2, tok1, valid1, valid2, i_h,
     else:
         base = dv + tl.zeros_like(lane)
     tl.store(base + (tok * H + i_h) * P + o_v[:, None], s.to(dv.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _pair_decay_grads(dg, l_dg1, l_dg2, tok1, valid1, valid2, i_h, H: tl.constexpr):
+    """The decay gradients of a pair's two tokens from their lane partials (``CHAIN``), added: one butterfly stage
+    over lane bit 4 leaves the first token's partials in the lanes whose bit is 0 and the second's in the others,
+    four more finish both sums (5 shuffles a pair instead of 10), and lanes 0 and 16 add them with one atomic."""
+    s = _butterfly(l_dg1, l_dg2, STAGE16)
+    s = _plus_lane(_plus_lane(_plus_lane(_plus_lane(s, XOR8), XOR4), XOR2), XOR1)
+    lane = tl.arange(0, 32)
+    second = ((lane >> 4) & 1) == 1
+    ok = tl.where(second, valid2, valid1) & ((lane & 15) == 0)
+    tl.atomic_add(dg + (tok1 + second.to(tl.int32)) * H + i_h, s.to(dg.dtype.element_ty), mask=ok, sem="relaxed")
 
 
 @triton.jit
@@ -505,11 +630,11 @@ def _prefetch_block(v, k, q, g, beta, dy, du, tok0, t_last, i_h, i_g, i_v,
 @triton.jit
 def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BS: tl.constexpr,
-                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False):
     """The state after the ``BS`` tokens from ``tok`` (pass A of the backward's recompute: updates, no readout)."""
     for s in tl.static_range(BS):
         b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok + s, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA,
-                                         ACC)
+                                         ACC, FAST_EXP)
         b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     return b_m, b_i
 
@@ -517,7 +642,7 @@ def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k
 @triton.jit
 def _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, tok0, n_groups, i_h, i_g, o_v, o_k,
                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, GROUP: tl.constexpr,
-                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr):
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False):
     """The state before group ``n_groups`` of a block: the block start (at ``p_m0``, ``p_i0``) walked over the
     ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration."""
     b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
@@ -525,7 +650,7 @@ def _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, tok0, n_groups, i_
     for s in range(n_groups):
         for w in tl.static_range(GROUP):
             b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok0 + GROUP * s + w, s >= 0, i_h, i_g, o_v, o_k,
-                                             H, G, P, N, USE_BETA, ACC)
+                                             H, G, P, N, USE_BETA, ACC, FAST_EXP)
             b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     return b_m, b_i
 
@@ -554,7 +679,8 @@ def _reverse_chunk(
     BS: tl.constexpr, USE_BETA: tl.constexpr, USE_DU: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr,
     ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False, GROUP: tl.constexpr = 2,
     GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-    PROBE: tl.constexpr = 0, PAIRSUM: tl.constexpr = False,
+    PROBE: tl.constexpr = 0, PAIRSUM: tl.constexpr = False, CHAIN: tl.constexpr = False,
+    FAST_EXP: tl.constexpr = False,
 ):
     """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
     it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
@@ -583,7 +709,7 @@ def _reverse_chunk(
             # block at the checkpoint (an L1 or L2 hit) instead of the slab
             if (PROBE & 8) == 0:
                 b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v,
-                                          o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC)
+                                          o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC, FAST_EXP)
                 m_st = m_s
                 if (PROBE & 2) != 0:
                     m_st = m_s & (t_last < 0)
@@ -598,7 +724,7 @@ def _reverse_chunk(
                                 H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
             if j < nb - 1:
                 b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v,
-                                          o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC)
+                                          o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC, FAST_EXP)
     tl.debug_barrier()
     # pass B: blocks in reverse, groups (pairs or quads) of tokens in reverse inside a block, each group
     # recomputed from the block start
@@ -633,14 +759,33 @@ def _reverse_chunk(
                 # the block start, reloaded for every pair (an L1 hit) rather than held in registers, walked to
                 # the pair
                 b_m0, b_i0 = _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, bos + tb, i_p, i_h, i_g,
-                                            o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC)
+                                            o_v, o_k, H, G, P, N, 2, USE_BETA, TRANS, ACC, FAST_EXP)
                 b_m1, b_i1, b_k1, b_v1, b_a1, b_b1 = _step(
                     v, k, g, beta, b_m0, b_i0, b_ip, tok1, i_p >= 0, i_h, i_g, o_v, o_k,
-                    H, G, P, N, USE_BETA, TRANS, ACC)
+                    H, G, P, N, USE_BETA, TRANS, ACC, FAST_EXP)
                 b_m2, b_i2, b_k2, b_v2, b_a2, b_b2 = _step(
                     v, k, g, beta, b_m1, b_i1, b_ip, tok1 + 1, valid2, i_h, i_g, o_v, o_k,
-                    H, G, P, N, USE_BETA, TRANS, ACC)
-                if PAIRSUM:  # dv, dbeta of both tokens reduced together (_pair_rows)
+                    H, G, P, N, USE_BETA, TRANS, ACC, FAST_EXP)
+                if CHAIN:  # every sum an FFMA chain; with PAIRSUM the pair's reduced together
+                    b_dm, b_di, b_an, l_dv2, l_db2, l_dg2 = _chained_step(
+                        b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
+                        tok1 + 1, valid2, i_g, o_k, dk, dq, b_ip, G, N, USE_BETA, USE_DU, FAST_RCP, PROBE)
+                    if not PAIRSUM:
+                        _token_rows(dv, dbeta, dg, l_dv2, l_db2, l_dg2, tok1 + 1, valid2, i_h, o_v, H, P, USE_BETA,
+                                    PROBE)
+                    b_dm, b_di, b_an, l_dv1, l_db1, l_dg1 = _chained_step(
+                        b_m1, b_i1, b_m0, b_i0, b_dm, b_di, b_an, b_k1, b_v1, b_a1, b_b1, b_q1, b_dy1, b_du1,
+                        tok1, i_p >= 0, i_g, o_k, dk, dq, b_ip, G, N, USE_BETA, USE_DU, FAST_RCP, PROBE)
+                    if PAIRSUM:
+                        if (PROBE & 4) == 0:
+                            _pair_rows(dv, dbeta, l_dv1, l_dv2, l_db1, l_db2, tok1, i_p >= 0, valid2, i_h, o_v,
+                                       H, P, USE_BETA)
+                        if (PROBE & 16) == 0:
+                            _pair_decay_grads(dg, l_dg1, l_dg2, tok1, i_p >= 0, valid2, i_h, H)
+                    else:
+                        _token_rows(dv, dbeta, dg, l_dv1, l_db1, l_dg1, tok1, i_p >= 0, i_h, o_v, H, P, USE_BETA,
+                                    PROBE)
+                elif PAIRSUM:  # dv, dbeta of both tokens reduced together (_pair_rows)
                     b_dm, b_di, b_an, l_dv2, l_db2 = _reverse_step(
                         b_m2, b_i2, b_m1, b_i1, b_dm, b_di, b_an, b_k2, b_v2, b_a2, b_b2, b_q2, b_dy2, b_du2,
                         tok1 + 1, valid2, i_h, i_g, o_v, o_k, dv, dk, dq, dg, dbeta, b_ip,
@@ -721,6 +866,7 @@ def palimpsa_bwd_kernel(
     USE_FINAL_STATE_GRADIENT: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
     FAST_RCP: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False,
     RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False, PAIRSUM: tl.constexpr = False,
+    CHAIN: tl.constexpr = False, FAST_EXP: tl.constexpr = False,
 ):
     i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
         cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
@@ -742,7 +888,7 @@ def palimpsa_bwd_kernel(
             v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
             NT - 1 - i_r, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
             H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GROUP=GROUP, GAUGE=GAUGE, RELOAD=RELOAD,
-            PREFETCH=PREFETCH, PAIRSUM=PAIRSUM)
+            PREFETCH=PREFETCH, PAIRSUM=PAIRSUM, CHAIN=CHAIN, FAST_EXP=FAST_EXP)
 
     if USE_INITIAL_STATE:
         tl.store(dm0 + o_state + o_s, (b_dm * b_an).to(dm0.dtype.element_ty), mask=m_s)
@@ -792,9 +938,20 @@ def _acc_dtype(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
+def _compiled(tensor: torch.Tensor) -> bool:
+    """Whether the kernels run compiled on a GPU (not under the interpreter)."""
+    return tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+
+
 def _fast_rcp(tensor: torch.Tensor) -> bool:
     """The PTX reciprocal needs float32 states and a real GPU (not the interpreter)."""
-    return tensor.is_cuda and tensor.dtype != torch.float64 and os.environ.get("TRITON_INTERPRET") != "1"
+    return _compiled(tensor) and tensor.dtype != torch.float64
+
+
+def _fast_exp(tensor: torch.Tensor, config: dict) -> bool:
+    """Whether the backward's recompute takes each decay from one ``ex2.approx.ftz`` (:func:`_exp`): the config's
+    ``FAST_EXP`` (default on), where the PTX reciprocal runs too (:func:`_fast_rcp`)."""
+    return bool(config.get("FAST_EXP", True)) and _fast_rcp(tensor)
 
 
 def _prefetches(tensor: torch.Tensor, config: dict) -> bool:
@@ -815,6 +972,19 @@ def _pair_sums(v: torch.Tensor, beta: torch.Tensor | None, config: dict, block_k
             and v.dtype != torch.float64 and not config.get("TRANS", False) and int(config.get("num_warps", 1)) == 1
             and int(config.get("GROUP", 2)) == 2 and not config.get("GAUGE", False) and block_k == 128
             and (beta is None or beta.dtype == v.dtype))
+
+
+def _chains(config: dict, block_v: int, block_k: int, gpu: bool) -> bool:
+    """``CHAIN`` (:func:`_chained_step`; on unless the config turns it off): the reverse step's sums as FFMA chains,
+    which split the tile's 4 channels and each 4 consecutive states of a thread: one-warp programs of 4 channels,
+    pairs without ``GAUGE`` or ``TRANS``. It runs under the interpreter as well (no inline PTX of its own; with
+    ``PAIRSUM`` its sums over the lanes join the pair's butterflies). On a GPU (``gpu``) at 128 states only, where
+    a thread holds the 4 consecutive states it splits and the GPU measured it faster
+    (docs/bench/chunked-chain-2026-11-27); at 64 Triton's layout spreads them and the splits cost shuffles."""
+    return (bool(config.get("CHAIN", True)) and block_v == 4 and block_k % 4 == 0 and block_k >= 4
+            and (block_k == 128 or not gpu) and not config.get("TRANS", False)
+            and int(config.get("num_warps", 1)) == 1 and int(config.get("GROUP", 2)) == 2
+            and not config.get("GAUGE", False))
 
 
 def _launch_config(config: dict, head_dim: int) -> tuple[int, dict]:
@@ -991,7 +1161,7 @@ def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offset
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
         STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=store_checkpoints and chunks is None,
         USE_UNCERTAINTY=output_uncertainty, IS_VARLEN=cu_seqlens is not None,
-        FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), CHUNKED=chunks is not None, **cfg,
+        FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), CHUNKED=chunks is not None, **cfg, **FP_FUSION,
     )
     return y, m_t, i_t, u
 
@@ -1052,6 +1222,8 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     cfg["PREFETCH"] = _prefetches(v, cfg)
     block_k = triton.next_power_of_2(state_size)
     cfg["PAIRSUM"] = _pair_sums(v, beta, cfg, block_k)
+    cfg["CHAIN"] = _chains(cfg, block_v, block_k, _compiled(v))
+    cfg["FAST_EXP"] = _fast_exp(v, cfg)
     n_blocks_v = triton.cdiv(head_dim, block_v)
     grid = (n_blocks_v, n_states * heads)
     use_final_grad, dm_t, di_t, dy, du = _incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
@@ -1067,7 +1239,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
         USE_FINAL_STATE_GRADIENT=use_final_grad,
         USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None, FAST_RCP=_fast_rcp(ip),
-        ACC=_acc_dtype(v.dtype), **cfg,
+        ACC=_acc_dtype(v.dtype), **cfg, **FP_FUSION,
     )
     return _input_gradients(buffers, k, q, log_decay, m0, i0)
 
@@ -1253,6 +1425,6 @@ def fused_recurrent_palimpsa_step(v, k, q, log_decay, beta, state, importance_pr
         v, k, q, log_decay, beta, ip, memory, importance, y, u,
         H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=triton.next_power_of_2(state_size),
         USE_BETA=beta is not None, USE_UNCERTAINTY=output_uncertainty, FAST_RCP=_fast_rcp(memory),
-        ACC=_acc_dtype(memory.dtype), **cfg,
+        ACC=_acc_dtype(memory.dtype), **cfg, **FP_FUSION,
     )
     return y, u

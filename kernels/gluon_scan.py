@@ -42,6 +42,7 @@ import torch
 import triton
 
 from .emulation import TAU  # the algorithm's renormalisation threshold: one value for kernel and emulation
+from .fused_recurrent import FP_FUSION  # FMA contraction asked for explicitly, as every launch here does
 
 # --- version shim: the one place that knows where Gluon's pieces live in each Triton version ---------------
 try:
@@ -782,7 +783,7 @@ def _compile(kernel, pointers: tuple, types: dict, constexprs: dict, arch: int, 
     signature.update({name: "constexpr" for name in constexprs})
     attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
     source = GluonASTSource(kernel, signature, constexprs, attrs)
-    options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+    options = {"num_warps": num_warps, **FP_FUSION, **({"maxnreg": maxnreg} if maxnreg else {})}
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
@@ -865,7 +866,7 @@ def gluon_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
         STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=store_checkpoints,
         USE_UNCERTAINTY=output_uncertainty, IS_VARLEN=cu_seqlens is not None, num_warps=mapping.NW,
-        **({"maxnreg": mapping.MAXNREG} if mapping.MAXNREG else {}),
+        **FP_FUSION, **({"maxnreg": mapping.MAXNREG} if mapping.MAXNREG else {}),
     )
     return y, m_t, i_t, u, ck_m, ck_i
 
@@ -909,7 +910,7 @@ def gluon_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens,
         PROBE=mapping.PROBE, BLOCK4=mapping.BLOCK4,
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
         USE_FINAL_STATE_GRADIENT=use_final_grad, USE_DU=du is not None, IS_VARLEN=cu_seqlens is not None,
-        num_warps=mapping.NW, **({"maxnreg": mapping.MAXNREG} if mapping.MAXNREG else {}),
+        num_warps=mapping.NW, **FP_FUSION, **({"maxnreg": mapping.MAXNREG} if mapping.MAXNREG else {}),
     )
     return ts._input_gradients(buffers, k, q, log_decay, m0, i0)
 

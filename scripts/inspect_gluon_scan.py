@@ -68,7 +68,6 @@ def main() -> int:
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("unset TRITON_INTERPRET: under the interpreter Gluon kernels cannot be compiled")
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # 3.9 warns when unset; FMA fusion is what we want
     import triton
 
     found = {}

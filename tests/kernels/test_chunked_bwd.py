@@ -103,8 +103,10 @@ def test_float32_fast_decays_over_long_chunks():
     (29, True, {"NSPLIT": 2, "GROUP": 4}),  # quads: a walk to a block's second quad, a last block ending mid-quad
     (22, False, {"NSPLIT": 2, "GROUP": 4}),  # quads without beta
     (22, True, {"NSPLIT": 2, "GAUGE": True}),  # pairs with the decay gradient from the own state
+    (22, True, {"NSPLIT": 2, "CHAIN": False}),  # pairs with the sums in trees (the default chains them)
+    (21, False, {"NSPLIT": 2, "CHAIN": False}),
 ])
-def test_quads_and_the_own_state_decay_gradient(length, with_beta, config):
+def test_recompute_and_reduction_options(length, with_beta, config):
     """Blocks of 8 tokens in chunks of 16, so that a quad walks from the block start."""
     check(inputs_for(1, length, 2, with_beta=with_beta), config, sizes={"chunk_size": 16, "block_size": 8})
 
@@ -247,24 +249,53 @@ def test_kernels_compile_for_sm90a_without_spills():
         assert launches["correct"]["prefetches"] == 0, launches
 
 
-def test_a_pairs_row_sums_take_one_butterfly():
+def test_a_pairs_sums_take_one_butterfly_each():
     """``PAIRSUM`` (on by default on a GPU): ``dv`` and ``dbeta`` of a pair's two tokens are reduced over the lanes
     by one butterfly (24 shuffles) instead of one 5-level reduction per channel, token and gradient (80 with four
-    channels); the decay gradient's 2 x 5 stay. The kernel's PTX with and without it, Triton for sm_90a."""
+    channels); with ``CHAIN`` (on by default) the pair's decay gradients share one as well (5 shuffles instead of
+    2 x 5). The kernel's PTX for sm_90a with each, and the lanes' layout of every tensor the butterflies shuffle."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json; from palimpsa.kernels import chunked_bwd as c; "
-            "print(json.dumps([c.compile_kernels(config={'PAIRSUM': p})['local'] for p in (False, True)]))")
+    code = ("import json; from palimpsa.kernels import chunked_bwd as c; print(json.dumps([c.compile_kernels("
+            "config={'PAIRSUM': p, 'CHAIN': h})['local'] for p, h in ((False, False), (True, False), (True, True), "
+            "(False, True))]))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    without, with_pairs = json.loads(run.stdout.strip().splitlines()[-1])
-    assert without["shuffles"] == 80 + 10 and with_pairs["shuffles"] == 24 + 10, (without, with_pairs)
-    # no spill, and still eight one-warp programs an SM (222 registers against 226 under Triton 3.6, 232 against
-    # 229 under 3.7.1)
-    assert with_pairs["stack"] == 0 and with_pairs["registers"] <= 255, (without, with_pairs)
-    # the butterflies' lane arithmetic holds: lane l holds column l of the partials they shuffle
-    assert without["butterfly_lanes"] == [] and with_pairs["butterfly_lanes"] == ["[1, 32, 1]"], with_pairs
+    plain, pairs, chained, chained_alone = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [r["shuffles"] for r in (plain, pairs, chained, chained_alone)] == [80 + 10, 24 + 10, 24 + 5, 80 + 10]
+    # no spill, and still eight one-warp programs an SM (Triton 3.9: 225, 223, 236 registers)
+    for r in (plain, pairs, chained, chained_alone):
+        assert r["stack"] == 0 and r["registers"] <= 255, r
+    # the butterflies' lane arithmetic holds: lane l holds index l of the last axis of what they shuffle, the
+    # [BV, 32] lane partials of dv, dbeta (a slice of the tile's layout, or its own after CHAIN's splits) and the
+    # [32] ones of the decay gradient
+    rows, scalars = str([[0, 1 << b] for b in range(5)]), str([[1 << b] for b in range(5)])
+    assert plain["butterfly_lanes"] == [] and pairs["butterfly_lanes"] == [rows], pairs
+    assert sorted(chained["butterfly_lanes"]) == sorted([rows, scalars]), chained
     assert chunked_bwd.CHUNKED_CONFIG["PAIRSUM"] and fused_recurrent._pair_sums(
         torch.empty(1), None, {}, 128) is False  # off the GPU (the interpreter cannot run inline PTX)
+
+
+def test_lane_bases_read_blocked_sliced_and_linear_layouts():
+    ttgir = ("#blocked = #ttg.blocked<{sizePerThread = [1, 4, 1], threadsPerWarp = [2, 16, 1], "
+             "warpsPerCTA = [1, 1, 1], order = [1, 2, 0]}>\n"
+             "#linear = #ttg.linear<{register = [], lane = [[1], [2], [4], [8], [16]], "
+             "warp = [], block = []}>\n")
+    assert chunked_bwd.lane_bases(ttgir, "tensor<4x32xf32, #ttg.slice<{dim = 2, parent = #blocked}>>") == [
+        [0, 4], [0, 8], [0, 16], [0, 32], [1, 0]]  # lanes over the states, then one bit over the channels
+    assert chunked_bwd.lane_bases(ttgir, "tensor<32xf32, #linear>") == [[1], [2], [4], [8], [16]]
+
+
+def test_chains_run_where_their_splits_fit():
+    """``CHAIN`` splits a tile's 4 channels and each 4 consecutive states: one-warp programs of 4 channels, pairs
+    without ``GAUGE`` or ``TRANS``; it needs no GPU (the CPU tests here run it by default, ``CHAIN: False`` the
+    tree sums), and on one runs at 128 states."""
+    assert fused_recurrent._chains(chunked_bwd.CHUNKED_CONFIG, 4, 128, gpu=True)
+    assert fused_recurrent._chains(fused_recurrent.BWD_CONFIG, 4, 16, gpu=False)
+    for block_k in (64, 256):  # on a GPU at 128 states only (what was measured)
+        assert not fused_recurrent._chains({}, 4, block_k, gpu=True) and fused_recurrent._chains({}, 4, block_k, False)
+    for config, block_v in (({"CHAIN": False}, 4), ({}, 2), ({}, 8), ({"TRANS": True}, 4), ({"num_warps": 2}, 4),
+                            ({"GROUP": 4}, 4), ({"GAUGE": True}, 4)):
+        assert not fused_recurrent._chains(config, block_v, 128, gpu=True), config
 
 
 def test_pair_sums_run_only_where_their_layout_was_checked(monkeypatch):
