@@ -2,7 +2,9 @@
 # walks from there (MIDSTATE: 8 recompute updates a block of 8 tokens instead of 12), on by default with CHAIN and
 # FAST_EXP: the float64 checks as auto dispatches, both backwards timed with and without it, then fine-tuning with 8
 # and all 64 layers upgraded as everything now stands.
-# Run from the repository root with .bench_deps and .whl beside it: OUT=dir bash docs/bench/chunked-chain-2026-11-27/run2.sh
+# MIDSTATE is not in the kernels any more: apply it first (git apply docs/bench/chunked-chain-2026-11-27/midstate.patch
+# at the commit that added this script), then, from the repository root with .bench_deps and .whl beside it:
+# OUT=dir bash docs/bench/chunked-chain-2026-11-27/run2.sh
 # (bench-b4 and the training runs without --json: a call returns 8 files at most; their logs hold the tables)
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > /dev/null 2>&1
