@@ -243,15 +243,24 @@ def _load_fwd_token(v, k, q, g, beta, tok, valid, i_h, i_g, o_v, o_k,
 
 
 @triton.jit
-def _fwd_token(b_m, b_i, b_k, b_v, b_a, b_b, b_q, b_ip, y, u, tok, valid, i_h, o_v,
+def _fwd_token(b_m, b_i, b_k, b_v, b_a, b_b, b_q, b_ip, y, u, tok, valid, i_h, o_v, v0,
                H: tl.constexpr, P: tl.constexpr, USE_BETA: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
-               TRANS: tl.constexpr, FAST_RCP: tl.constexpr):
-    """Advance the state by one token and write its readout (an invalid token: identity, nothing written)."""
+               TRANS: tl.constexpr, FAST_RCP: tl.constexpr, SCATTER: tl.constexpr = False):
+    """Advance the state by one token and write its readout (an invalid token: identity, nothing written).
+    ``SCATTER`` (:func:`_scatters`): ``y``'s sums over the states as FFMA chains over each lane's own, then one
+    butterfly over the lanes that reduce-scatters the 8 channels (:func:`_scatter_rows`), stored from there."""
     b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     b_r = _reciprocal(b_i, FAST_RCP)
     m_y = o_v < tl.where(valid, P, 0)
-    b_y = _sum_n(b_m * b_r * _cols(b_q, TRANS), TRANS)
-    tl.store(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), mask=m_y)
+    if SCATTER:
+        s_y = _scatter_rows(_lane_dot(b_m * b_r, tl.broadcast_to(_cols(b_q, TRANS), b_m.shape)))
+        lane = tl.arange(0, 32)[None, :]
+        o_c = v0 + ((lane >> 2) & 7)
+        tl.store(y + (tok * H + i_h) * P + o_c, s_y.to(y.dtype.element_ty),
+                 mask=valid & ((lane & 3) == 0) & (o_c < P))
+    else:
+        b_y = _sum_n(b_m * b_r * _cols(b_q, TRANS), TRANS)
+        tl.store(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), mask=m_y)
     if USE_UNCERTAINTY:
         b_u = _sum_n(b_r * _cols(b_q * b_q, TRANS), TRANS)
         tl.store(u + (tok * H + i_h) * P + o_v, b_u.to(u.dtype.element_ty), mask=m_y)
@@ -266,7 +275,7 @@ def palimpsa_fwd_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     STORE_FINAL_STATE: tl.constexpr, STORE_CHECKPOINTS: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
     IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
-    CHUNKED: tl.constexpr = False,
+    CHUNKED: tl.constexpr = False, SCATTER: tl.constexpr = False,
 ):
     """A program walks its channel block of one (sequence, head) through the whole sequence, storing the
     checkpoints on the way; with ``CHUNKED`` (``chunked_fwd.py``) it walks one chunk only (``program_id(2)``),
@@ -317,12 +326,12 @@ def palimpsa_fwd_kernel(
                 n_k2, n_v2, n_a2, n_b2, n_q2 = _load_fwd_token(v, k, q, g, beta, tok + 3, t + 3 < T, i_h, i_g,
                                                                o_v, o_k, H, G, P, N, USE_BETA, ACC)
             b_m, b_i = _fwd_token(b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok, t < T, i_h, o_v,
-                                  H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP)
+                                  i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER)
             b_k1, b_v1, b_a1, b_b1, b_q1 = n_k1, n_v1, n_a1, n_b1, n_q1
             if UNROLL == 2:
                 # a chunk holds an even number of tokens; only the sequence's last pair can be half empty
                 b_m, b_i = _fwd_token(b_m, b_i, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u, tok + 1, t + 1 < T, i_h,
-                                      o_v, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP)
+                                      o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER)
                 b_k2, b_v2, b_a2, b_b2, b_q2 = n_k2, n_v2, n_a2, n_b2, n_q2
 
     if STORE_FINAL_STATE:
@@ -478,7 +487,7 @@ def _xor_asm(bit: int) -> str:
     return "shfl.sync.bfly.b32 $0, $1, " + str(bit) + ", 0x1f, 0xffffffff;"
 
 
-STAGE16, STAGE8 = tl.constexpr(_butterfly_asm(16)), tl.constexpr(_butterfly_asm(8))
+STAGE16, STAGE8, STAGE4 = (tl.constexpr(_butterfly_asm(bit)) for bit in (16, 8, 4))
 XOR8, XOR4, XOR2, XOR1 = (tl.constexpr(_xor_asm(bit)) for bit in (8, 4, 2, 1))
 
 
@@ -537,6 +546,24 @@ def _lane_dot(x, w):
     x0, x1, x2, x3 = _split4(tl.reshape(x, [BV, BK // 4, 4]))
     w0, w1, w2, w3 = _split4(tl.reshape(w, [BV, BK // 4, 4]))
     return x0 * w0 + x1 * w1 + x2 * w2 + x3 * w3
+
+
+@triton.jit
+def _halves(x):
+    """A ``[2 R, 32]`` tensor whose rows a thread holds as its first and second ``R`` rows (no data moved)."""
+    R: tl.constexpr = x.shape[0] // 2
+    return tl.split(tl.permute(tl.reshape(x, [2, R, 32]), (1, 2, 0)))
+
+
+@triton.jit
+def _scatter_rows(x):
+    """The sums over the lanes of 8 channels' lane partials (``[8, 32]``, column ``l`` in lane ``l``) by one
+    butterfly that reduce-scatters them: stages over lane bits 4, 3 and 2 keep half of the channels each, two more
+    finish the sums (9 shuffles instead of 40). Returns ``[1, 32]``: lane ``l`` holds channel ``(l >> 2) & 7``'s."""
+    a, b = _halves(x)
+    a, b = _halves(_butterfly(a, b, STAGE16))
+    a, b = _halves(_butterfly(a, b, STAGE8))
+    return _plus_lane(_plus_lane(_butterfly(a, b, STAGE4), XOR2), XOR1)
 
 
 @triton.jit
@@ -987,6 +1014,15 @@ def _chains(config: dict, block_v: int, block_k: int, gpu: bool) -> bool:
             and not config.get("GAUGE", False))
 
 
+def _scatters(config: dict, block_v: int, block_k: int, v: torch.Tensor) -> bool:
+    """``SCATTER`` (:func:`_fwd_token`; on unless the config says ``SCATTER: 0``): the forward's readout summed by
+    one butterfly over the lanes (inline PTX: on a GPU only) in the tiling it assumes: one warp of 8 channels,
+    lanes along 128 states (the chunk walk's, ``chunked_fwd.WALK_CONFIG``; ``chunked_fwd.compile_kernels``
+    reports the lanes' layout)."""
+    return (bool(config.get("SCATTER", True)) and _compiled(v) and block_v == 8 and block_k == 128
+            and not config.get("TRANS", False) and int(config.get("num_warps", 1)) == 1)
+
+
 def _launch_config(config: dict, head_dim: int) -> tuple[int, dict]:
     """``(BV, the remaining launch options)`` of a config, ``BV`` clipped to the head dimension."""
     config = dict(config)
@@ -1154,6 +1190,8 @@ def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offset
     m_t = _output(final_shape, state_dtype, device) if output_final_state else None
     i_t = _output(final_shape, state_dtype, device) if output_final_state else None
     block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
+    scatter = _scatters(cfg, block_v, triton.next_power_of_2(state_size), v)
+    cfg.pop("SCATTER", None)
     grid = (triton.cdiv(head_dim, block_v), n_states * heads) + (() if chunks is None else (chunks,))
     palimpsa_fwd_kernel[grid](
         v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
@@ -1161,7 +1199,8 @@ def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offset
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,
         STORE_FINAL_STATE=output_final_state, STORE_CHECKPOINTS=store_checkpoints and chunks is None,
         USE_UNCERTAINTY=output_uncertainty, IS_VARLEN=cu_seqlens is not None,
-        FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), CHUNKED=chunks is not None, **cfg, **FP_FUSION,
+        FAST_RCP=_fast_rcp(ip), ACC=_acc_dtype(v.dtype), CHUNKED=chunks is not None,
+        SCATTER=scatter, **cfg, **FP_FUSION,
     )
     return y, m_t, i_t, u
 

@@ -182,6 +182,25 @@ def test_kernels_compile_for_sm90a_without_spills():
             assert found["registers"] <= 255, (dtype, name, found)
         # the walk's one-warp programs: 16 fit an SM's registers (65536 / (128 x 32))
         assert launches["walk"]["registers"] <= 128, launches
+        # its readout: one butterfly over the lanes reduce-scatters the 8 channels' sums (SCATTER: 9 shuffles a
+        # token instead of 40), and lane l holds column l of what it shuffles
+        assert launches["walk"]["shuffles"] == 9, launches["walk"]
+        assert launches["walk"]["butterfly_lanes"] == [str([[0, 1 << b] for b in range(5)])], launches["walk"]
+
+
+def test_the_scattered_readout_runs_where_its_layout_was_checked(monkeypatch):
+    """``SCATTER`` needs inline PTX (a GPU) and the chunk walk's tiling: one warp of 8 channels, lanes along 128
+    states."""
+    on_gpu = torch.empty(1)
+    walk = chunked_fwd.walk_config(chunked_fwd.CHUNKED_FWD_CONFIG)
+    assert not fused_recurrent._scatters(walk, 8, 128, on_gpu)  # the interpreter or the CPU: tree sums
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert fused_recurrent._scatters(walk, 8, 128, on_gpu)
+    assert not fused_recurrent._scatters(chunked_fwd.walk_config({"walk_SCATTER": 0}), 8, 128, on_gpu)
+    for config, block_v, block_k in ((walk, 4, 128), (walk, 8, 64), (fused_recurrent.FWD_CONFIG, 8, 128),
+                                     (fused_recurrent.ONE_WARP_FWD_CONFIG, 8, 128)):
+        assert not fused_recurrent._scatters(config, block_v, block_k, on_gpu), (config, block_v, block_k)
 
 
 def test_sizes_it_cannot_take_are_refused_by_name_and_left_to_the_sequential_forward(monkeypatch):
