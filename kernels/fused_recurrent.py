@@ -1002,13 +1002,15 @@ def _pair_sums(v: torch.Tensor, beta: torch.Tensor | None, config: dict, block_k
 
 
 def _chains(config: dict, block_v: int, block_k: int, gpu: bool) -> bool:
-    """``CHAIN`` (:func:`_chained_step`; on unless the config turns it off): the reverse step's sums as FFMA chains,
-    which split the tile's 4 channels and each 4 consecutive states of a thread: one-warp programs of 4 channels,
-    pairs without ``GAUGE`` or ``TRANS``. It runs under the interpreter as well (no inline PTX of its own; with
-    ``PAIRSUM`` its sums over the lanes join the pair's butterflies). On a GPU (``gpu``) at 128 states only, where
-    a thread holds the 4 consecutive states it splits and the GPU measured it faster
-    (docs/bench/chunked-chain-2026-11-27); at 64 Triton's layout spreads them and the splits cost shuffles."""
-    return (bool(config.get("CHAIN", True)) and block_v == 4 and block_k % 4 == 0 and block_k >= 4
+    """``CHAIN`` (:func:`_chained_step`): the reverse step's sums as FFMA chains, which split the tile's 4 channels
+    and each 4 consecutive states of a thread: one-warp programs of 4 channels, pairs without ``GAUGE`` or
+    ``TRANS``. The config's ``CHAIN``: absent or None, on a GPU (``gpu``) only; 1 also under the interpreter (no
+    inline PTX of its own; there it costs the CPU tests a third more time, so those that check it ask for it); 0
+    off. On a GPU at 128 states only, where a thread holds the 4 consecutive states it splits and the GPU measured
+    it faster (docs/bench/chunked-chain-2026-11-27); at 64 Triton's layout spreads them and the splits cost
+    shuffles."""
+    wanted = config.get("CHAIN")
+    return (bool(gpu if wanted is None else wanted) and block_v == 4 and block_k % 4 == 0 and block_k >= 4
             and (block_k == 128 or not gpu) and not config.get("TRANS", False)
             and int(config.get("num_warps", 1)) == 1 and int(config.get("GROUP", 2)) == 2
             and not config.get("GAUGE", False))

@@ -92,19 +92,21 @@ def test_packed_sequences_with_states(final_state):
     check(inputs_for(1, 40, 2, n_states=4), {"NSPLIT": 2, "BT": 4}, cu_seqlens=bounds, final_state=final_state)
 
 
-def test_float32_fast_decays_over_long_chunks():
+@pytest.mark.parametrize("chain", [0, 1])
+def test_float32_fast_decays_over_long_chunks(chain):
     """Log decays near -8 over 64-token chunks: the decay products of the corrections are exponentials of sums of
-    log decays over the tokens they span; a difference of two running sums (~ -500 here) would lose ~3e-5."""
+    log decays over the tokens they span; a difference of two running sums (~ -500 here) would lose ~3e-5. With
+    the reverse step's sums in trees and as FFMA chains (``CHAIN``, the GPU's default)."""
     inputs = make_inputs(1, 128, 2, 1, 8, 16, dtype=torch.float32, requires_grad=True, device=DEVICE, seed=3)
-    check(inputs, {"NSPLIT": 2}, tol=1e-5, sizes={"chunk_size": 64, "block_size": 8})
+    check(inputs, {"NSPLIT": 2, "CHAIN": chain}, tol=1e-5, sizes={"chunk_size": 64, "block_size": 8})
 
 
 @pytest.mark.parametrize("length, with_beta, config", [
     (29, True, {"NSPLIT": 2, "GROUP": 4}),  # quads: a walk to a block's second quad, a last block ending mid-quad
     (22, False, {"NSPLIT": 2, "GROUP": 4}),  # quads without beta
     (22, True, {"NSPLIT": 2, "GAUGE": True}),  # pairs with the decay gradient from the own state
-    (22, True, {"NSPLIT": 2, "CHAIN": False}),  # pairs with the sums in trees (the default chains them)
-    (21, False, {"NSPLIT": 2, "CHAIN": False}),
+    (22, True, {"NSPLIT": 2, "CHAIN": 1}),  # pairs with the sums as FFMA chains (on a GPU the default)
+    (21, False, {"NSPLIT": 2, "CHAIN": 1}),
 ])
 def test_recompute_and_reduction_options(length, with_beta, config):
     """Blocks of 8 tokens in chunks of 16, so that a quad walks from the block start."""
@@ -287,12 +289,14 @@ def test_lane_bases_read_blocked_sliced_and_linear_layouts():
 
 def test_chains_run_where_their_splits_fit():
     """``CHAIN`` splits a tile's 4 channels and each 4 consecutive states: one-warp programs of 4 channels, pairs
-    without ``GAUGE`` or ``TRANS``; it needs no GPU (the CPU tests here run it by default, ``CHAIN: False`` the
-    tree sums), and on one runs at 128 states."""
+    without ``GAUGE`` or ``TRANS``. By default on a GPU, at 128 states; it needs no GPU, and the CPU tests that
+    check it ask for it (``CHAIN: 1``), since under the interpreter it costs a third more time."""
     assert fused_recurrent._chains(chunked_bwd.CHUNKED_CONFIG, 4, 128, gpu=True)
-    assert fused_recurrent._chains(fused_recurrent.BWD_CONFIG, 4, 16, gpu=False)
+    assert not fused_recurrent._chains(chunked_bwd.CHUNKED_CONFIG, 4, 16, gpu=False)
+    assert fused_recurrent._chains({"CHAIN": 1}, 4, 16, gpu=False)
     for block_k in (64, 256):  # on a GPU at 128 states only (what was measured)
-        assert not fused_recurrent._chains({}, 4, block_k, gpu=True) and fused_recurrent._chains({}, 4, block_k, False)
+        assert not fused_recurrent._chains({}, 4, block_k, gpu=True)
+        assert fused_recurrent._chains({"CHAIN": 1}, 4, block_k, gpu=False)
     for config, block_v in (({"CHAIN": False}, 4), ({}, 2), ({}, 8), ({"TRANS": True}, 4), ({"num_warps": 2}, 4),
                             ({"GROUP": 4}, 4), ({"GAUGE": True}, 4)):
         assert not fused_recurrent._chains(config, block_v, 128, gpu=True), config

@@ -97,11 +97,11 @@ def test_matches_naive_forward_and_every_gradient(length, groups, with_beta, wit
                         fwd_config={**config, "num_warps": 1}, bwd_config=bwd_config, **SMALL)
 
 
-@pytest.mark.parametrize("options", [{}, {"CHAIN": False}], ids=["chained-sums", "tree-sums"])
+@pytest.mark.parametrize("options", [{"CHAIN": 1}, {}], ids=["chained-sums", "tree-sums"])
 def test_blocks_of_eight_with_and_without_chained_sums(options):
     """Blocks of 8 tokens (4 pairs) in chunks of 16, packed sequences of 21, 11, 29 and 3 tokens so that blocks end
-    after 1, 3, 5 or 7 tokens: the sequential backward with ``CHAIN``'s sums (the default) and with tree sums,
-    against the sequential reference in float64."""
+    after 1, 3, 5 or 7 tokens: the sequential backward with ``CHAIN``'s sums (a GPU's default) and with tree sums
+    (the interpreter's), against the sequential reference in float64."""
     bounds = [0, 21, 32, 61, 64]
     inputs = make_inputs(1, 64, 2, n_states=len(bounds) - 1, seed=13)
     cu_seqlens = torch.tensor(bounds, dtype=torch.int32, device=DEVICE)
