@@ -61,6 +61,23 @@ def test_workers_make_exactly_the_batches_of_one_thread_and_resume_exactly(tmp_p
             resumed.documents.close()
 
 
+def test_closing_waits_for_the_chunks_given_out(tmp_path, tok):
+    """``close()`` right after a resume (whose chunks in flight are dropped, not awaited) still lets every chunk
+    the workers were given finish before ending them: a worker killed while writing its result would leave
+    ``Pool.terminate`` waiting on a partial message forever."""
+    data = DataSection(sources=sections_with_synthetic(tmp_path, tok), seq_len=48, batch_size=3, eval_documents=2,
+                       workers=2)
+    stream = build_data(data, tok, vocab_size=VOCAB)[0]
+    state = stream.state_dict()
+    next(stream)
+    stream.load_state_dict(json.loads(json.dumps(state)))  # drops the chunks made ahead
+    next(stream)
+    documents = stream.documents
+    assert documents._submitted
+    documents.close()
+    assert all(r.ready() for r in documents._submitted)
+
+
 def test_workers_refuse_an_hf_stream(tmp_path, tok):
     pytest.importorskip("datasets")
     write_jsonl(tmp_path / "train.jsonl", [f"streamed document {i}" for i in range(6)])

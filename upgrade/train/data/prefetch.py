@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -86,6 +87,7 @@ class ParallelDocuments:
         self._pool = context.Pool(workers, initializer=_start_worker, initargs=(make,))
         self._pending: deque = deque()  # (a chunk's result, its addresses, the position after each of them)
         self._ready: deque = deque()  # (address, document, position after it)
+        self._submitted: deque = deque()  # every chunk's result not known finished, dropped ones too (close)
         self._position = documents.state_dict()
 
     def _submit(self) -> None:
@@ -93,7 +95,11 @@ class ParallelDocuments:
         for _ in range(self.chunk):
             addresses.append(self.documents.next_address())
             positions.append(self.documents.state_dict())
-        self._pending.append((self._pool.apply_async(_make_documents, (addresses,)), addresses, positions))
+        result = self._pool.apply_async(_make_documents, (addresses,))
+        self._pending.append((result, addresses, positions))
+        while self._submitted and self._submitted[0].ready():
+            self._submitted.popleft()
+        self._submitted.append(result)
 
     def next_document(self) -> Document:
         while True:
@@ -122,7 +128,13 @@ class ParallelDocuments:
     def document_at(self, state: dict) -> Document:
         return self.documents.document_at(state)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """End the workers, once the chunks they were given are finished (``timeout`` seconds at most): a worker
+        killed while it writes a result leaves part of a message in the results pipe, and ``Pool.terminate``
+        then waits on the rest forever."""
+        deadline = time.monotonic() + timeout
+        for result in self._submitted:
+            result.wait(max(0.0, deadline - time.monotonic()))
         self._pool.terminate()
 
 
