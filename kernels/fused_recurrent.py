@@ -355,7 +355,7 @@ def _readout_adjoints(b_m, b_i, b_dm, b_di, b_an, b_q, b_dy, b_du, USE_DU: tl.co
     b_dm = b_dm * b_an + b_gr
     b_e = b_gr * b_mu  # dmu * M / I^2
     if CHAIN:
-        b_dq = _row_dot(b_mu, tl.broadcast_to(_rows(b_dy, TRANS), b_mu.shape), b_mu, b_mu, False)
+        b_dq = _row_dot(b_mu, tl.broadcast_to(_rows(b_dy, TRANS), b_mu.shape))
     else:
         b_dq = _sum_v(b_mu * _rows(b_dy, TRANS), TRANS)
     if USE_DU:
@@ -448,13 +448,13 @@ def _chained_step(
     b_kt = tl.broadcast_to(_cols(b_k, False), b_dm.shape)
     l_dv = _lane_dot(b_dm, b_kt)
     l_db = l_dv
-    b_dk = _row_dot(b_dm, tl.broadcast_to(_rows(b_v, False), b_dm.shape), b_dm, b_dm, False)
-    b_g = _row_dot(b_dm, b_mp, b_di, b_ip_prev - b_ip, True)
+    b_dk = _row_dot(b_dm, tl.broadcast_to(_rows(b_v, False), b_dm.shape))
+    b_g = _row_dot2(b_dm, b_mp, b_di, b_ip_prev - b_ip)
     g0, g1, g2, g3 = _split4(tl.reshape(b_g, [b_g.shape[0] // 4, 4]))
     l_dg = b_a * (g0 + g1 + g2 + g3)
     if USE_BETA:
         l_db = _lane_dot(b_di, b_kt * b_kt)
-        b_dk += 2 * b_k * _row_dot(b_di, tl.broadcast_to(_rows(b_b, False), b_di.shape), b_di, b_di, False)
+        b_dk += 2 * b_k * _row_dot(b_di, tl.broadcast_to(_rows(b_b, False), b_di.shape))
     if (PROBE & 1) == 0:
         tl.atomic_add(dq + (tok * G + i_g) * N + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k, sem="relaxed")
         tl.atomic_add(dk + (tok * G + i_g) * N + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k, sem="relaxed")
@@ -523,17 +523,23 @@ def _split4(x):
 
 
 @triton.jit
-def _row_dot(x, w, y, u, TWO: tl.constexpr):
-    """``sum_rows x w`` (with ``TWO`` ``+ y u``) of ``[4, BK]`` tiles as one chain of FFMAs per column: ``[BK]``
-    (``tl.sum`` of the products would add them in a tree, a multiply and an add for most elements)."""
+def _row_dot(x, w):
+    """``sum_rows x w`` of ``[4, BK]`` tiles as one chain of FFMAs per column: ``[BK]`` (``tl.sum`` of the products
+    would add them in a tree, a multiply and an add for most elements)."""
     x0, x1, x2, x3 = _split4(tl.permute(x, (1, 0)))
     w0, w1, w2, w3 = _split4(tl.permute(w, (1, 0)))
-    if TWO:
-        y0, y1, y2, y3 = _split4(tl.permute(y, (1, 0)))
-        u0, u1, u2, u3 = _split4(tl.permute(u, (1, 0)))
-        return x0 * w0 + y0 * u0 + x1 * w1 + y1 * u1 + x2 * w2 + y2 * u2 + x3 * w3 + y3 * u3
-    else:
-        return x0 * w0 + x1 * w1 + x2 * w2 + x3 * w3
+    return x0 * w0 + x1 * w1 + x2 * w2 + x3 * w3
+
+
+@triton.jit
+def _row_dot2(x, w, y, u):
+    """``sum_rows (x w + y u)`` of ``[4, BK]`` tiles as one chain of FFMAs per column, the two products of a row
+    in turn: ``[BK]``."""
+    x0, x1, x2, x3 = _split4(tl.permute(x, (1, 0)))
+    w0, w1, w2, w3 = _split4(tl.permute(w, (1, 0)))
+    y0, y1, y2, y3 = _split4(tl.permute(y, (1, 0)))
+    u0, u1, u2, u3 = _split4(tl.permute(u, (1, 0)))
+    return x0 * w0 + y0 * u0 + x1 * w1 + y1 * u1 + x2 * w2 + y2 * u2 + x3 * w3 + y3 * u3
 
 
 @triton.jit
@@ -984,7 +990,7 @@ def _fast_exp(tensor: torch.Tensor, config: dict) -> bool:
 def _prefetches(tensor: torch.Tensor, config: dict) -> bool:
     """Whether the backward prefetches each block's inputs into L1 (``_reverse_chunk``'s ``PREFETCH``): the
     config's ``PREFETCH`` (default on), on a real GPU only (inline PTX: not under the interpreter)."""
-    return bool(config.get("PREFETCH", True)) and tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+    return bool(config.get("PREFETCH", True)) and _compiled(tensor)
 
 
 def _pair_sums(v: torch.Tensor, beta: torch.Tensor | None, config: dict, block_k: int) -> bool:
@@ -995,8 +1001,8 @@ def _pair_sums(v: torch.Tensor, beta: torch.Tensor | None, config: dict, block_k
     Only at 128 states (every Mamba2 release): the butterflies need lane ``l`` to hold column ``l`` of the lane
     partials, which Triton's layout gives there (3.5.1 to 3.9, any ``BV``; ``chunked_bwd.compile_launch``
     reports it), and not at 64 or 256, where it spreads the lanes over the channels too."""
-    return (bool(config.get("PAIRSUM", True)) and v.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
-            and v.dtype != torch.float64 and not config.get("TRANS", False) and int(config.get("num_warps", 1)) == 1
+    return (bool(config.get("PAIRSUM", True)) and _compiled(v) and v.dtype != torch.float64
+            and not config.get("TRANS", False) and int(config.get("num_warps", 1)) == 1
             and int(config.get("GROUP", 2)) == 2 and not config.get("GAUGE", False) and block_k == 128
             and (beta is None or beta.dtype == v.dtype))
 
