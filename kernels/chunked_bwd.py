@@ -58,10 +58,12 @@ from . import fused_recurrent as fr
 # the local pass out (_reverse_chunk, _reverse_step; docs/bench/chunked-atomics-2026-11-27); PAIRSUM: a pair's dv, dbeta
 # reduced over the lanes together (fused_recurrent._pair_rows; on a GPU, where the tiling allows); CHAIN: the reverse
 # step's sums as FFMA chains, the decay gradient's with the pair's (fused_recurrent._chains); FAST_EXP: each decay of
-# the recompute from one ex2.approx.ftz (fused_recurrent._exp; on a GPU)
+# the recompute from one ex2.approx.ftz (fused_recurrent._exp; on a GPU); RESCALE: pass A in rescaled states where a
+# block's decays allow it (fused_recurrent._rescaled_block)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
-                  "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True}
+                  "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
+                  "RESCALE": True}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -87,7 +89,7 @@ def palimpsa_bwd_local_kernel(
     USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
     GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False,
     PREFETCH: tl.constexpr = False, PROBE: tl.constexpr = 0, PAIRSUM: tl.constexpr = False,
-    CHAIN: tl.constexpr = False, FAST_EXP: tl.constexpr = False,
+    CHAIN: tl.constexpr = False, FAST_EXP: tl.constexpr = False, RESCALE: tl.constexpr = False,
 ):
     # persistent: program p takes the work items p, p + programs, ... (``n_work`` of them: channel block fastest,
     # then the ``n_nh`` (sequence, head) pairs, then the split), each the chunks i_sp, i_sp + NSPLIT, ... of one
@@ -108,7 +110,7 @@ def palimpsa_bwd_local_kernel(
                 i_c, i_v, o_sc, bos, T_n, boc, i_h, i_g, o_v, o_k, m_s, o_s,
                 H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, SLAB_FROM_CHECKPOINT=True, GROUP=GROUP,
                 GAUGE=GAUGE, RELOAD=RELOAD, PREFETCH=PREFETCH, PROBE=PROBE, PAIRSUM=PAIRSUM,
-                CHAIN=CHAIN, FAST_EXP=FAST_EXP)
+                CHAIN=CHAIN, FAST_EXP=FAST_EXP, RESCALE=RESCALE)
             # the chunk's local adjoint of the state before its first token: in the slot before the chunk's own
             # (_slots); the first chunk's is dM0's, dI0's local part, in their buffers (nowhere without them)
             if i_c > 0:
@@ -388,7 +390,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         PREFETCH=fr._prefetches(v, config), PROBE=int(config["PROBE"]),
         PAIRSUM=fr._pair_sums(v, beta, config, sizes["BK"]),
         CHAIN=fr._chains(config, sizes["BV"], sizes["BK"], fr._compiled(v)),
-        FAST_EXP=fr._fast_exp(v, config),
+        FAST_EXP=fr._fast_exp(v, config), RESCALE=fr._rescales(config, True),
         **_recompute_options(config),
         num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common, **fr.FP_FUSION,
     )
@@ -435,7 +437,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             "USE_INITIAL_IMPORTANCE": False, "USE_DU": False, "IS_VARLEN": False, "TRANS": config["TRANS"],
             "FAST_RCP": True, "ACC": acc, "PREFETCH": bool(config["PREFETCH"]), "PROBE": int(config["PROBE"]),
             "PAIRSUM": bool(config["PAIRSUM"]), "CHAIN": fr._chains(config, sizes["BV"], sizes["BK"], True),
-            "FAST_EXP": bool(config["FAST_EXP"]),
+            "FAST_EXP": bool(config["FAST_EXP"]), "RESCALE": fr._rescales(config, True),
             **_recompute_options(config)}),
         "carry": (palimpsa_bwd_carry_kernel, 4, {
             **shape, "BE": sizes["BE"], "USE_FINAL_STATE_GRADIENT": False, "USE_INITIAL_STATE": False,

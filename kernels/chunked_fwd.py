@@ -60,6 +60,8 @@ def walk_config(config: dict) -> dict:
             walk[name] = int(config[key])
     if "walk_SCATTER" in config:  # 0 sums the readout in a tree over the lanes (fused_recurrent._scatters)
         walk["SCATTER"] = int(config["walk_SCATTER"])
+    if "walk_RESCALE" in config:  # 0 walks the true states (fused_recurrent._rescales)
+        walk["RESCALE"] = int(config["walk_RESCALE"])
     return walk
 
 
@@ -239,7 +241,8 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, **cfg, "G": groups, "BV": block_v, "BK": triton.next_power_of_2(state_size), "USE_BETA": True,
             "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False, "STORE_FINAL_STATE": False,
             "USE_UNCERTAINTY": False, "FAST_RCP": True, "STORE_CHECKPOINTS": name == "sequential",
-            "CHUNKED": name == "walk", "SCATTER": name == "walk"}
+            "CHUNKED": name == "walk", "SCATTER": name == "walk", "RESCALE": fr._rescales(config, name == "walk"),
+            "FAST_EXP": True}
     launches = {
         "local": (palimpsa_fwd_local_kernel, sizes["local_warps"], {
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BK"], "BT": sizes["BT"], "USE_BETA": True,

@@ -63,6 +63,11 @@ BLOCK_SIZE = 8  # tokens per scratch state in the backward (BS)
 # multiply and an add become one FFMA), Triton 3.9 warns on every first compile where it is left to the default, and
 # Triton 3.10 is to turn that default off
 FP_FUSION = {"enable_fp_fusion": True}
+# RESCALE (_rescales): the forward's walk renormalises its rescaled states before their scale passes e^RESCALE_TAU,
+# and the backward's pass A runs rescaled over a block whose log decays' magnitudes sum to at most it: scales up to
+# e^20 (~5e8) keep every product of float32 inputs far from overflow, and the rounding stays at float32's (a scale
+# multiplies every term of a state alike)
+RESCALE_TAU = tl.constexpr(20.0)
 # The backward where no bwd_config is given: "sequential" (this module's kernel), "chunked" (chunked_bwd.py's
 # chunk-parallel one) or "auto" (the default: chunked on CUDA where its corrections run in TF32, see
 # chunked_by_default; chunked_bwd itself runs the sequential kernel where the grid needs no split)
@@ -153,6 +158,21 @@ def _sum_v(x, TRANS: tl.constexpr):
 
 
 @triton.jit
+def _load_token_log(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k,
+                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
+                    USE_BETA: tl.constexpr, ACC: tl.constexpr):
+    """:func:`_load_token` with the log decay instead of the decay."""
+    b_k = tl.load(k + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
+    b_v = tl.load(v + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
+    b_l = tl.load(g + tok * H + i_h, mask=valid, other=0).to(ACC)
+    if USE_BETA:
+        b_b = tl.load(beta + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
+    else:
+        b_b = b_v
+    return b_k, b_v, b_l, b_b
+
+
+@triton.jit
 def _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k,
                 H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
                 USE_BETA: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False):
@@ -236,35 +256,80 @@ def _program_at(i_v, i_nh, cu_seqlens, chunk_offsets, T, H: tl.constexpr, G: tl.
 @triton.jit
 def _load_fwd_token(v, k, q, g, beta, tok, valid, i_h, i_g, o_v, o_k,
                     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
-                    USE_BETA: tl.constexpr, ACC: tl.constexpr):
-    b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                    USE_BETA: tl.constexpr, ACC: tl.constexpr, LOG: tl.constexpr = False):
+    """:func:`_load_token` and the query; with ``LOG`` the log decay instead of the decay."""
+    b_k, b_v, b_a, b_b = _load_token_log(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+    if not LOG:
+        b_a = tl.exp(b_a)
     b_q = tl.load(q + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
     return b_k, b_v, b_a, b_b, b_q
+
+
+@triton.jit
+def _store_readout(b_mr, b_r, b_q, b_ue, y, u, tok, valid, i_h, o_v, v0, H: tl.constexpr, P: tl.constexpr,
+                   USE_UNCERTAINTY: tl.constexpr, TRANS: tl.constexpr, SCATTER: tl.constexpr,
+                   SCALED: tl.constexpr):
+    """Token ``tok``'s readout from ``mu = M / I`` (``b_mr``) and ``1 / I`` (``b_r``): ``y = mu q``, ``u = (1 / I)
+    q^2``, the latter times ``b_ue`` with ``SCALED`` (rescaled states, :func:`_rescaled_fwd_token`). ``SCATTER``
+    (:func:`_scatters`): ``y``'s sums over the states as FFMA chains over each lane's own, then one butterfly over
+    the lanes that reduce-scatters the 8 channels (:func:`_scatter_rows`), stored from there."""
+    m_y = o_v < tl.where(valid, P, 0)
+    if SCATTER:
+        s_y = _scatter_rows(_lane_dot(b_mr, tl.broadcast_to(_cols(b_q, TRANS), b_mr.shape)))
+        lane = tl.arange(0, 32)[None, :]
+        o_c = v0 + ((lane >> 2) & 7)
+        tl.store(y + (tok * H + i_h) * P + o_c, s_y.to(y.dtype.element_ty),
+                 mask=valid & ((lane & 3) == 0) & (o_c < P))
+    else:
+        b_y = _sum_n(b_mr * _cols(b_q, TRANS), TRANS)
+        tl.store(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), mask=m_y)
+    if USE_UNCERTAINTY:
+        b_u = _sum_n(b_r * _cols(b_q * b_q, TRANS), TRANS)
+        if SCALED:
+            b_u = b_u * b_ue
+        tl.store(u + (tok * H + i_h) * P + o_v, b_u.to(u.dtype.element_ty), mask=m_y)
 
 
 @triton.jit
 def _fwd_token(b_m, b_i, b_k, b_v, b_a, b_b, b_q, b_ip, y, u, tok, valid, i_h, o_v, v0,
                H: tl.constexpr, P: tl.constexpr, USE_BETA: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
                TRANS: tl.constexpr, FAST_RCP: tl.constexpr, SCATTER: tl.constexpr = False):
-    """Advance the state by one token and write its readout (an invalid token: identity, nothing written).
-    ``SCATTER`` (:func:`_scatters`): ``y``'s sums over the states as FFMA chains over each lane's own, then one
-    butterfly over the lanes that reduce-scatters the 8 channels (:func:`_scatter_rows`), stored from there."""
+    """Advance the state by one token and write its readout (an invalid token: identity, nothing written)."""
     b_m, b_i = _update(b_m, b_i, b_k, b_v, b_a, b_b, b_ip, USE_BETA, TRANS)
     b_r = _reciprocal(b_i, FAST_RCP)
-    m_y = o_v < tl.where(valid, P, 0)
-    if SCATTER:
-        s_y = _scatter_rows(_lane_dot(b_m * b_r, tl.broadcast_to(_cols(b_q, TRANS), b_m.shape)))
-        lane = tl.arange(0, 32)[None, :]
-        o_c = v0 + ((lane >> 2) & 7)
-        tl.store(y + (tok * H + i_h) * P + o_c, s_y.to(y.dtype.element_ty),
-                 mask=valid & ((lane & 3) == 0) & (o_c < P))
-    else:
-        b_y = _sum_n(b_m * b_r * _cols(b_q, TRANS), TRANS)
-        tl.store(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), mask=m_y)
-    if USE_UNCERTAINTY:
-        b_u = _sum_n(b_r * _cols(b_q * b_q, TRANS), TRANS)
-        tl.store(u + (tok * H + i_h) * P + o_v, b_u.to(u.dtype.element_ty), mask=m_y)
+    _store_readout(b_m * b_r, b_r, b_q, b_r, y, u, tok, valid, i_h, o_v, v0, H, P, USE_UNCERTAINTY, TRANS, SCATTER,
+                   False)
     return b_m, b_i
+
+
+@triton.jit
+def _rescaled_fwd_token(b_m, b_j, b_s, b_k, b_v, b_l, b_b, b_q, b_ip, y, u, tok, valid, i_h, o_v, v0,
+                        H: tl.constexpr, P: tl.constexpr, USE_BETA: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
+                        TRANS: tl.constexpr, FAST_RCP: tl.constexpr, SCATTER: tl.constexpr, ACC: tl.constexpr,
+                        FAST_EXP: tl.constexpr):
+    """:func:`_fwd_token` in rescaled states (``RESCALE``): ``M' = e M`` and ``J' = e (I - I_prior)`` with ``e =
+    exp(b_s)`` and ``b_s`` the log decays since the last renormalisation, negated. An update is one FFMA per state
+    (``M' += v (k e)``, ``J' += beta (k^2 e)``), the readout divides by ``D = J' + e I_prior = e I`` (``M' / D = M
+    / I``, ``u`` times ``e``). Where ``|b_s|`` would pass ``RESCALE_TAU`` (a uniform branch) the states are
+    renormalised first: multiplied by the decay since then, ``exp(-b_s)`` with this token's, and ``b_s`` restarts
+    at 0. Returns ``(M', J', b_s)``."""
+    b_g = b_s - b_l
+    if tl.abs(b_g) > RESCALE_TAU:
+        b_c = _exp(-b_g, FAST_EXP)
+        b_m = b_m * b_c
+        b_j = b_j * b_c
+        b_s = tl.zeros([], dtype=ACC)
+    else:
+        b_s = b_g
+    b_e = _exp(b_s, FAST_EXP)
+    b_ke = b_k * b_e
+    b_m += _rows(b_v, TRANS) * _cols(b_ke, TRANS)
+    if USE_BETA:
+        b_j += _rows(b_b, TRANS) * _cols(b_k * b_ke, TRANS)
+    b_r = _reciprocal(b_j + b_e * b_ip, FAST_RCP)
+    _store_readout(b_m * b_r, b_r, b_q, b_e, y, u, tok, valid, i_h, o_v, v0, H, P, USE_UNCERTAINTY, TRANS, SCATTER,
+                   True)
+    return b_m, b_j, b_s
 
 
 @triton.jit
@@ -275,11 +340,13 @@ def palimpsa_fwd_kernel(
     USE_BETA: tl.constexpr, USE_INITIAL_STATE: tl.constexpr, USE_INITIAL_IMPORTANCE: tl.constexpr,
     STORE_FINAL_STATE: tl.constexpr, STORE_CHECKPOINTS: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
     IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
-    CHUNKED: tl.constexpr = False, SCATTER: tl.constexpr = False,
+    CHUNKED: tl.constexpr = False, SCATTER: tl.constexpr = False, RESCALE: tl.constexpr = False,
+    FAST_EXP: tl.constexpr = False,
 ):
     """A program walks its channel block of one (sequence, head) through the whole sequence, storing the
     checkpoints on the way; with ``CHUNKED`` (``chunked_fwd.py``) it walks one chunk only (``program_id(2)``),
-    from that chunk's checkpoint, which the chunked forward has already written, and stores none."""
+    from that chunk's checkpoint, which the chunked forward has already written, and stores none. ``RESCALE``:
+    every chunk walked in rescaled states (:func:`_rescaled_fwd_token`), the true ones at its start and end."""
     i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
         cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
     b_ip = tl.load(ip).to(ACC)
@@ -308,31 +375,50 @@ def palimpsa_fwd_kernel(
 
     # software pipeline: the inputs of the next UNROLL tokens are loaded while the current ones are computed
     t_first = c_first * CT + tl.zeros([], dtype=tl.int32)  # a tensor even where T is specialised to 1
+    # (with RESCALE the decays travel as log decays)
     b_k1, b_v1, b_a1, b_b1, b_q1 = _load_fwd_token(v, k, q, g, beta, bos + t_first, t_first < T, i_h, i_g, o_v,
-                                                   o_k, H, G, P, N, USE_BETA, ACC)
+                                                   o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
     if UNROLL == 2:
         b_k2, b_v2, b_a2, b_b2, b_q2 = _load_fwd_token(v, k, q, g, beta, bos + t_first + 1, t_first + 1 < T, i_h,
-                                                       i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                                                       i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
     for i_c in range(c_first, c_end):
         if STORE_CHECKPOINTS:
             o_ck = (((boc + i_c) * H + i_h) * P + i_v * BV) * N
             tl.store(ck_m + o_ck + o_s, b_m, mask=m_s)
             tl.store(ck_i + o_ck + o_s, b_i, mask=m_s)
+        if RESCALE:  # (M', J') with the scale of the chunk start: (M, I - I_prior)
+            b_i = b_i - b_ip
+            b_s = tl.zeros([], dtype=ACC)
         for t in range(i_c * CT, tl.minimum(i_c * CT + CT, T), UNROLL):
             tok = bos + t
             n_k1, n_v1, n_a1, n_b1, n_q1 = _load_fwd_token(v, k, q, g, beta, tok + UNROLL, t + UNROLL < T, i_h,
-                                                           i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                                                           i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
             if UNROLL == 2:
                 n_k2, n_v2, n_a2, n_b2, n_q2 = _load_fwd_token(v, k, q, g, beta, tok + 3, t + 3 < T, i_h, i_g,
-                                                               o_v, o_k, H, G, P, N, USE_BETA, ACC)
-            b_m, b_i = _fwd_token(b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok, t < T, i_h, o_v,
-                                  i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER)
+                                                               o_v, o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
+            if RESCALE:
+                b_m, b_i, b_s = _rescaled_fwd_token(b_m, b_i, b_s, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok,
+                                                    t < T, i_h, o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY,
+                                                    TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP)
+            else:
+                b_m, b_i = _fwd_token(b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok, t < T, i_h, o_v,
+                                      i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER)
             b_k1, b_v1, b_a1, b_b1, b_q1 = n_k1, n_v1, n_a1, n_b1, n_q1
             if UNROLL == 2:
                 # a chunk holds an even number of tokens; only the sequence's last pair can be half empty
-                b_m, b_i = _fwd_token(b_m, b_i, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u, tok + 1, t + 1 < T, i_h,
-                                      o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER)
+                if RESCALE:
+                    b_m, b_i, b_s = _rescaled_fwd_token(b_m, b_i, b_s, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u,
+                                                        tok + 1, t + 1 < T, i_h, o_v, i_v * BV, H, P, USE_BETA,
+                                                        USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP)
+                else:
+                    b_m, b_i = _fwd_token(b_m, b_i, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u, tok + 1, t + 1 < T,
+                                          i_h, o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP,
+                                          SCATTER)
                 b_k2, b_v2, b_a2, b_b2, b_q2 = n_k2, n_v2, n_a2, n_b2, n_q2
+        if RESCALE:  # back to the true states
+            b_w = _exp(-b_s, FAST_EXP)
+            b_m = b_m * b_w
+            b_i = b_i * b_w + b_ip
 
     if STORE_FINAL_STATE:
         if CHUNKED:  # the program of the sequence's last chunk
@@ -661,10 +747,22 @@ def _prefetch_block(v, k, q, g, beta, dy, du, tok0, t_last, i_h, i_g, i_v,
 
 
 @triton.jit
-def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
-                   H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BS: tl.constexpr,
-                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False):
-    """The state after the ``BS`` tokens from ``tok`` (pass A of the backward's recompute: updates, no readout)."""
+def _block_fits(g, tok0, n, i_h, H: tl.constexpr, BS: tl.constexpr):
+    """Whether the ``n`` tokens from ``tok0`` (at most ``BS``) can be walked in rescaled states
+    (:func:`_rescaled_block`): their log decays' magnitudes sum to at most ``RESCALE_TAU``, so that no scale of the
+    walk passes ``e^RESCALE_TAU`` (nor falls below its inverse). One uniform test a block: a block of faster decays
+    walks plainly, as exactly. Every thread sums them itself (scalar loads, L1 hits: the walk loads them too)."""
+    b_t = tl.zeros([], dtype=tl.float32)
+    for s in tl.static_range(BS):
+        b_t += tl.abs(tl.load(g + (tok0 + s) * H + i_h, mask=s < n, other=0).to(tl.float32))
+    return b_t <= RESCALE_TAU
+
+
+@triton.jit
+def _plain_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
+                 H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BS: tl.constexpr,
+                 USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr):
+    """The state after the ``BS`` tokens from ``tok``: two instructions per state and token (:func:`_update`)."""
     for s in tl.static_range(BS):
         b_k, b_v, b_a, b_b = _load_token(v, k, g, beta, tok + s, valid, i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA,
                                          ACC, FAST_EXP)
@@ -673,11 +771,55 @@ def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k
 
 
 @triton.jit
+def _rescaled_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
+                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BS: tl.constexpr,
+                    USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr):
+    """:func:`_plain_block` in rescaled states: with ``A`` the decay since ``tok`` it walks ``M' = M / A`` and
+    ``J' = (I - I_prior) / A``, whose updates are one FFMA per state (``M' += v (k / A)``, ``J' += beta (k^2 /
+    A)``; the scale costs two multiplies per key element, not per state), and scales back once at the end (``M = A
+    M'``, ``I = A J' + I_prior``). Exact in exact arithmetic; never divides by a decay (``1 / A`` is the exponential
+    of the negated log decays' sum). The caller keeps ``1 / A`` bounded (:func:`_block_fits`)."""
+    b_j = b_i - b_ip
+    b_s = tl.zeros([], dtype=ACC)  # -log A
+    for s in tl.static_range(BS):
+        b_k, b_v, b_l, b_b = _load_token_log(v, k, g, beta, tok + s, valid, i_h, i_g, o_v, o_k, H, G, P, N,
+                                             USE_BETA, ACC)
+        b_s -= b_l
+        b_ke = b_k * _exp(b_s, FAST_EXP)
+        b_m += _rows(b_v, TRANS) * _cols(b_ke, TRANS)
+        if USE_BETA:
+            b_j += _rows(b_b, TRANS) * _cols(b_k * b_ke, TRANS)
+    b_w = _exp(-b_s, FAST_EXP)
+    return b_m * b_w, b_j * b_w + b_ip
+
+
+@triton.jit
+def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k,
+                   H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BS: tl.constexpr,
+                   USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False,
+                   RESCALE: tl.constexpr = False):
+    """The state after the ``BS`` tokens from ``tok``, a whole block (pass A of the backward's recompute: updates,
+    no readout); with ``RESCALE`` in rescaled states where the block allows it (:func:`_block_fits`)."""
+    if RESCALE:
+        if _block_fits(g, tok, BS, i_h, H, BS):
+            b_m, b_i = _rescaled_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N,
+                                       BS, USE_BETA, TRANS, ACC, FAST_EXP)
+        else:
+            b_m, b_i = _plain_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, BS,
+                                    USE_BETA, TRANS, ACC, FAST_EXP)
+    else:
+        b_m, b_i = _plain_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N, BS,
+                                USE_BETA, TRANS, ACC, FAST_EXP)
+    return b_m, b_i
+
+
+@triton.jit
 def _walk_to_group(v, k, g, beta, p_m0, p_i0, o_s, m_s, b_ip, tok0, n_groups, i_h, i_g, o_v, o_k,
                    H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, GROUP: tl.constexpr,
                    USE_BETA: tl.constexpr, TRANS: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False):
     """The state before group ``n_groups`` of a block: the block start (at ``p_m0``, ``p_i0``) walked over the
-    ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration."""
+    ``GROUP * n_groups`` tokens from ``tok0``, ``GROUP`` tokens an iteration (plainly: in rescaled states, as pass A
+    runs, these walks measured slower; docs/kernels.md)."""
     b_m = tl.load(p_m0 + o_s, mask=m_s, other=0)
     b_i = tl.load(p_i0 + o_s, mask=m_s, other=1)
     for s in range(n_groups):
@@ -713,7 +855,7 @@ def _reverse_chunk(
     ACC: tl.constexpr, SLAB_FROM_CHECKPOINT: tl.constexpr = False, GROUP: tl.constexpr = 2,
     GAUGE: tl.constexpr = False, RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False,
     PROBE: tl.constexpr = 0, PAIRSUM: tl.constexpr = False, CHAIN: tl.constexpr = False,
-    FAST_EXP: tl.constexpr = False,
+    FAST_EXP: tl.constexpr = False, RESCALE: tl.constexpr = False,
 ):
     """The reverse steps of chunk ``i_c`` from the adjoints ``(b_dm, b_di)`` (and decay ``b_an``) of the step after
     it: pass A and pass B of the module docstring, the tokens' gradients written or added; returns the adjoints
@@ -723,7 +865,9 @@ def _reverse_chunk(
     the block start, 2 (pairs) or 4 (quads: 2.5 state updates a token at ``BS`` 8 instead of 3.5, four states live
     instead of three; always with ``GAUGE``, :func:`_reverse_step`, which frees the state before each token).
     ``PREFETCH`` (a GPU only: inline PTX): the next block's inputs are prefetched into L1 while a block is walked,
-    so that a block's first touches hit L1 instead of waiting on L2."""
+    so that a block's first touches hit L1 instead of waiting on L2. ``RESCALE``: pass A runs rescaled states
+    (:func:`_rescaled_block`: one FFMA per state and token instead of two) over every block whose decays allow it
+    (:func:`_block_fits`)."""
     t0 = i_c * CT
     nb = tl.cdiv(tl.minimum(CT, T - t0), BS)
     # pass A: re-run the chunk forward from its checkpoint, leave every BS-th state in the scratch slab
@@ -741,8 +885,8 @@ def _reverse_chunk(
             # condition the compiler cannot know false, so that pass A is still computed), 32 has pass B start every
             # block at the checkpoint (an L1 or L2 hit) instead of the slab
             if (PROBE & 8) == 0:
-                b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v,
-                                          o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC, FAST_EXP)
+                b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v, o_k,
+                                          H, G, P, N, BS, USE_BETA, TRANS, ACC, FAST_EXP, RESCALE)
                 m_st = m_s
                 if (PROBE & 2) != 0:
                     m_st = m_s & (t_last < 0)
@@ -756,8 +900,8 @@ def _reverse_chunk(
                 _prefetch_block(v, k, q, g, beta, dy, du, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, i_v,
                                 H, G, P, N, BV, BS, USE_BETA, USE_DU, False)
             if j < nb - 1:
-                b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v,
-                                          o_k, H, G, P, N, BS, USE_BETA, TRANS, ACC, FAST_EXP)
+                b_m, b_i = _advance_block(v, k, g, beta, b_m, b_i, b_ip, bos + t0 + j * BS, j >= 0, i_h, i_g, o_v, o_k,
+                                          H, G, P, N, BS, USE_BETA, TRANS, ACC, FAST_EXP, RESCALE)
     tl.debug_barrier()
     # pass B: blocks in reverse, groups (pairs or quads) of tokens in reverse inside a block, each group
     # recomputed from the block start
@@ -899,7 +1043,7 @@ def palimpsa_bwd_kernel(
     USE_FINAL_STATE_GRADIENT: tl.constexpr, USE_DU: tl.constexpr, IS_VARLEN: tl.constexpr, TRANS: tl.constexpr,
     FAST_RCP: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr = 2, GAUGE: tl.constexpr = False,
     RELOAD: tl.constexpr = False, PREFETCH: tl.constexpr = False, PAIRSUM: tl.constexpr = False,
-    CHAIN: tl.constexpr = False, FAST_EXP: tl.constexpr = False,
+    CHAIN: tl.constexpr = False, FAST_EXP: tl.constexpr = False, RESCALE: tl.constexpr = False,
 ):
     i_v, i_nh, i_h, i_g, bos, T, boc, o_v, o_k, m_s, o_s, o_state = _program(
         cu_seqlens, chunk_offsets, T, H, G, P, N, BV, BK, CT, IS_VARLEN, TRANS)
@@ -921,7 +1065,7 @@ def palimpsa_bwd_kernel(
             v, k, q, g, beta, ck_m, ck_i, dy, du, sc_m, sc_i, dv, dk, dq, dg, dbeta, b_dm, b_di, b_an, b_ip,
             NT - 1 - i_r, i_v, o_sc, bos, T, boc, i_h, i_g, o_v, o_k, m_s, o_s,
             H, G, P, N, BV, CT, BS, USE_BETA, USE_DU, TRANS, FAST_RCP, ACC, GROUP=GROUP, GAUGE=GAUGE, RELOAD=RELOAD,
-            PREFETCH=PREFETCH, PAIRSUM=PAIRSUM, CHAIN=CHAIN, FAST_EXP=FAST_EXP)
+            PREFETCH=PREFETCH, PAIRSUM=PAIRSUM, CHAIN=CHAIN, FAST_EXP=FAST_EXP, RESCALE=RESCALE)
 
     if USE_INITIAL_STATE:
         tl.store(dm0 + o_state + o_s, (b_dm * b_an).to(dm0.dtype.element_ty), mask=m_s)
@@ -985,6 +1129,13 @@ def _fast_exp(tensor: torch.Tensor, config: dict) -> bool:
     """Whether the backward's recompute takes each decay from one ``ex2.approx.ftz`` (:func:`_exp`): the config's
     ``FAST_EXP`` (default on), where the PTX reciprocal runs too (:func:`_fast_rcp`)."""
     return bool(config.get("FAST_EXP", True)) and _fast_rcp(tensor)
+
+
+def _rescales(config: dict, default: bool) -> bool:
+    """Whether the walks run rescaled states, by the config's ``RESCALE`` (plain Triton: the interpreter runs it
+    too): the forward's (``palimpsa_fwd_kernel``'s, :func:`_rescaled_fwd_token`) or the backward's pass A
+    (``_reverse_chunk``'s, :func:`_rescaled_block`)."""
+    return bool(config.get("RESCALE", default))
 
 
 def _prefetches(tensor: torch.Tensor, config: dict) -> bool:
@@ -1200,6 +1351,8 @@ def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offset
     block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
     scatter = _scatters(cfg, block_v, triton.next_power_of_2(state_size), v)
     cfg.pop("SCATTER", None)
+    cfg["RESCALE"] = _rescales(cfg, chunks is not None)
+    cfg["FAST_EXP"] = _fast_exp(v, cfg)
     grid = (triton.cdiv(head_dim, block_v), n_states * heads) + (() if chunks is None else (chunks,))
     palimpsa_fwd_kernel[grid](
         v, k, q, log_decay, beta, m0, i0, ip, y, u, ck_m, ck_i, m_t, i_t, cu_seqlens, offsets, length,
@@ -1271,6 +1424,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     cfg["PAIRSUM"] = _pair_sums(v, beta, cfg, block_k)
     cfg["CHAIN"] = _chains(cfg, block_v, block_k, _compiled(v))
     cfg["FAST_EXP"] = _fast_exp(v, cfg)
+    cfg["RESCALE"] = _rescales(cfg, False)
     n_blocks_v = triton.cdiv(head_dim, block_v)
     grid = (n_blocks_v, n_states * heads)
     use_final_grad, dm_t, di_t, dy, du = _incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)

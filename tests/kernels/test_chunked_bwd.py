@@ -120,6 +120,31 @@ def test_quads_over_fast_decays_in_float32():
     check(inputs, {"NSPLIT": 2, "GROUP": 4}, tol=1e-5, sizes={"chunk_size": 32, "block_size": 8})
 
 
+def test_rescaled_pass_a_is_exact_wherever_it_runs(monkeypatch):
+    """``RESCALE`` (on by default): pass A in rescaled states over every block whose decays allow it. In float64
+    with every block rescaled, fast decays included (a threshold no block passes), and with none (a negative one),
+    the gradients are the reference's."""
+    for tau in (1e9, -1.0):
+        monkeypatch.setattr(fused_recurrent, "RESCALE_TAU", triton.language.constexpr(tau))
+        check(inputs_for(1, 22, 2), {"NSPLIT": 2, "CHAIN": 1}, sizes={"chunk_size": 16, "block_size": 4})
+
+
+def test_rescaled_pass_a_runs_where_the_decays_allow_and_holds_float32():
+    """Float32 with log decays near -8 in a fifth of the tokens: blocks of 8 tokens both within the threshold
+    (rescaled) and past it (plain). The rescaled blocks change the rounding (so they ran), and the gradients hold
+    float32's tolerance against float64."""
+    inputs = make_inputs(1, 32, 2, 1, 8, 16, dtype=torch.float32, requires_grad=True, device=DEVICE, seed=3)
+    sizes = {"chunk_size": 16, "block_size": 8}
+    sums = inputs["log_decay"].detach().abs().reshape(1, 4, 8, 2).sum(2)
+    tau = fused_recurrent.RESCALE_TAU.value
+    assert (sums <= tau).any() and (sums > tau).any()
+    config = {"kernel": "chunked", "NSPLIT": 2, "CHAIN": 1}
+    plain = gradients(inputs, "triton", bwd_config={**config, "RESCALE": False}, sizes=sizes)
+    rescaled = gradients(inputs, "triton", bwd_config=config, sizes=sizes)
+    assert any(not torch.equal(p, r) for p, r in zip(plain, rescaled, strict=True))
+    check(inputs, {"NSPLIT": 2, "CHAIN": 1}, tol=1e-5, sizes=sizes)
+
+
 def test_only_some_outputs_carry_gradients():
     """No final-state gradient and no ``du``: the carry starts from zero and the local kernel skips ``du``."""
     check(inputs_for(2, 21, 2), {"NSPLIT": 2}, final_state=False, uncertainty=False)

@@ -110,6 +110,33 @@ def test_blocks_of_eight_with_chained_sums():
                         block_size=8)
 
 
+@pytest.mark.parametrize("tau", [1.0, 1e9], ids=["renormalising", "never-renormalising"])
+def test_rescaled_forward_is_exact_however_often_it_renormalises(monkeypatch, tau):
+    """``RESCALE`` (on by default in the chunked forward's walk, asked for here): the forward walks ``M' = e M``,
+    ``J' = e (I - I_prior)`` and reads out ``M' / (J' + e I_prior)``. With a threshold of 1 it renormalises at most
+    tokens, with 1e9 at none (scales up to a chunk's whole decay); both give the reference's outputs and gradients
+    in float64, the uncertainty included."""
+    monkeypatch.setattr(fused_recurrent, "RESCALE_TAU", triton.language.constexpr(tau))
+    inputs = make_inputs(2, 33, 2, seed=5)
+    check_against_naive(inputs, F64_TOL, importance_prior=0.7,
+                        fwd_config={"BV": 8, "TRANS": False, "UNROLL": 2, "num_warps": 1, "RESCALE": 1},
+                        bwd_config={"BV": 4, "TRANS": False, "num_warps": 1}, **SMALL)
+
+
+def test_rescaled_forward_holds_float32_over_fast_decays():
+    """Float32 with log decays near -8 in a fifth of the tokens, over 64-token chunks: the rescaled forward rounds
+    otherwise than the plain one (so it ran) and holds float32's tolerance against float64."""
+    inputs = make_inputs(1, 64, 2, dtype=torch.float32, seed=3)
+    tiling = {"BV": 8, "TRANS": False, "UNROLL": 1, "num_warps": 1, "RESCALE": 1}
+    sizes = {"chunk_size": 64, "block_size": 8}
+    with torch.no_grad():
+        plain = run(inputs, "triton", fwd_config={**tiling, "RESCALE": 0}, **sizes)
+        rescaled = run(inputs, "triton", fwd_config=tiling, **sizes)
+    assert not torch.equal(plain[0], rescaled[0])
+    check_against_naive(inputs, 1e-5, importance_prior=0.7, fwd_config=tiling,
+                        bwd_config={"BV": 4, "TRANS": False, "num_warps": 1}, **sizes)
+
+
 def test_cu_seqlens_irregular_with_states():
     bounds = [0, 1, 9, 30, 33]  # lengths 1, 8 (one chunk exactly), 21 (three chunks, odd tail) and 3
     inputs = make_inputs(1, 33, 2, n_states=len(bounds) - 1, seed=11)
