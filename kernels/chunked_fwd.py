@@ -46,10 +46,11 @@ CHUNKED_FWD_CONFIG = {"BP": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "walk_
 # fused_recurrent.ONE_WARP_FWD_CONFIG (docs/bench/chunked-tuning-h100-2026-11-26)
 WALK_CONFIG = {"BV": 8, "TRANS": False, "UNROLL": 1, "num_warps": 1}
 # "auto" takes the chunked forward where the sequential one, in its one-warp tiling, would give the GPU fewer than
-# this many programs per SM (12 fit an SM at its 168 registers: below that its grid is one partial wave, where the
-# chunk walk's many short programs keep the SMs fuller). At 2.7b shapes on an H100, L = 8192: B = 2 (9.7 an SM)
-# 5.84 ms chunked against 6.34 sequential, B = 4 (19.4) 11.57 against 10.82 (docs/bench/chunked-tuning-h100-2026-11-26)
-PROGRAMS_PER_SM = 12
+# this many programs per SM. Until 2026-11-27 that was 12 (what an SM holds at its 168 registers: B = 2 at 2.7b
+# shapes, 9.7 an SM); since the chunk walk's SCATTER and RESCALE it wins at every batch measured, on an H200 at 2.7b
+# shapes, L = 8192 (forward, ms): B = 3 (14.5 an SM) 7.08 against 10.31, B = 4 (19.4) 9.34 against 10.69, B = 8
+# (38.8) 18.57 against 21.55 (docs/bench/rescaled-2026-11-27, calls 4 and 5); past B = 8 it was not measured
+PROGRAMS_PER_SM = 40
 
 
 def walk_config(config: dict) -> dict:
@@ -173,7 +174,7 @@ def worth_it(n_states: int, heads: int, head_dim: int, length: int, chunk_size: 
              device: torch.device) -> bool:
     """Whether ``auto`` takes the chunked forward: a sequence of several chunks, and a sequential grid of ``block_v``
     channels a program (the one-warp tiling's 8) of fewer than ``PROGRAMS_PER_SM`` programs per SM (at 2.7b shapes
-    on an H100, B = 1 gives 4.8, B = 2 9.7, B = 4 19.4)."""
+    on an H100 or H200, 132 SMs, B = 1 gives 4.8, B = 4 19.4, B = 8 38.8)."""
     if device.type != "cuda" or length <= chunk_size or not can_run(length, chunk_size):
         return False
     programs = n_states * heads * triton.cdiv(head_dim, block_v)
