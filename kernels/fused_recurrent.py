@@ -176,7 +176,9 @@ def _load_token_log(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k,
 def _load_token(v, k, g, beta, tok, valid, i_h, i_g, o_v, o_k,
                 H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
                 USE_BETA: tl.constexpr, ACC: tl.constexpr, FAST_EXP: tl.constexpr = False):
-    """Key, value, decay and gain of token ``tok``; an invalid token reads as the identity update."""
+    """Key, value, decay and gain of token ``tok``; an invalid token reads as the identity update. (Written out
+    rather than through :func:`_load_token_log`: that order of the loads and the exponential took the local pass
+    from 238 to 254 registers under Triton 3.6.)"""
     b_k = tl.load(k + (tok * G + i_g) * N + o_k, mask=o_k < tl.where(valid, N, 0), other=0).to(ACC)
     b_v = tl.load(v + (tok * H + i_h) * P + o_v, mask=o_v < tl.where(valid, P, 0), other=0).to(ACC)
     b_a = _exp(tl.load(g + tok * H + i_h, mask=valid, other=0).to(ACC), FAST_EXP)
