@@ -749,14 +749,14 @@ def _prefetch_block(v, k, q, g, beta, dy, du, tok0, t_last, i_h, i_g, i_v,
 
 
 @triton.jit
-def _block_fits(g, tok0, n, i_h, H: tl.constexpr, BS: tl.constexpr):
-    """Whether the ``n`` tokens from ``tok0`` (at most ``BS``) can be walked in rescaled states
+def _block_fits(g, tok0, i_h, H: tl.constexpr, BS: tl.constexpr):
+    """Whether the ``BS`` tokens from ``tok0`` (a whole block) can be walked in rescaled states
     (:func:`_rescaled_block`): their log decays' magnitudes sum to at most ``RESCALE_TAU``, so that no scale of the
     walk passes ``e^RESCALE_TAU`` (nor falls below its inverse). One uniform test a block: a block of faster decays
     walks plainly, as exactly. Every thread sums them itself (scalar loads, L1 hits: the walk loads them too)."""
     b_t = tl.zeros([], dtype=tl.float32)
     for s in tl.static_range(BS):
-        b_t += tl.abs(tl.load(g + (tok0 + s) * H + i_h, mask=s < n, other=0).to(tl.float32))
+        b_t += tl.abs(tl.load(g + (tok0 + s) * H + i_h).to(tl.float32))
     return b_t <= RESCALE_TAU
 
 
@@ -803,7 +803,7 @@ def _advance_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k
     """The state after the ``BS`` tokens from ``tok``, a whole block (pass A of the backward's recompute: updates,
     no readout); with ``RESCALE`` in rescaled states where the block allows it (:func:`_block_fits`)."""
     if RESCALE:
-        if _block_fits(g, tok, BS, i_h, H, BS):
+        if _block_fits(g, tok, i_h, H, BS):
             b_m, b_i = _rescaled_block(v, k, g, beta, b_m, b_i, b_ip, tok, valid, i_h, i_g, o_v, o_k, H, G, P, N,
                                        BS, USE_BETA, TRANS, ACC, FAST_EXP)
         else:
