@@ -59,11 +59,12 @@ from . import fused_recurrent as fr
 # reduced over the lanes together (fused_recurrent._pair_rows; on a GPU, where the tiling allows); CHAIN: the reverse
 # step's sums as FFMA chains, the decay gradient's with the pair's (fused_recurrent._chains); FAST_EXP: each decay of
 # the recompute from one ex2.approx.ftz (fused_recurrent._exp; on a GPU); RESCALE: pass A in rescaled states where a
-# block's decays allow it (fused_recurrent._rescaled_block)
+# block's decays allow it (fused_recurrent._rescaled_block); KQ32: the local pass reads float32 copies of 16-bit keys
+# and queries (fused_recurrent._float32_keys; 12.20 ms against 12.31 at B = 1, L = 8192, docs/bench/ring-2026-11-27)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
-                  "RESCALE": True}
+                  "RESCALE": True, "KQ32": True}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -382,8 +383,9 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     common = {"USE_BETA": beta is not None, "IS_VARLEN": cu_seqlens is not None, "ACC": acc}
     initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
     mark("local")
+    k_l, q_l = fr._float32_keys(k, q, bool(config["KQ32"]))
     palimpsa_bwd_local_kernel[(programs,)](
-        v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
+        v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
         dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
         H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
         NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
@@ -446,7 +448,9 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BKC"], "BT": sizes["BT"], "USE_BETA": True,
             "USE_FINAL_STATE_GRADIENT": False, "IS_VARLEN": False, "DOT": sizes["DOT"], "ACC": acc}),
     }
-    return {name: compile_launch(kernel, warps, constexprs, low, arch,
+    # the local pass reads float32 copies of 16-bit keys and queries (KQ32)
+    local_low = {**low, "k": "*fp32", "q": "*fp32"} if config["KQ32"] else low
+    return {name: compile_launch(kernel, warps, constexprs, local_low if name == "local" else low, arch,
                                  (int(config["maxnreg"]) or None) if name == "local" else None)
             for name, (kernel, warps, constexprs) in launches.items()}
 

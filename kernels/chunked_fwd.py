@@ -44,7 +44,10 @@ CHUNKED_FWD_CONFIG = {"BP": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "walk_
 # checkpoint's load gives it (32 lanes along N). On an H100 at 2.7b shapes, bf16, B = 1, L = 8192: the chunked
 # forward 3.01 ms against 3.35 with fused_recurrent.FWD_CONFIG's tiling and 3.40 with the layout of
 # fused_recurrent.ONE_WARP_FWD_CONFIG (docs/bench/chunked-tuning-h100-2026-11-26)
-WALK_CONFIG = {"BV": 8, "TRANS": False, "UNROLL": 1, "num_warps": 1}
+# KQ32: the walk reads float32 copies of 16-bit keys and queries (fused_recurrent._float32_keys): the forward at
+# B = 1, L = 8192 2.34 ms against 2.46 and at B = 4 8.85 against 9.34, copies included (H200,
+# docs/bench/ring-2026-11-27)
+WALK_CONFIG = {"BV": 8, "TRANS": False, "UNROLL": 1, "num_warps": 1, "KQ32": True}
 # "auto" takes the chunked forward where the sequential one, in its one-warp tiling, would give the GPU fewer than
 # this many programs per SM. Until 2026-11-27 that was 12 (what an SM holds at its 168 registers: B = 2 at 2.7b
 # shapes, 9.7 an SM); since the chunk walk's SCATTER and RESCALE it wins at every batch measured, on an H200 at 2.7b
@@ -63,6 +66,8 @@ def walk_config(config: dict) -> dict:
         walk["SCATTER"] = int(config["walk_SCATTER"])
     if "walk_RESCALE" in config:  # 0 walks the true states (fused_recurrent._rescales)
         walk["RESCALE"] = int(config["walk_RESCALE"])
+    if "walk_KQ32" in config:  # 0 reads the keys and queries as they come (fused_recurrent._float32_keys)
+        walk["KQ32"] = bool(int(config["walk_KQ32"]))
     return walk
 
 
@@ -238,6 +243,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     for name, config in (("walk", walk_config(CHUNKED_FWD_CONFIG)), ("sequential", fr.FWD_CONFIG)):
         block_v, cfg = fr._launch_config({"UNROLL": 1, **config}, head_dim)
         warps = cfg.pop("num_warps")
+        cfg.pop("KQ32", None)  # (the launch's pointer types, below)
         tilings[name] = warps, {
             **shape, **cfg, "G": groups, "BV": block_v, "BK": triton.next_power_of_2(state_size), "USE_BETA": True,
             "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False, "STORE_FINAL_STATE": False,
@@ -252,5 +258,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
                                                  "USE_INITIAL_IMPORTANCE": False}),
         **{name: (fr.palimpsa_fwd_kernel, *tiling) for name, tiling in tilings.items()},
     }
-    return {name: chunked_bwd.compile_launch(kernel, num_warps, constexprs, low, arch)
+    float32_keys = {"k": "*fp32", "q": "*fp32"} if walk_config(CHUNKED_FWD_CONFIG).get("KQ32") else {}
+    return {name: chunked_bwd.compile_launch(kernel, num_warps, constexprs,
+                                             {**low, **float32_keys} if name == "walk" else low, arch)
             for name, (kernel, num_warps, constexprs) in launches.items()}

@@ -54,7 +54,9 @@ FWD_CONFIG = {"BV": 16, "TRANS": True, "UNROLL": 2, "num_warps": 4}
 # chunked_fwd.WALK_CONFIG)
 ONE_WARP_FWD_CONFIG = {"BV": 8, "TRANS": True, "UNROLL": 1, "num_warps": 1}
 ONE_WARP_PROGRAMS_PER_SM = 8  # ONE_WARP_FWD_CONFIG from this many of its programs per SM (16 fit the registers)
-BWD_CONFIG = {"BV": 4, "TRANS": False, "num_warps": 1}
+# KQ32: the backward reads float32 copies of 16-bit keys and queries (_float32_keys): at B = 4, L = 8192 forward +
+# backward 59.01 ms against 60.29 (H200, docs/bench/ring-2026-11-27); the forwards above were not measured with it
+BWD_CONFIG = {"BV": 4, "TRANS": False, "num_warps": 1, "KQ32": True}
 SMALL_GRID_BV = 2  # the backward's BV where BWD_CONFIG's grid would fill under two waves (see _backward_config)
 STEP_CONFIG = {"BV": 16, "TRANS": False, "num_warps": 4}
 CHUNK_SIZE = 512  # tokens per checkpoint (CT)
@@ -1184,6 +1186,16 @@ def _scatters(config: dict, block_v: int, block_k: int, v: torch.Tensor) -> bool
             and not config.get("TRANS", False) and int(config.get("num_warps", 1)) == 1)
 
 
+def _float32_keys(k: torch.Tensor, q: torch.Tensor, on: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and queries a launch reads: float32 copies of 16-bit ones where ``on`` (the ``KQ32`` of the chunk
+    walk's and the local pass's configs), so that its walks load them without unpacking bf16 (2 of the 10 SASS
+    instructions a state element and token of the chunk walk); themselves otherwise. A copy is ``B x T x G x N``
+    floats, 4 MB at B = 1, L = 8192 and one group of 128 states, and is exact."""
+    if on and k.element_size() == 2:
+        return k.float(), q.float()
+    return k, q
+
+
 def _launch_config(config: dict, head_dim: int) -> tuple[int, dict]:
     """``(BV, the remaining launch options)`` of a config, ``BV`` clipped to the head dimension."""
     config = dict(config)
@@ -1351,6 +1363,7 @@ def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offset
     m_t = _output(final_shape, state_dtype, device) if output_final_state else None
     i_t = _output(final_shape, state_dtype, device) if output_final_state else None
     block_v, cfg = _launch_config({"UNROLL": 1, **fwd_config}, head_dim)
+    k, q = _float32_keys(k, q, bool(cfg.pop("KQ32", False)))
     scatter = _scatters(cfg, block_v, triton.next_power_of_2(state_size), v)
     cfg.pop("SCATTER", None)
     cfg["RESCALE"] = _rescales(cfg, chunks is not None)
@@ -1421,6 +1434,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     groups, state_size = k.shape[2], k.shape[3]
     device, state_dtype = v.device, _state_dtype(v.dtype)
     block_v, cfg = _launch_config(bwd_config, head_dim)
+    k_l, q_l = _float32_keys(k, q, bool(cfg.pop("KQ32", False)))
     cfg["PREFETCH"] = _prefetches(v, cfg)
     block_k = triton.next_power_of_2(state_size)
     cfg["PAIRSUM"] = _pair_sums(v, beta, cfg, block_k)
@@ -1436,7 +1450,7 @@ def _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, 
     buffers = _gradient_buffers(v, k, q, log_decay, beta, m0, i0)
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     palimpsa_bwd_kernel[grid](
-        v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, dy, du, dm_t, di_t, sc_m, sc_i,
+        v, k_l, q_l, log_decay, beta, m0, i0, ip, ck_m, ck_i, dy, du, dm_t, di_t, sc_m, sc_i,
         dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length,
         H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=block_k, CT=chunk_size, BS=block_size,
         USE_BETA=beta is not None, USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None,

@@ -145,6 +145,38 @@ def test_rescaled_pass_a_runs_where_the_decays_allow_and_holds_float32():
     check(inputs, {"NSPLIT": 2, "CHAIN": 1}, tol=1e-5, sizes=sizes)
 
 
+def test_float32_keys_and_queries_change_nothing_but_what_the_walks_load(monkeypatch):
+    """``KQ32`` (on by default in the chunk walk and the local pass): the launches read float32 copies of bf16 keys
+    and queries, which are exact, so outputs and gradients are those of the bf16 reads bit for bit; float32
+    inputs are read as they are."""
+    read = []
+    float32_keys = fused_recurrent._float32_keys
+
+    def recording(k, q, on):
+        out = float32_keys(k, q, on)
+        read.append((k.dtype, on, out[0].dtype, out[1].dtype))
+        return out
+
+    monkeypatch.setattr(fused_recurrent, "_float32_keys", recording)
+    inputs = make_inputs(1, 32, 2, 1, 8, 16, dtype=torch.bfloat16, requires_grad=True, device=DEVICE, seed=3)
+    sizes = {"chunk_size": 16, "block_size": 8}
+    runs = []
+    for on in (True, False):
+        args = (inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"])
+        y, _, u = fused_recurrent.fused_recurrent_palimpsa_scan(
+            *args, 0.7, None, False, True, None, fwd_config={"kernel": "chunked", "walk_KQ32": int(on)},
+            bwd_config={"kernel": "chunked", "NSPLIT": 2, "KQ32": on}, **sizes)
+        loss = (y.float() * torch.linspace(-1, 1, y.shape[-1])).sum() + u.float().sum()
+        runs.append([y, u, *torch.autograd.grad(loss, args)])
+    bf16, f32 = torch.bfloat16, torch.float32
+    # the chunk walk, then the local pass, with the copies; then both without
+    assert read == [(bf16, True, f32, f32)] * 2 + [(bf16, False, bf16, bf16)] * 2
+    for with_copies, without in zip(*runs, strict=True):
+        assert torch.equal(with_copies, without)
+    k32 = inputs["k"].detach().float()
+    assert fused_recurrent._float32_keys(k32, k32, True)[0] is k32
+
+
 def test_only_some_outputs_carry_gradients():
     """No final-state gradient and no ``du``: the carry starts from zero and the local kernel skips ``du``."""
     check(inputs_for(2, 21, 2), {"NSPLIT": 2}, final_state=False, uncertainty=False)
