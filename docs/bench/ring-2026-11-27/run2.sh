@@ -2,6 +2,7 @@
 # walk_KQ32 the forward's chunk walk, read them without unpacking bf16; a copy is B x T x G x N floats, 4 MB at
 # B = 1, L = 8192, one group). Float64 checks with both on and the chunked forward and backward forced (the
 # defaults set by hand), then the scan timed side by side at B = 1 and 4, L = 8192.
+# (KQ32 was off by default in that call: at a later commit "chunked" there reads fwd[walk_KQ32=0]:chunked@KQ32=0)
 # Run from the repository root with .bench_deps beside it: OUT=dir bash docs/bench/ring-2026-11-27/run2.sh
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
 timeout 200 python3 -c "
