@@ -63,7 +63,11 @@ def train(args) -> bool:
 def run_until(command: list[str], deadline: float, log=None, grace: float = 120) -> int | None:
     """Run ``command`` until it ends or ``time.monotonic()`` passes ``deadline``; then interrupt it as Ctrl-C does
     (the trainer stops cleanly and keeps its last checkpoint), killing it if it has not ended ``grace`` seconds
-    later. Its exit status, or None when it was stopped at the deadline."""
+    later. Its exit status, or None when it was stopped at the deadline, or not started because the deadline had
+    passed already (an interrupt at once could land while the interpreter starts and be lost in a library's import,
+    so that the command ran to its end anyway)."""
+    if time.monotonic() >= deadline:
+        return None
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     while process.poll() is None and time.monotonic() < deadline:

@@ -319,3 +319,17 @@ def test_the_estimate_splits_a_stage_into_its_overhead_and_its_steady_rate(curri
     cache.mkdir()
     (cache / "kernel.bin").write_bytes(b"x")
     assert state.estimate(2) == pytest.approx(1000 * 0.1 * 1.05 + 40)  # a kept cache: the newest overhead
+
+
+def test_a_command_past_its_deadline_is_not_started(curriculum_module, tmp_path):
+    """``pretrain_base.run_until``: a deadline already passed returns None (stopped) without starting the command,
+    whose interrupt could otherwise land while it starts and be lost; before it, the command runs to its end."""
+    import time
+
+    marker = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
+    assert curriculum_module.pretrain_base.run_until(command, time.monotonic() - 1) is None
+    assert not marker.exists()
+    assert curriculum_module.pretrain_base.run_until(command, time.monotonic() + 60) == 0
+    assert marker.exists()
+
