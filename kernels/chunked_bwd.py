@@ -60,11 +60,13 @@ from . import fused_recurrent as fr
 # step's sums as FFMA chains, the decay gradient's with the pair's (fused_recurrent._chains); FAST_EXP: each decay of
 # the recompute from one ex2.approx.ftz (fused_recurrent._exp; on a GPU); RESCALE: pass A in rescaled states where a
 # block's decays allow it (fused_recurrent._rescaled_block); KQ32: the local pass reads float32 copies of 16-bit keys
-# and queries (fused_recurrent._float32_keys; 12.20 ms against 12.31 at B = 1, L = 8192, docs/bench/ring-2026-11-27)
+# and queries (fused_recurrent._float32_keys; 12.20 ms against 12.31 at B = 1, L = 8192, docs/bench/ring-2026-11-27);
+# correct_early: the corrections load the local dv, dbeta at a sub-block's start (1: 1.25 ms against 1.51 at B = 1,
+# L = 8192), one sub-block ahead (2: 1.29) or after its products (0; docs/bench/ring-2026-11-27, call 13)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
-                  "RESCALE": True, "KQ32": True}
+                  "RESCALE": True, "KQ32": True, "correct_early": 1}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -188,7 +190,7 @@ def palimpsa_bwd_correct_kernel(
     v, k, g, beta, ip, ck_m, ck_i, lm, li, dmT, diT, dv, dk, dg, dbeta, cu_seqlens, chunk_offsets, chunk_seq, T,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
     CT: tl.constexpr, BT: tl.constexpr, USE_BETA: tl.constexpr, USE_FINAL_STATE_GRADIENT: tl.constexpr,
-    IS_VARLEN: tl.constexpr, DOT: tl.constexpr, ACC: tl.constexpr,
+    IS_VARLEN: tl.constexpr, DOT: tl.constexpr, ACC: tl.constexpr, EARLY: tl.constexpr = 0,
 ):
     """The corrections of one chunk of one head from ``BP`` channels of the adjoint ``(D_M, D_I)`` entering it (in
     ``lm``, ``li``; the last chunk's is the final-state gradient, and without one it has nothing to correct), in
@@ -230,10 +232,31 @@ def palimpsa_bwd_correct_kernel(
     before = o_b[:, None] > o_b[None, :]  # [t, r]: r before t
     # [t, r, u]: r < u <= t, the tokens whose decays carry a contribution of token r to token t
     spans = (o_b[None, None, :] > o_b[None, :, None]) & (o_b[None, None, :] <= o_b[:, None, None])
+    # EARLY: the local dv, dbeta that a sub-block adds to are loaded at its start (1) or one sub-block ahead (2)
+    # instead of after its products, so that their latency overlaps the sub-block's work
+    p_dv0 = dv + ((bos + t0 + o_b)[:, None] * H + i_h) * P + o_p[None, :]
+    if USE_BETA:
+        p_db0 = dbeta + ((bos + t0 + o_b)[:, None] * H + i_h) * P + o_p[None, :]
+    m_tp0 = (o_b < n)[:, None] & (o_p[None, :] < P)
+    if EARLY == 2:
+        n_dv = tl.load(p_dv0, mask=m_tp0, other=0)
+        if USE_BETA:
+            n_db = tl.load(p_db0, mask=m_tp0, other=0)
     for j in range(tl.cdiv(n, BT)):
         o_t = j * BT + o_b
         m_t = o_t < n
         tok = bos + t0 + o_t
+        if EARLY == 2:
+            e_dv = n_dv
+            m_next = ((o_t + BT) < n)[:, None] & (o_p[None, :] < P)
+            n_dv = tl.load(p_dv0 + (j + 1) * BT * H * P, mask=m_next, other=0)
+            if USE_BETA:
+                e_db = n_db
+                n_db = tl.load(p_db0 + (j + 1) * BT * H * P, mask=m_next, other=0)
+        elif EARLY == 1:
+            e_dv = tl.load(p_dv0 + j * BT * H * P, mask=m_t[:, None] & (o_p[None, :] < P), other=0)
+            if USE_BETA:
+                e_db = tl.load(p_db0 + j * BT * H * P, mask=m_t[:, None] & (o_p[None, :] < P), other=0)
         b_g = tl.load(g + tok * H + i_h, mask=m_t, other=0).to(ACC)
         b_later = tl.sum(tl.where(o_c >= j * BT + BT, b_gc, 0), 0)  # the chunk's tokens after this sub-block
         b_rest = tl.sum(tl.where(before, b_g[:, None], 0), 0)  # this sub-block's tokens after t
@@ -246,7 +269,9 @@ def palimpsa_bwd_correct_kernel(
         b_dkc = tl.dot(b_v, b_em, input_precision=DOT)  # [BT, BK]: D_M^T v_t
         b_add = tl.sum(b_v * b_mk, 1)  # v_t . D_M k_t
         p_dv = dv + (tok[:, None] * H + i_h) * P + o_p[None, :]
-        b_dv = tl.load(p_dv, mask=m_tp, other=0).to(ACC) + b_after[:, None] * b_mk
+        if EARLY == 0:
+            e_dv = tl.load(p_dv, mask=m_tp, other=0)
+        b_dv = e_dv.to(ACC) + b_after[:, None] * b_mk
         tl.store(p_dv, b_dv.to(dv.dtype.element_ty), mask=m_tp)
         if USE_BETA:
             b_b = tl.load(beta + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
@@ -254,7 +279,9 @@ def palimpsa_bwd_correct_kernel(
             b_dkc += 2 * b_k * tl.dot(b_b, b_ei, input_precision=DOT)
             b_add += tl.sum(b_b * b_ik, 1)
             p_db = dbeta + (tok[:, None] * H + i_h) * P + o_p[None, :]
-            b_db = tl.load(p_db, mask=m_tp, other=0).to(ACC) + b_after[:, None] * b_ik
+            if EARLY == 0:
+                e_db = tl.load(p_db, mask=m_tp, other=0)
+            b_db = e_db.to(ACC) + b_after[:, None] * b_ik
             tl.store(p_db, b_db.to(dbeta.dtype.element_ty), mask=m_tp)
         tl.atomic_add(dk + (tok[:, None] * G + i_g) * N + o_k[None, :], b_after[:, None] * b_dkc, mask=m_tk,
                       sem="relaxed")
@@ -413,7 +440,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, dv, dk, dg, dbeta, cu_seqlens, offsets,
         chunk_seq, length, H=heads, G=groups, P=head_dim, N=state_size, BP=sizes["BP"], BK=sizes["BKC"],
         CT=chunk_size, BT=sizes["BT"], DOT=sizes["DOT"], USE_FINAL_STATE_GRADIENT=use_final_grad,
-        num_warps=sizes["correct_warps"], **common, **fr.FP_FUSION,
+        EARLY=int(config["correct_early"]), num_warps=sizes["correct_warps"], **common, **fr.FP_FUSION,
     )
     mark(None)
     return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
@@ -446,7 +473,8 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": False, "ACC": acc}),
         "correct": (palimpsa_bwd_correct_kernel, sizes["correct_warps"], {
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BKC"], "BT": sizes["BT"], "USE_BETA": True,
-            "USE_FINAL_STATE_GRADIENT": False, "IS_VARLEN": False, "DOT": sizes["DOT"], "ACC": acc}),
+            "USE_FINAL_STATE_GRADIENT": False, "IS_VARLEN": False, "DOT": sizes["DOT"], "ACC": acc,
+            "EARLY": int(config["correct_early"])}),
     }
     # the local pass reads float32 copies of 16-bit keys and queries (KQ32)
     local_low = {**low, "k": "*fp32", "q": "*fp32"} if config["KQ32"] else low

@@ -113,6 +113,14 @@ def test_recompute_and_reduction_options(length, with_beta, config):
     check(inputs_for(1, length, 2, with_beta=with_beta), config, sizes={"chunk_size": 16, "block_size": 8})
 
 
+@pytest.mark.parametrize("early", [0, 2])
+def test_corrections_read_the_local_gradients_late_or_a_sub_block_ahead(early):
+    """``correct_early``: the corrections add to the local ``dv``, ``dbeta`` loaded at a sub-block's start (1, the
+    default, every other test), after its products (0) or one sub-block ahead (2); chunks of two sub-blocks, the
+    last one cut short."""
+    check(inputs_for(2, 29, 2), {"NSPLIT": 2, "BT": 4, "correct_early": early})
+
+
 def test_quads_over_fast_decays_in_float32():
     """The decay gradient from the token's own state subtracts ``v . dv`` and ``beta . dbeta`` from inner products
     with the state: near log decays of -8 it still holds float32's tolerance."""
