@@ -154,7 +154,7 @@ def test_rescaled_pass_a_runs_where_the_decays_allow_and_holds_float32():
 
 
 def test_float32_keys_and_queries_change_nothing_but_what_the_walks_load(monkeypatch):
-    """``KQ32`` (on by default in the chunk walk and the local pass): the launches read float32 copies of bf16 keys
+    """``KQ32`` (on by default in the chunk walk and both backwards): the launches read float32 copies of bf16 keys
     and queries, which are exact, so outputs and gradients are those of the bf16 reads bit for bit; float32
     inputs are read as they are."""
     read = []

@@ -332,4 +332,3 @@ def test_a_command_past_its_deadline_is_not_started(curriculum_module, tmp_path)
     assert not marker.exists()
     assert curriculum_module.pretrain_base.run_until(command, time.monotonic() + 60) == 0
     assert marker.exists()
-
