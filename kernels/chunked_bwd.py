@@ -234,41 +234,41 @@ def palimpsa_bwd_correct_kernel(
     spans = (o_b[None, None, :] > o_b[None, :, None]) & (o_b[None, None, :] <= o_b[:, None, None])
     # EARLY: the local dv, dbeta that a sub-block adds to are loaded at its start (1) or one sub-block ahead (2)
     # instead of after its products, so that their latency overlaps the sub-block's work
-    p_dv0 = dv + ((bos + t0 + o_b)[:, None] * H + i_h) * P + o_p[None, :]
-    if USE_BETA:
-        p_db0 = dbeta + ((bos + t0 + o_b)[:, None] * H + i_h) * P + o_p[None, :]
-    m_tp0 = (o_b < n)[:, None] & (o_p[None, :] < P)
+    o_rows = ((bos + t0 + o_b)[:, None] * H + i_h) * P + o_p[None, :]  # the first sub-block's dv, dbeta rows
     if EARLY == 2:
-        n_dv = tl.load(p_dv0, mask=m_tp0, other=0)
+        m_first = (o_b < n)[:, None] & (o_p[None, :] < P)
+        n_dv = tl.load(dv + o_rows, mask=m_first, other=0)
         if USE_BETA:
-            n_db = tl.load(p_db0, mask=m_tp0, other=0)
+            n_db = tl.load(dbeta + o_rows, mask=m_first, other=0)
     for j in range(tl.cdiv(n, BT)):
         o_t = j * BT + o_b
         m_t = o_t < n
         tok = bos + t0 + o_t
+        m_tp = m_t[:, None] & (o_p[None, :] < P)
+        p_dv = dv + (tok[:, None] * H + i_h) * P + o_p[None, :]
+        if USE_BETA:
+            p_db = dbeta + (tok[:, None] * H + i_h) * P + o_p[None, :]
         if EARLY == 2:
             e_dv = n_dv
             m_next = ((o_t + BT) < n)[:, None] & (o_p[None, :] < P)
-            n_dv = tl.load(p_dv0 + (j + 1) * BT * H * P, mask=m_next, other=0)
+            n_dv = tl.load(p_dv + BT * H * P, mask=m_next, other=0)
             if USE_BETA:
                 e_db = n_db
-                n_db = tl.load(p_db0 + (j + 1) * BT * H * P, mask=m_next, other=0)
+                n_db = tl.load(p_db + BT * H * P, mask=m_next, other=0)
         elif EARLY == 1:
-            e_dv = tl.load(p_dv0 + j * BT * H * P, mask=m_t[:, None] & (o_p[None, :] < P), other=0)
+            e_dv = tl.load(p_dv, mask=m_tp, other=0)
             if USE_BETA:
-                e_db = tl.load(p_db0 + j * BT * H * P, mask=m_t[:, None] & (o_p[None, :] < P), other=0)
+                e_db = tl.load(p_db, mask=m_tp, other=0)
         b_g = tl.load(g + tok * H + i_h, mask=m_t, other=0).to(ACC)
         b_later = tl.sum(tl.where(o_c >= j * BT + BT, b_gc, 0), 0)  # the chunk's tokens after this sub-block
         b_rest = tl.sum(tl.where(before, b_g[:, None], 0), 0)  # this sub-block's tokens after t
         b_after = tl.exp(b_later + b_rest)  # A_t
         m_tk = m_t[:, None] & (o_k[None, :] < N)
-        m_tp = m_t[:, None] & (o_p[None, :] < P)
         b_k = tl.load(k + (tok[:, None] * G + i_g) * N + o_k[None, :], mask=m_tk, other=0).to(ACC)
         b_v = tl.load(v + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
         b_mk = tl.dot(b_k, tl.trans(b_em), input_precision=DOT)  # [BT, BP]: D_M k_t
         b_dkc = tl.dot(b_v, b_em, input_precision=DOT)  # [BT, BK]: D_M^T v_t
         b_add = tl.sum(b_v * b_mk, 1)  # v_t . D_M k_t
-        p_dv = dv + (tok[:, None] * H + i_h) * P + o_p[None, :]
         if EARLY == 0:
             e_dv = tl.load(p_dv, mask=m_tp, other=0)
         b_dv = e_dv.to(ACC) + b_after[:, None] * b_mk
@@ -278,7 +278,6 @@ def palimpsa_bwd_correct_kernel(
             b_ik = tl.dot(b_k * b_k, tl.trans(b_ei), input_precision=DOT)  # D_I k_t^2
             b_dkc += 2 * b_k * tl.dot(b_b, b_ei, input_precision=DOT)
             b_add += tl.sum(b_b * b_ik, 1)
-            p_db = dbeta + (tok[:, None] * H + i_h) * P + o_p[None, :]
             if EARLY == 0:
                 e_db = tl.load(p_db, mask=m_tp, other=0)
             b_db = e_db.to(ACC) + b_after[:, None] * b_ik

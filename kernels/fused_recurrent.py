@@ -1189,8 +1189,8 @@ def _scatters(config: dict, block_v: int, block_k: int, v: torch.Tensor) -> bool
 def _float32_keys(k: torch.Tensor, q: torch.Tensor, on: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The keys and queries a launch reads: float32 copies of 16-bit ones where ``on`` (a config's ``KQ32``: on by
     default in the chunk walk, the chunk-parallel backward's local pass and the sequential backward), so that its
-    walks load them without unpacking bf16; themselves otherwise. A copy is ``B x T x G x N``
-    floats, 4 MB at B = 1, L = 8192 and one group of 128 states, and is exact."""
+    walks load them without unpacking bf16; themselves otherwise. A copy is ``B x T x G x N`` floats, 4 MB at
+    B = 1, L = 8192 and one group of 128 states, and is exact."""
     if on and k.element_size() == 2:
         return k.float(), q.float()
     return k, q
