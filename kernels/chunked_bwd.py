@@ -234,8 +234,8 @@ def palimpsa_bwd_correct_kernel(
     spans = (o_b[None, None, :] > o_b[None, :, None]) & (o_b[None, None, :] <= o_b[:, None, None])
     # EARLY: the local dv, dbeta that a sub-block adds to are loaded at its start (1) or one sub-block ahead (2)
     # instead of after its products, so that their latency overlaps the sub-block's work
-    o_rows = ((bos + t0 + o_b)[:, None] * H + i_h) * P + o_p[None, :]  # the first sub-block's dv, dbeta rows
     if EARLY == 2:
+        o_rows = ((bos + t0 + o_b)[:, None] * H + i_h) * P + o_p[None, :]  # the first sub-block's dv, dbeta rows
         m_first = (o_b < n)[:, None] & (o_p[None, :] < P)
         n_dv = tl.load(dv + o_rows, mask=m_first, other=0)
         if USE_BETA:
