@@ -63,10 +63,13 @@ from . import fused_recurrent as fr
 # and queries (fused_recurrent._float32_keys; 12.20 ms against 12.31 at B = 1, L = 8192, docs/bench/ring-2026-11-27);
 # correct_early: the corrections load the local dv, dbeta at a sub-block's start (1: 1.25 ms against 1.51 at B = 1,
 # L = 8192), one sub-block ahead (2: 1.29) or after its products (0; docs/bench/ring-2026-11-27, call 13)
+# LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; opt-in: 13.95 ms
+# against 12.12 at B = 1, L = 8192, docs/bench/gluon-local-2026-11-27), the Triton pass where it cannot run; SEG: its
+# tokens per shared-memory segment (4: 16 KB a program); PIPE: its walks load each token's inputs a token ahead
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
-                  "RESCALE": True, "KQ32": True, "correct_early": 1}
+                  "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "triton", "SEG": 4, "PIPE": 0}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -313,6 +316,24 @@ def _programs(config: dict, n_work: int, device: torch.device) -> int:
     return triton.cdiv(n_work, triton.cdiv(n_work, resident))
 
 
+def _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li, buffers,
+                 cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit):
+    """The local pass in Gluon (``gluon_local``; ``LOCAL`` "gluon"), with the Triton pass's slab and outputs; False
+    where it cannot run these inputs (``gluon_local.unsupported``), for the Triton pass to run instead."""
+    from . import gluon_local
+
+    if gluon_local.unsupported(v, k_l, beta, du) is not None or int(config["BV"]) != gluon_local.BV:
+        return False
+    dv, dk, dq, dg, dbeta, dm0, di0 = buffers
+    gluon_local.launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta,
+                       dm0, di0, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size,
+                       block_size=block_size, seg=int(config["SEG"]), nsplit=nsplit,
+                       prefetch=bool(config["PREFETCH"]), rescale=fr._rescales(config, True),
+                       pipe=bool(config["PIPE"]), use_initial_state=dm0 is not None,
+                       use_initial_importance=di0 is not None)
+    return True
+
+
 def _recompute_options(config: dict) -> dict:
     """The local pass's ``GROUP``, ``GAUGE`` and ``RELOAD`` from a config (quads always take the decay gradient
     from the token's own state; ``RELOAD`` defaults to on with quads)."""
@@ -410,18 +431,22 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
     mark("local")
     k_l, q_l = fr._float32_keys(k, q, bool(config["KQ32"]))
-    palimpsa_bwd_local_kernel[(programs,)](
-        v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-        dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
-        H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
-        NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
-        PREFETCH=fr._prefetches(v, config), PROBE=int(config["PROBE"]),
-        PAIRSUM=fr._pair_sums(v, beta, config, sizes["BK"]),
-        CHAIN=fr._chains(config, sizes["BV"], sizes["BK"], fr._compiled(v)),
-        FAST_EXP=fr._fast_exp(v, config), RESCALE=fr._rescales(config, True),
-        **_recompute_options(config),
-        num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common, **fr.FP_FUSION,
-    )
+    gluon = config["LOCAL"] == "gluon"
+    if not (gluon and _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
+                                   buffers, cu_seqlens, offsets, length, n_states * heads, n_work, programs,
+                                   chunk_size, block_size, nsplit)):
+        palimpsa_bwd_local_kernel[(programs,)](
+            v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
+            dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,
+            H=heads, G=groups, P=head_dim, N=state_size, BV=sizes["BV"], BK=sizes["BK"], CT=chunk_size, BS=block_size,
+            NSPLIT=nsplit, USE_DU=du is not None, TRANS=config["TRANS"], FAST_RCP=fr._fast_rcp(ip),
+            PREFETCH=fr._prefetches(v, config), PROBE=int(config["PROBE"]),
+            PAIRSUM=fr._pair_sums(v, beta, config, sizes["BK"]),
+            CHAIN=fr._chains(config, sizes["BV"], sizes["BK"], fr._compiled(v)),
+            FAST_EXP=fr._fast_exp(v, config), RESCALE=fr._rescales(config, True),
+            **_recompute_options(config),
+            num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common, **fr.FP_FUSION,
+        )
     del sc_m, sc_i
     mark("carry")
     palimpsa_bwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](

@@ -1,0 +1,510 @@
+"""The chunk-parallel backward's local pass in Gluon, with each block's recomputed states in shared memory.
+
+The Triton local pass (``chunked_bwd.palimpsa_bwd_local_kernel``, ``fused_recurrent._reverse_chunk``) keeps
+every state in registers, so pass B recomputes each pair of tokens from its block's start: 3.5 state updates a
+token, and three states of a pair live at once. Plain Triton cannot place a tensor in shared memory; Gluon can.
+This kernel computes the same gradients (the same operations in the same order per token) with pass B split into
+segments of ``SEG`` tokens: a segment is walked once from the block start, each state before one of its tokens
+stored in shared memory (one buffer per state, channel and slot, so that the stores need no barrier between
+them), and its reverse steps read them back. ``SEG = BS`` walks a block once in pass B (2 updates a token in
+all, ``BS`` slots: 4 KB each); ``SEG = BS / 2`` walks the first half again (2.5 a token, half the slots).
+
+Mapping: one warp owns 4 channels of one head; lane ``l`` holds states ``4 l .. 4 l + 3`` of every channel. A
+state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over the channels is an FFMA chain),
+and a lane's 4 states split out of them for the sums over ``N``. A pair's ``dv``, ``dbeta`` and decay gradients
+are reduced over the lanes by one butterfly each (as ``fused_recurrent._pair_rows``: inline PTX shuffles).
+
+Scope (:func:`unsupported` says what it refuses; the Triton local pass runs there): Hopper-class GPUs, Gluon,
+128 states, ``P`` a multiple of 4, float32 states (16-bit or float32 inputs), no uncertainty gradient. The
+persistent work distribution, the slab and every output are the Triton local pass's, so the carry and the
+corrections run after it unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from . import fused_recurrent as fr
+from .gluon_scan import GLUON_IMPORT_ERROR, GluonASTSource, gl, gluon
+
+BV = 4  # channels per program (one warp)
+BUTTERFLY16, BUTTERFLY8 = fr.STAGE16, fr.STAGE8
+XOR8, XOR4, XOR2, XOR1 = fr.XOR8, fr.XOR4, fr.XOR2, fr.XOR1
+LOG2E = triton.language.constexpr(1.4426950408889634)
+TAU = triton.language.constexpr(fr.RESCALE_TAU)
+
+
+def unsupported(v: torch.Tensor, k: torch.Tensor, beta, du) -> str | None:
+    """Why the Gluon local pass cannot run these inputs (None: it can)."""
+    if gluon is None:
+        return f"this Triton has no Gluon ({GLUON_IMPORT_ERROR})"
+    if not v.is_cuda:
+        return "Gluon kernels need a GPU (no interpreter)"
+    if torch.cuda.get_device_capability(v.device)[0] != 9:
+        return "the Gluon local pass is written for Hopper (sm_90)"
+    if v.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"{v.dtype} inputs keep float64 states, which the Gluon local pass does not hold"
+    if k.shape[3] != 128:
+        return f"the Gluon local pass maps 128 states, not {k.shape[3]}"
+    if v.shape[3] % BV:
+        return f"the Gluon local pass needs P a multiple of {BV}, not {v.shape[3]}"
+    if du is not None:
+        return "the Gluon local pass has no uncertainty gradient"
+    return None
+
+
+if gluon is not None:
+
+    @gluon.jit
+    def _ex2(x):
+        return gl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=gl.float32,
+                                         is_pure=True, pack=1)
+
+    @gluon.jit
+    def _rcp(x):
+        return gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=gl.float32,
+                                         is_pure=True, pack=1)
+
+    @gluon.jit
+    def _butterfly(a, b, ASM: gl.constexpr):
+        return gl.inline_asm_elementwise(ASM, "=r,r,r", [a, b], dtype=gl.float32, is_pure=True, pack=1)
+
+    @gluon.jit
+    def _plus_lane(x, ASM: gl.constexpr):
+        return x + gl.inline_asm_elementwise(ASM, "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1)
+
+    @gluon.jit
+    def _prefetch(p):
+        gl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
+    @gluon.jit
+    def _split4(x):
+        """An ``[N]`` tensor as each lane's 4 consecutive states: four ``[N / 4]`` tensors (no data moved)."""
+        y = gl.reshape(x, [x.shape[0] // 4, 2, 2])
+        a, b = gl.split(y)
+        x0, x2 = gl.split(a)
+        x1, x3 = gl.split(b)
+        return x0, x1, x2, x3
+
+    @gluon.jit
+    def _lane_dot(x, w):
+        """``sum`` over each lane's 4 states of ``x w`` as one FFMA chain: ``[N / 4]``, lane ``l``'s in lane ``l``."""
+        x0, x1, x2, x3 = _split4(x)
+        w0, w1, w2, w3 = _split4(w)
+        return x0 * w0 + x1 * w1 + x2 * w2 + x3 * w3
+
+    @gluon.jit
+    def _lane_sum(x):
+        x0, x1, x2, x3 = _split4(x)
+        return x0 + x1 + x2 + x3
+
+    @gluon.jit
+    def _alloc_state(N: gl.constexpr):
+        """Shared buffers for one state: ``M`` and ``I`` of 4 channels, 8 buffers (separate allocations, so that
+        storing one does not wait on a barrier after the other)."""
+        SH: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+        return (gl.allocate_shared_memory(gl.float32, [N], SH), gl.allocate_shared_memory(gl.float32, [N], SH),
+                gl.allocate_shared_memory(gl.float32, [N], SH), gl.allocate_shared_memory(gl.float32, [N], SH),
+                gl.allocate_shared_memory(gl.float32, [N], SH), gl.allocate_shared_memory(gl.float32, [N], SH),
+                gl.allocate_shared_memory(gl.float32, [N], SH), gl.allocate_shared_memory(gl.float32, [N], SH))
+
+    @gluon.jit
+    def _slots(N: gl.constexpr, SEG: gl.constexpr):
+        gl.static_assert(SEG == 2 or SEG == 4 or SEG == 8, "SEG is 2, 4 or 8")
+        if SEG == 2:
+            return (_alloc_state(N), _alloc_state(N))
+        elif SEG == 4:
+            return (_alloc_state(N), _alloc_state(N), _alloc_state(N), _alloc_state(N))
+        else:
+            return (_alloc_state(N), _alloc_state(N), _alloc_state(N), _alloc_state(N),
+                    _alloc_state(N), _alloc_state(N), _alloc_state(N), _alloc_state(N))
+
+    @gluon.jit
+    def _store_shared(bufs, st):
+        for c in gl.static_range(8):
+            bufs[c].store(st[c])
+
+    @gluon.jit
+    def _load_shared(bufs, L: gl.constexpr):
+        return (bufs[0].load(L), bufs[1].load(L), bufs[2].load(L), bufs[3].load(L),
+                bufs[4].load(L), bufs[5].load(L), bufs[6].load(L), bufs[7].load(L))
+
+    @gluon.jit
+    def _load_state(p_m, p_i, o_n, N: gl.constexpr):
+        """``(M, I)`` of 4 channels from ``[4, N]`` rows at ``p_m``, ``p_i``."""
+        return (gl.load(p_m + o_n), gl.load(p_m + N + o_n), gl.load(p_m + 2 * N + o_n), gl.load(p_m + 3 * N + o_n),
+                gl.load(p_i + o_n), gl.load(p_i + N + o_n), gl.load(p_i + 2 * N + o_n), gl.load(p_i + 3 * N + o_n))
+
+    @gluon.jit
+    def _store_state(p_m, p_i, o_n, st, N: gl.constexpr):
+        for c in gl.static_range(4):
+            gl.store(p_m + c * N + o_n, st[c])
+            gl.store(p_i + c * N + o_n, st[4 + c])
+
+    @gluon.jit
+    def _channels(p, valid):
+        """The program's 4 channels of a ``[.., P]`` row at ``p`` (8- or 16-byte aligned), as float32 scalars from
+        one vector load (0 for an invalid token, whose ``p`` the caller keeps inside the sequence)."""
+        if p.dtype.element_ty == gl.bfloat16:
+            x0, x1, x2, x3 = gl.inline_asm_elementwise(
+                "{ .reg .b32 a, b; ld.global.nc.v2.b32 {a, b}, [$4]; shl.b32 $0, a, 16; and.b32 $1, a, 0xffff0000; "
+                "shl.b32 $2, b, 16; and.b32 $3, b, 0xffff0000; }", "=r,=r,=r,=r,l", [p],
+                dtype=(gl.float32, gl.float32, gl.float32, gl.float32), is_pure=True, pack=1)
+        elif p.dtype.element_ty == gl.float16:
+            x0, x1, x2, x3 = gl.inline_asm_elementwise(
+                "{ .reg .b16 h0, h1, h2, h3; ld.global.nc.v4.b16 {h0, h1, h2, h3}, [$4]; cvt.f32.f16 $0, h0; "
+                "cvt.f32.f16 $1, h1; cvt.f32.f16 $2, h2; cvt.f32.f16 $3, h3; }", "=r,=r,=r,=r,l", [p],
+                dtype=(gl.float32, gl.float32, gl.float32, gl.float32), is_pure=True, pack=1)
+        else:
+            x0, x1, x2, x3 = gl.inline_asm_elementwise(
+                "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [p],
+                dtype=(gl.float32, gl.float32, gl.float32, gl.float32), is_pure=True, pack=1)
+        return (gl.where(valid, x0, 0.0), gl.where(valid, x1, 0.0), gl.where(valid, x2, 0.0),
+                gl.where(valid, x3, 0.0))
+
+    @gluon.jit
+    def _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
+               N: gl.constexpr, USE_BETA: gl.constexpr):
+        """Key, decay, values and gains of token ``tok`` (the identity update where not ``valid``)."""
+        b_k = gl.load(k + (tok * G + i_g) * N + o_n, mask=o_n < gl.where(valid, N, 0), other=0).to(gl.float32)
+        b_a = _ex2(gl.load(g + tok * H + i_h, mask=valid, other=0).to(gl.float32) * LOG2E)
+        o_c = (gl.minimum(tok, t_last) * H + i_h) * P + c0
+        vv = _channels(v + o_c, valid)
+        if USE_BETA:
+            bb = _channels(beta + o_c, valid)
+        else:
+            bb = vv
+        return b_k, b_a, vv, bb
+
+    @gluon.jit
+    def _update(st, b_k, b_a, vv, bb, b_ip, USE_BETA: gl.constexpr):
+        """One step of both recurrences (``fused_recurrent._update``'s operations)."""
+        b_c = (1 - b_a) * b_ip
+        b_kk = b_k * b_k
+        m0, m1, m2, m3, i0, i1, i2, i3 = st
+        m0 = m0 * b_a + vv[0] * b_k
+        m1 = m1 * b_a + vv[1] * b_k
+        m2 = m2 * b_a + vv[2] * b_k
+        m3 = m3 * b_a + vv[3] * b_k
+        if USE_BETA:
+            i0 = i0 * b_a + (bb[0] * b_kk + b_c)
+            i1 = i1 * b_a + (bb[1] * b_kk + b_c)
+            i2 = i2 * b_a + (bb[2] * b_kk + b_c)
+            i3 = i3 * b_a + (bb[3] * b_kk + b_c)
+        else:
+            i0, i1, i2, i3 = i0 * b_a + b_c, i1 * b_a + b_c, i2 * b_a + b_c, i3 * b_a + b_c
+        return (m0, m1, m2, m3, i0, i1, i2, i3)
+
+    @gluon.jit
+    def _step(st, v, k, g, beta, b_ip, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
+              P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr):
+        b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+        return _update(st, b_k, b_a, vv, bb, b_ip, USE_BETA)
+
+    @gluon.jit
+    def _advance_block(st, v, k, g, beta, b_ip, tok0, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
+                       P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
+                       RESCALE: gl.constexpr):
+        """The state after the ``BS`` tokens from ``tok0`` (a whole block of pass A). ``RESCALE``: where the
+        block's log decays' magnitudes sum to at most ``fused_recurrent.RESCALE_TAU`` (one uniform test), in rescaled
+        states as ``fused_recurrent._rescaled_block`` (``M' = M / A``, ``J' = (I - I_prior) / A``: one FFMA per
+        state and token), scaled back at the end; plainly otherwise."""
+        fits = False
+        if RESCALE:
+            b_t = gl.abs(gl.load(g + tok0 * H + i_h).to(gl.float32))
+            for s in gl.static_range(1, BS):
+                b_t += gl.abs(gl.load(g + (tok0 + s) * H + i_h).to(gl.float32))
+            fits = b_t <= TAU
+        if fits:
+            m0, m1, m2, m3, i0, i1, i2, i3 = st
+            i0, i1, i2, i3 = i0 - b_ip, i1 - b_ip, i2 - b_ip, i3 - b_ip
+            b_s = b_ip * 0
+            for s in gl.static_range(BS):
+                tok = tok0 + s
+                b_k = gl.load(k + (tok * G + i_g) * N + o_n).to(gl.float32)
+                b_s -= gl.load(g + tok * H + i_h).to(gl.float32)
+                vv = _channels(v + (tok * H + i_h) * P + c0, True)
+                b_ke = b_k * _ex2(b_s * LOG2E)
+                m0, m1, m2, m3 = m0 + vv[0] * b_ke, m1 + vv[1] * b_ke, m2 + vv[2] * b_ke, m3 + vv[3] * b_ke
+                if USE_BETA:
+                    bb = _channels(beta + (tok * H + i_h) * P + c0, True)
+                    b_kk = b_k * b_ke
+                    i0, i1, i2, i3 = i0 + bb[0] * b_kk, i1 + bb[1] * b_kk, i2 + bb[2] * b_kk, i3 + bb[3] * b_kk
+            b_w = _ex2(-b_s * LOG2E)
+            st = (m0 * b_w, m1 * b_w, m2 * b_w, m3 * b_w,
+                  i0 * b_w + b_ip, i1 * b_w + b_ip, i2 * b_w + b_ip, i3 * b_w + b_ip)
+        else:
+            for s in gl.static_range(BS):
+                st = _step(st, v, k, g, beta, b_ip, tok0 + s, True, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+        return st
+
+    @gluon.jit
+    def _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok, valid, t_last, i_h, i_g, c0, o_n,
+                 H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr):
+        """The reverse step of token ``tok`` from the state after it ``st``, the state before it ``sp`` and the
+        adjoints ``ad = (dM, dI)`` of the step after (decay ``b_an``): ``fused_recurrent._chained_step``'s
+        operations. Adds ``dq``, ``dk``; returns the adjoints, ``a_t`` and the lane partials of ``dv``, ``dbeta``
+        (4 channels each) and of the decay gradient."""
+        b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+        b_q = gl.load(q + (tok * G + i_g) * N + o_n, mask=o_n < gl.where(valid, N, 0), other=0).to(gl.float32)
+        tc = gl.minimum(tok, t_last)
+        yy = _channels(dy + (tc * H + i_h) * P + c0, valid)
+        m0, m1, m2, m3, i0, i1, i2, i3 = st
+        p0, p1, p2, p3, j0, j1, j2, j3 = sp
+        dm0, dm1, dm2, dm3, di0, di1, di2, di3 = ad
+        r0, r1, r2, r3 = _rcp(i0), _rcp(i1), _rcp(i2), _rcp(i3)
+        u0, u1, u2, u3 = m0 * r0, m1 * r1, m2 * r2, m3 * r3
+        g0 = yy[0] * b_q * r0
+        g1 = yy[1] * b_q * r1
+        g2 = yy[2] * b_q * r2
+        g3 = yy[3] * b_q * r3
+        dm0, dm1, dm2, dm3 = dm0 * b_an + g0, dm1 * b_an + g1, dm2 * b_an + g2, dm3 * b_an + g3
+        di0, di1, di2, di3 = di0 * b_an - g0 * u0, di1 * b_an - g1 * u1, di2 * b_an - g2 * u2, di3 * b_an - g3 * u3
+        b_dq = u0 * yy[0] + u1 * yy[1] + u2 * yy[2] + u3 * yy[3]
+        b_dk = dm0 * vv[0] + dm1 * vv[1] + dm2 * vv[2] + dm3 * vv[3]
+        l_dv = (_lane_dot(dm0, b_k), _lane_dot(dm1, b_k), _lane_dot(dm2, b_k), _lane_dot(dm3, b_k))
+        b_g = dm0 * p0 + di0 * (j0 - b_ip) + dm1 * p1 + di1 * (j1 - b_ip)
+        b_g += dm2 * p2 + di2 * (j2 - b_ip) + dm3 * p3 + di3 * (j3 - b_ip)
+        l_dg = b_a * _lane_sum(b_g)
+        if USE_BETA:
+            b_kk = b_k * b_k
+            l_db = (_lane_dot(di0, b_kk), _lane_dot(di1, b_kk), _lane_dot(di2, b_kk), _lane_dot(di3, b_kk))
+            b_dk += 2 * b_k * (di0 * bb[0] + di1 * bb[1] + di2 * bb[2] + di3 * bb[3])
+        else:
+            l_db = l_dv
+        # unmasked (no branch): an invalid token's sums are zero (its value, gain, key, query and output gradient
+        # are), added at the sequence's last token
+        gl.atomic_add(dq + (tc * G + i_g) * N + o_n, b_dq, sem="relaxed")
+        gl.atomic_add(dk + (tc * G + i_g) * N + o_n, b_dk, sem="relaxed")
+        return (dm0, dm1, dm2, dm3, di0, di1, di2, di3), b_a, l_dv, l_db, l_dg
+
+    @gluon.jit
+    def _pair_outputs(dv, dbeta, dg, l_dv1, l_db1, l_dg1, l_dv2, l_db2, l_dg2, tok1, valid1, valid2, i_h, c0,
+                      H: gl.constexpr, P: gl.constexpr, USE_BETA: gl.constexpr):
+        """A pair's ``dv``, ``dbeta`` stored and decay gradients added from their lane partials
+        (``fused_recurrent._pair_rows``, ``_pair_decay_grads``): lane bit 4 picks the token, bit 3 the gradient."""
+        lane = gl.arange(0, 32, layout=l_dg1.type.layout)
+        second = ((lane >> 4) & 1) == 1
+        tok = tok1 + second.to(gl.int64)
+        ok = gl.where(second, valid2, valid1)
+        if USE_BETA:
+            base = gl.where(((lane >> 3) & 1) == 1, dbeta, dv) + (tok * H + i_h) * P + c0
+            m_row = ok & ((lane & 7) == 0)
+        else:
+            base = dv + (tok * H + i_h) * P + c0
+            m_row = ok & ((lane & 15) == 0)
+        for c in gl.static_range(4):
+            if USE_BETA:
+                s = _butterfly(_butterfly(l_dv1[c], l_dv2[c], BUTTERFLY16), _butterfly(l_db1[c], l_db2[c], BUTTERFLY16),
+                               BUTTERFLY8)
+            else:
+                s = _plus_lane(_butterfly(l_dv1[c], l_dv2[c], BUTTERFLY16), XOR8)
+            s = _plus_lane(_plus_lane(_plus_lane(s, XOR4), XOR2), XOR1)
+            gl.store(base + c, s.to(dv.dtype.element_ty), mask=m_row)
+        s = _butterfly(l_dg1, l_dg2, BUTTERFLY16)
+        s = _plus_lane(_plus_lane(_plus_lane(_plus_lane(s, XOR8), XOR4), XOR2), XOR1)
+        gl.atomic_add(dg + tok * H + i_h, s, mask=ok & ((lane & 15) == 0), sem="relaxed")
+
+    @gluon.jit
+    def _prefetch_block(v, k, q, g, beta, dy, tok0, t_last, i_h, i_g, c0, H: gl.constexpr, G: gl.constexpr,
+                        P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
+                        READOUT: gl.constexpr):
+        """``fused_recurrent._prefetch_block``: the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) asked for in
+        L1, their float32 key rows (4 lines each), value, gain and decay lines, and with ``READOUT`` their query
+        rows and output-gradient lines."""
+        LR: gl.constexpr = gl.BlockedLayout([1, 1], [8, 4], [1, 1], [1, 0])
+        LT: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        o_r = gl.minimum(tok0 + gl.arange(0, BS, layout=gl.SliceLayout(1, LR)), t_last)
+        o_row = ((o_r * G + i_g) * N)[:, None] + (gl.arange(0, 4, layout=gl.SliceLayout(0, LR)) * 32)[None, :]
+        _prefetch(k + o_row)
+        o_t = gl.minimum(tok0 + gl.arange(0, BS, layout=LT), t_last)
+        o_c = (o_t * H + i_h) * P + c0
+        _prefetch(v + o_c)
+        _prefetch(g + o_t * H + i_h)
+        if USE_BETA:
+            _prefetch(beta + o_c)
+        if READOUT:
+            _prefetch(q + o_row)
+            _prefetch(dy + o_c)
+
+    @gluon.jit
+    def _segment(slots, ad, b_an, p_m0, p_i0, t_b, ne, t_last, b_ip, v, k, q, g, beta, dy, dv, dk, dq, dg, dbeta,
+                 i_h, i_g, c0, o_n, x0, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
+                 G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, PIPE: gl.constexpr):
+        """Pass B over the ``SEG`` tokens from ``x0`` of the block whose start is at ``p_m0``, ``p_i0`` and first
+        token ``t_b`` (``ne`` of its tokens valid): the block start walked to the segment, the state before each of
+        the segment's tokens stored in ``slots``, then its pairs reversed from the adjoints ``ad`` (decay ``b_an``)
+        of the token after it. Returns the adjoints and decay of the segment's first token."""
+        st = _load_state(p_m0, p_i0, o_n, N)
+        if PIPE:  # each token's inputs loaded while the token before it is computed
+            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+            for s in range(x0):
+                xn = _token(v, k, g, beta, t_b + s + 1, s + 1 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+                st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
+                x = xn
+            for s in gl.static_range(SEG):
+                _store_shared(slots[s], st)
+                if s + 1 < SEG:
+                    xn = _token(v, k, g, beta, t_b + x0 + s + 1, x0 + s + 1 < ne, t_last, i_h, i_g, c0, o_n,
+                                H, G, P, N, USE_BETA)
+                st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
+                x = xn
+        else:
+            for s in range(x0):
+                st = _step(st, v, k, g, beta, b_ip, t_b + s, s < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+            for s in gl.static_range(SEG):
+                _store_shared(slots[s], st)
+                st = _step(st, v, k, g, beta, b_ip, t_b + x0 + s, x0 + s < ne, t_last, i_h, i_g, c0, o_n,
+                           H, G, P, N, USE_BETA)
+        for pr in gl.static_range(SEG // 2):  # the pair (tok2 - 1, tok2), from the segment's end
+            tok2 = t_b + x0 + SEG - 1 - 2 * pr
+            valid1 = x0 + SEG - 2 - 2 * pr < ne
+            valid2 = x0 + SEG - 1 - 2 * pr < ne
+            if pr > 0:
+                st = _load_shared(slots[SEG - 2 * pr], L)
+            sp = _load_shared(slots[SEG - 1 - 2 * pr], L)
+            ad, b_an, l_dv2, l_db2, l_dg2 = _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2,
+                                                     valid2, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+            spp = _load_shared(slots[SEG - 2 - 2 * pr], L)
+            ad, b_an, l_dv1, l_db1, l_dg1 = _reverse(sp, spp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2 - 1,
+                                                     valid1, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+            _pair_outputs(dv, dbeta, dg, l_dv1, l_db1, l_dg1, l_dv2, l_db2, l_dg2, tok2 - 1, valid1, valid2, i_h, c0,
+                          H, P, USE_BETA)
+        return ad, b_an
+
+    @gluon.jit
+    def palimpsa_gluon_local_kernel(
+        v, k, q, g, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+        cu_seqlens, chunk_offsets, T, n_nh, n_work,
+        H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, BS: gl.constexpr,
+        SEG: gl.constexpr, NSPLIT: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
+        USE_INITIAL_IMPORTANCE: gl.constexpr, IS_VARLEN: gl.constexpr, PREFETCH: gl.constexpr,
+        RESCALE: gl.constexpr, PIPE: gl.constexpr,
+    ):
+        """Persistent, as ``chunked_bwd.palimpsa_bwd_local_kernel``: program ``p`` takes the work items ``p``,
+        ``p + programs``, ... (channel block fastest, then the (sequence, head) pairs, then the split), each the
+        chunks ``i_sp, i_sp + NSPLIT, ...`` of one (channel block, head), with one scratch slab of ``CT / BS - 1``
+        states for all of them."""
+        L: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+        NV: gl.constexpr = P // 4
+        NSEG: gl.constexpr = BS // SEG
+        gl.static_assert(BS % SEG == 0, "SEG divides BS")
+        gl.static_assert(SEG % 2 == 0, "SEG holds whole pairs")
+        pid = gl.program_id(0)
+        o_sc = pid.to(gl.int64) * (CT // BS - 1) * 4 * N
+        o_n = gl.arange(0, N, layout=L)
+        b_ip = gl.load(ip).to(gl.float32)
+        slots = _slots(N, SEG)
+        for work in range(pid, n_work, gl.num_programs(0)):
+            i_sp = work // (NV * n_nh)
+            i_v = work % NV
+            i_nh = (work // NV) % n_nh
+            i_n, i_h = i_nh // H, i_nh % H
+            i_g = i_h // (H // G)
+            c0 = i_v * 4
+            if IS_VARLEN:
+                bos = gl.load(cu_seqlens + i_n).to(gl.int64)
+                T_n = (gl.load(cu_seqlens + i_n + 1).to(gl.int64) - bos).to(gl.int32)
+                boc = gl.load(chunk_offsets + i_n).to(gl.int64)
+            else:
+                bos = i_n.to(gl.int64) * T
+                T_n = T
+                boc = i_n.to(gl.int64) * gl.cdiv(T, CT)
+            t_last = bos + T_n - 1
+            o_state = (i_nh.to(gl.int64) * P + c0) * N
+            for i_c in range(i_sp, gl.cdiv(T_n, CT), NSPLIT):
+                t0 = i_c * CT
+                nb = gl.cdiv(gl.minimum(CT, T_n - t0), BS)
+                o_ck = (((boc + i_c) * H + i_h) * P + c0) * N
+                # pass A: the chunk forward again from its checkpoint, every BS-th state into the slab (block
+                # j + 1 starts at slot j; block 0 at the checkpoint)
+                st = _load_state(ck_m + o_ck, ck_i + o_ck, o_n, N)
+                for j in range(nb - 1):
+                    if PREFETCH:
+                        _prefetch_block(v, k, q, g, beta, dy, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, c0,
+                                        H, G, P, N, BS, USE_BETA, False)
+                    st = _advance_block(st, v, k, g, beta, b_ip, bos + t0 + j * BS, t_last, i_h, i_g, c0, o_n,
+                                        H, G, P, N, BS, USE_BETA, RESCALE)
+                    _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
+                # pass B: blocks in reverse; in a block, segments in reverse, each walked from the block start
+                # with the states before its tokens in shared memory, then its pairs reversed
+                zero = gl.zeros([N], gl.float32, layout=L)
+                ad = (zero, zero, zero, zero, zero, zero, zero, zero)
+                b_an = b_ip * 0 + 1
+                for i_jr in range(nb):
+                    j = nb - 1 - i_jr
+                    tb = t0 + j * BS
+                    ne = gl.minimum(BS, T_n - tb)
+                    if j == 0:
+                        p_m0, p_i0 = ck_m + o_ck, ck_i + o_ck
+                    else:
+                        p_m0, p_i0 = sc_m + o_sc + (j - 1) * 4 * N, sc_i + o_sc + (j - 1) * 4 * N
+                    if PREFETCH:
+                        if j > 0:
+                            _prefetch_block(v, k, q, g, beta, dy, bos + tb - BS, t_last, i_h, i_g, c0,
+                                            H, G, P, N, BS, USE_BETA, True)
+                    for i_gr in range(NSEG):  # a loop (unrolled, the segments measured slower: call 4)
+                        ad, b_an = _segment(slots, ad, b_an, p_m0, p_i0, bos + tb, ne, t_last, b_ip, v, k, q, g, beta,
+                                            dy, dv, dk, dq, dg, dbeta, i_h, i_g, c0, o_n, (NSEG - 1 - i_gr) * SEG, L,
+                                            SEG, H, G, P, N, USE_BETA, PIPE)
+                # the chunk's local adjoint of the state before its first token (chunked_bwd's local kernel)
+                if i_c > 0:
+                    o_l = (((gl.maximum(boc - i_n, 0) + i_c - 1) * H + i_h) * P + c0) * N
+                    for c in gl.static_range(4):
+                        gl.store(lm + o_l + c * N + o_n, ad[c] * b_an)
+                        gl.store(li + o_l + c * N + o_n, ad[4 + c] * b_an)
+                else:
+                    if USE_INITIAL_STATE:
+                        for c in gl.static_range(4):
+                            gl.store(dm0 + o_state + c * N + o_n, ad[c] * b_an)
+                    if USE_INITIAL_IMPORTANCE:
+                        for c in gl.static_range(4):
+                            gl.store(di0 + o_state + c * N + o_n, ad[4 + c] * b_an)
+
+
+POINTERS = ("v", "k", "q", "g", "beta", "ip", "ck_m", "ck_i", "dy", "sc_m", "sc_i", "lm", "li", "dv", "dk", "dq",
+            "dg", "dbeta", "dm0", "di0", "cu_seqlens", "chunk_offsets")
+
+
+def shared_bytes(seg: int, state_size: int = 128) -> int:
+    """Shared memory a program holds: ``seg`` slots of ``M`` and ``I`` for 4 channels, float32."""
+    return seg * 8 * state_size * 4
+
+
+def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+           cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
+           rescale, pipe, use_initial_state, use_initial_importance):
+    """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one."""
+    palimpsa_gluon_local_kernel[(programs,)](
+        v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+        cu_seqlens, offsets, length, n_nh, n_work,
+        H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
+        NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
+        USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
+        RESCALE=rescale, PIPE=pipe,
+        num_warps=1, **fr.FP_FUSION,
+    )
+
+
+def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
+                   chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
+                   rescale: bool = True, pipe: bool = False, use_beta: bool = True, is_varlen: bool = False,
+                   arch: int = 90):
+    """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
+    no states in or out): the ``CompiledKernel``."""
+    from triton.backends.compiler import GPUTarget
+
+    constexprs = {"H": heads, "G": groups, "P": head_dim, "N": 128, "CT": chunk_size, "BS": block_size,
+                  "SEG": seg, "NSPLIT": 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
+                  "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": is_varlen, "PREFETCH": prefetch,
+                  "RESCALE": rescale, "PIPE": pipe}
+    types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "dv", "dbeta")}
+    types.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32"})
+    signature = {name: types.get(name, "*fp32") for name in POINTERS}
+    signature.update({"T": "i32", "n_nh": "i32", "n_work": "i32"})
+    signature.update({name: "constexpr" for name in constexprs})
+    attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(POINTERS))}
+    source = GluonASTSource(palimpsa_gluon_local_kernel, signature, constexprs, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": 1, **fr.FP_FUSION})

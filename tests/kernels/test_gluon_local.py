@@ -1,0 +1,106 @@
+"""The Gluon local pass of the chunk-parallel backward (``palimpsa.kernels.gluon_local``) on the CPU.
+
+Gluon kernels cannot run under the interpreter, so here the kernel compiles for sm_90a (no driver) at the training
+launch and with its other options, within its register budget, with no spills, its shared memory and two barriers;
+and where it cannot run (the CPU, an uncertainty gradient) ``bwd_config={"LOCAL": "gluon"}`` leaves the local pass
+to the Triton kernel, whose gradients are then unchanged. Its gradients are checked on a GPU against float64 and
+the Triton pass (docs/bench/gluon-local-2026-11-27/compare.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from palimpsa.kernels import fused_recurrent, gluon_local, gluon_scan  # noqa: E402
+from scan_inputs import make_inputs  # noqa: E402
+
+needs_gluon = pytest.mark.skipif(gluon_scan.GLUON_IMPORT_ERROR is not None,
+                                 reason=f"this Triton has no Gluon: {gluon_scan.GLUON_IMPORT_ERROR}")
+
+LAUNCHES = {  # name: compile_kernel's arguments
+    "training": {},
+    "two-token segments": {"seg": 2},
+    "float32, no beta, packed, pipelined": {"dtype": "fp32", "use_beta": False, "is_varlen": True, "pipe": True},
+    "fp16, two groups": {"dtype": "fp16", "groups": 2},
+}
+CODE = """
+import json, re, subprocess, tempfile
+from palimpsa.kernels import gluon_local, gluon_scan
+out = {}
+for name, kwargs in json.loads(ARGS).items():
+    c = gluon_local.compile_kernel(**kwargs)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(c.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([gluon_scan._cuda_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    out[name] = {**gluon_scan.resource_usage(c), "dynamic_shared": c.metadata.shared,
+                 **{op: len(re.findall(rf"\\b{op}\\b", sass)) for op in ("BAR", "STS", "LDS", "STL", "LDL")},
+                 "shuffles": c.asm["ptx"].count("shfl.sync")}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    """Every launch compiled in a subprocess: under TRITON_INTERPRET (set for the Triton tests of this session)
+    Gluon's library functions are interpreter objects and a Gluon kernel cannot compile."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = CODE.replace("ARGS", repr(json.dumps(LAUNCHES)))
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@needs_gluon
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, launch):
+    """One warp of four channels keeps a state, the state before it and the adjoints in registers (212-255 under
+    Triton 3.5.1 to 3.9), no spill; a segment's states live in ``SEG`` shared slots of 4 KB, stored and loaded as
+    128-bit vectors (8 of each a slot), with one barrier before the segment's loads and one before the next
+    segment's stores; a pair's ``dv``, ``dbeta`` (4 channels x 6 shuffles) and decay gradients (5) take one
+    butterfly each, 29 shuffles a pair."""
+    seg = LAUNCHES[launch].get("seg", 4)
+    r = compiled[launch]
+    assert r["stack"] == 0 and r["local"] == 0 and r["STL"] == 0 and r["LDL"] == 0, r
+    assert 200 <= r["registers"] <= 255, r
+    assert r["dynamic_shared"] == gluon_local.shared_bytes(seg) == seg * 4096, r
+    assert r["BAR"] == 2, r
+    assert r["STS"] == r["LDS"] == 8 * seg, r
+    with_beta = LAUNCHES[launch].get("use_beta", True)
+    per_pair = 4 * (6 if with_beta else 5) + 5
+    assert r["shuffles"] == per_pair * seg // 2, r
+
+
+def test_refuses_what_it_does_not_map():
+    v = torch.zeros(1, 4, 2, 8)
+    k = torch.zeros(1, 4, 1, 128)
+    assert gluon_local.unsupported(v, k, None, None) is not None  # no GPU here (or no Gluon)
+    assert "GPU" in gluon_local.unsupported(v, k, None, None) or gluon_scan.GLUON_IMPORT_ERROR is not None
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="the fallback is checked on the CPU interpreter")
+def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
+    """``LOCAL`` "gluon" on the CPU: the Triton local pass runs, so every gradient equals the default's exactly."""
+    inputs = make_inputs(2, 13, 4, 2, 8, 16, requires_grad=True, device="cpu")
+    args = (inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"])
+    leaves = [t for t in inputs.values() if t is not None and t.requires_grad]
+
+    def grads(extra):
+        y, final, u = fused_recurrent.fused_recurrent_palimpsa_scan(
+            *args, 0.7, (inputs["M0"], inputs["I0"]), True, False, None,
+            fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+            bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
+        loss = (y * 1.5).sum() + final[0].sum() - 0.5 * final[1].sum()
+        return torch.autograd.grad(loss, leaves)
+
+    for want, got in zip(grads({}), grads({"LOCAL": "gluon"}), strict=True):
+        assert torch.equal(want, got)
