@@ -322,7 +322,7 @@ def _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, s
     where it cannot run these inputs (``gluon_local.unsupported``), for the Triton pass to run instead."""
     from . import gluon_local
 
-    if gluon_local.unsupported(v, k_l, beta, du) is not None or int(config["BV"]) != gluon_local.BV:
+    if gluon_local.unsupported(v, k_l, beta, du, dy) is not None or int(config["BV"]) != gluon_local.BV:
         return False
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     gluon_local.launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta,

@@ -35,8 +35,9 @@ LOG2E = triton.language.constexpr(1.4426950408889634)
 TAU = triton.language.constexpr(fr.RESCALE_TAU)
 
 
-def unsupported(v: torch.Tensor, k: torch.Tensor, beta, du) -> str | None:
-    """Why the Gluon local pass cannot run these inputs (None: it can)."""
+def unsupported(v: torch.Tensor, k: torch.Tensor, beta, du, dy=None) -> str | None:
+    """Why the Gluon local pass cannot run these inputs (None: it can). ``v``, ``beta`` and ``dy`` are read 4
+    channels at a time by one vector load, so their first element must be aligned to 4 elements."""
     if gluon is None:
         return f"this Triton has no Gluon ({GLUON_IMPORT_ERROR})"
     if not v.is_cuda:
@@ -51,19 +52,18 @@ def unsupported(v: torch.Tensor, k: torch.Tensor, beta, du) -> str | None:
         return f"the Gluon local pass needs P a multiple of {BV}, not {v.shape[3]}"
     if du is not None:
         return "the Gluon local pass has no uncertainty gradient"
+    for name, t in (("v", v), ("beta", beta), ("dy", dy)):
+        if t is not None and t.data_ptr() % (BV * t.element_size()):
+            return f"{name} starts at an address not aligned to {BV} elements (a view at an odd offset)"
     return None
 
 
 if gluon is not None:
+    from .gluon_scan import _rcp  # one rcp.approx.ftz.f32
 
     @gluon.jit
     def _ex2(x):
         return gl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=gl.float32,
-                                         is_pure=True, pack=1)
-
-    @gluon.jit
-    def _rcp(x):
-        return gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=gl.float32,
                                          is_pure=True, pack=1)
 
     @gluon.jit

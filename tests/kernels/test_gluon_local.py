@@ -86,11 +86,24 @@ def test_refuses_what_it_does_not_map():
     assert "GPU" in gluon_local.unsupported(v, k, None, None) or gluon_scan.GLUON_IMPORT_ERROR is not None
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or gluon_scan.GLUON_IMPORT_ERROR is not None,
+                    reason="needs a GPU with Gluon")
+def test_refuses_rows_its_vector_loads_cannot_read():
+    """``v``, ``beta`` and ``dy`` are read 4 channels at a time; a view starting at an odd element is refused (the
+    Triton pass then runs) rather than read misaligned."""
+    base = torch.zeros(1 + 2 * 4 * 2 * 8, device="cuda", dtype=torch.bfloat16)
+    v = base[1:].view(2, 4, 2, 8)
+    k = torch.zeros(2, 4, 1, 128, device="cuda")
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert "aligned" in gluon_local.unsupported(v, k, None, None)
+        assert gluon_local.unsupported(base[:-1].view(2, 4, 2, 8), k, None, None) is None
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                     reason="the fallback is checked on the CPU interpreter")
 def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
     """``LOCAL`` "gluon" on the CPU: the Triton local pass runs, so every gradient equals the default's exactly."""
-    inputs = make_inputs(2, 13, 4, 2, 8, 16, requires_grad=True, device="cpu")
+    inputs = make_inputs(1, 10, 2, 1, 4, 16, requires_grad=True, device="cpu")
     args = (inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"])
     leaves = [t for t in inputs.values() if t is not None and t.requires_grad]
 
