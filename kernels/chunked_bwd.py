@@ -319,10 +319,14 @@ def _programs(config: dict, n_work: int, device: torch.device) -> int:
 def _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li, buffers,
                  cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit):
     """The local pass in Gluon (``gluon_local``; ``LOCAL`` "gluon"), with the Triton pass's slab and outputs; False
-    where it cannot run these inputs (``gluon_local.unsupported``), for the Triton pass to run instead."""
+    where it cannot run these inputs or settings (``gluon_local.unsupported``, ``BV`` other than 4), for the
+    Triton pass to run instead. The Triton pass's own keys (``GROUP``, ``GAUGE``, ``PROBE``, ``TRANS``, ``maxnreg``,
+    ``num_warps``) do not apply to it."""
     from . import gluon_local
 
-    if gluon_local.unsupported(v, k_l, beta, du, dy) is not None or int(config["BV"]) != gluon_local.BV:
+    reason = gluon_local.unsupported(v, k_l, beta, du, dy, block_size=block_size, seg=int(config["SEG"]),
+                                    fast_exp=fr._fast_exp(v, config))
+    if reason is not None or int(config["BV"]) != gluon_local.BV:
         return False
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     gluon_local.launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta,

@@ -3,11 +3,12 @@
 The Triton local pass (``chunked_bwd.palimpsa_bwd_local_kernel``, ``fused_recurrent._reverse_chunk``) keeps
 every state in registers, so pass B recomputes each pair of tokens from its block's start: 3.5 state updates a
 token, and three states of a pair live at once. Plain Triton cannot place a tensor in shared memory; Gluon can.
-This kernel computes the same gradients (the same operations in the same order per token) with pass B split into
-segments of ``SEG`` tokens: a segment is walked once from the block start, each state before one of its tokens
-stored in shared memory (one buffer per state, channel and slot, so that the stores need no barrier between
-them), and its reverse steps read them back. ``SEG = BS`` walks a block once in pass B (2 updates a token in
-all, ``BS`` slots: 4 KB each); ``SEG = BS / 2`` walks the first half again (2.5 a token, half the slots).
+This kernel computes the same gradients (the reverse step's operations in the same order, but for the decay
+gradient's sum, in two chains instead of one) with pass B split into segments of ``SEG`` tokens: a segment is
+walked once from the block start, each state before one of its tokens stored in shared memory (one buffer per
+state, channel and slot, so that the stores need no barrier between them), and its reverse steps read them back.
+``SEG = BS`` walks a block once in pass B (2 updates a token in all, ``BS`` slots: 4 KB each); ``SEG = BS / 2``
+walks the first half again (2.5 a token, half the slots).
 
 Mapping: one warp owns 4 channels of one head; lane ``l`` holds states ``4 l .. 4 l + 3`` of every channel. A
 state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over the channels is an FFMA chain),
@@ -35,26 +36,34 @@ LOG2E = triton.language.constexpr(1.4426950408889634)
 TAU = triton.language.constexpr(fr.RESCALE_TAU)
 
 
-def unsupported(v: torch.Tensor, k: torch.Tensor, beta, du, dy=None) -> str | None:
-    """Why the Gluon local pass cannot run these inputs (None: it can). ``v``, ``beta`` and ``dy`` are read 4
-    channels at a time by one vector load, so their first element must be aligned to 4 elements."""
+def unsupported(v: torch.Tensor, k: torch.Tensor, beta, du, dy=None, *, block_size: int = 8, seg: int = 4,
+                fast_exp: bool = True) -> str | None:
+    """Why the Gluon local pass cannot run these inputs and settings (None: it can): what it maps first, then the
+    machine. ``v``, ``beta`` and ``dy`` are read 4 channels at a time by one vector load, so their first element
+    must be aligned to 4 elements."""
     if gluon is None:
         return f"this Triton has no Gluon ({GLUON_IMPORT_ERROR})"
-    if not v.is_cuda:
-        return "Gluon kernels need a GPU (no interpreter)"
-    if torch.cuda.get_device_capability(v.device)[0] != 9:
-        return "the Gluon local pass is written for Hopper (sm_90)"
     if v.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return f"{v.dtype} inputs keep float64 states, which the Gluon local pass does not hold"
+    if beta is not None and beta.dtype != v.dtype:
+        return f"beta ({beta.dtype}) and v ({v.dtype}) differ in dtype; the pass stores dv and dbeta as one"
     if k.shape[3] != 128:
         return f"the Gluon local pass maps 128 states, not {k.shape[3]}"
     if v.shape[3] % BV:
         return f"the Gluon local pass needs P a multiple of {BV}, not {v.shape[3]}"
     if du is not None:
         return "the Gluon local pass has no uncertainty gradient"
+    if seg not in (2, 4, 8) or block_size % seg:
+        return f"SEG {seg} must be 2, 4 or 8 and divide the block size {block_size}"
+    if not fast_exp:
+        return "the Gluon local pass takes every decay from ex2.approx (FAST_EXP)"
     for name, t in (("v", v), ("beta", beta), ("dy", dy)):
         if t is not None and t.data_ptr() % (BV * t.element_size()):
             return f"{name} starts at an address not aligned to {BV} elements (a view at an odd offset)"
+    if not fr._compiled(v):
+        return "Gluon kernels need a GPU (no interpreter)"
+    if torch.cuda.get_device_capability(v.device)[0] != 9:
+        return "the Gluon local pass is written for Hopper (sm_90)"
     return None
 
 
@@ -265,6 +274,8 @@ if gluon is not None:
         b_dq = u0 * yy[0] + u1 * yy[1] + u2 * yy[2] + u3 * yy[3]
         b_dk = dm0 * vv[0] + dm1 * vv[1] + dm2 * vv[2] + dm3 * vv[3]
         l_dv = (_lane_dot(dm0, b_k), _lane_dot(dm1, b_k), _lane_dot(dm2, b_k), _lane_dot(dm3, b_k))
+        # the decay gradient's sum as two chains of four products (_row_dot2 runs one of eight: the same terms,
+        # rounded in another order; the kernel as timed)
         b_g = dm0 * p0 + di0 * (j0 - b_ip) + dm1 * p1 + di1 * (j1 - b_ip)
         b_g += dm2 * p2 + di2 * (j2 - b_ip) + dm3 * p3 + di3 * (j3 - b_ip)
         l_dg = b_a * _lane_sum(b_g)

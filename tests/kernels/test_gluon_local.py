@@ -2,9 +2,10 @@
 
 Gluon kernels cannot run under the interpreter, so here the kernel compiles for sm_90a (no driver) at the training
 launch and with its other options, within its register budget, with no spills, its shared memory and two barriers;
-and where it cannot run (the CPU, an uncertainty gradient) ``bwd_config={"LOCAL": "gluon"}`` leaves the local pass
-to the Triton kernel, whose gradients are then unchanged. Its gradients are checked on a GPU against float64 and
-the Triton pass (docs/bench/gluon-local-2026-11-27/compare.py).
+``unsupported`` names each input or setting it does not map; and where it cannot run (here: the CPU interpreter)
+``bwd_config={"LOCAL": "gluon"}`` leaves the local pass to the Triton kernel, whose gradients are then unchanged.
+Its gradients are checked on a GPU against float64 and the Triton pass
+(docs/bench/gluon-local-2026-11-27/compare.py).
 """
 
 from __future__ import annotations
@@ -62,11 +63,11 @@ def compiled() -> dict:
 @needs_gluon
 @pytest.mark.parametrize("launch", list(LAUNCHES))
 def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, launch):
-    """One warp of four channels keeps a state, the state before it and the adjoints in registers (212-255 under
-    Triton 3.5.1 to 3.9), no spill; a segment's states live in ``SEG`` shared slots of 4 KB, stored and loaded as
-    128-bit vectors (8 of each a slot), with one barrier before the segment's loads and one before the next
-    segment's stores; a pair's ``dv``, ``dbeta`` (4 channels x 6 shuffles) and decay gradients (5) take one
-    butterfly each, 29 shuffles a pair."""
+    """One warp of four channels keeps a state, the state before it and the adjoints in registers (212-255 measured
+    under Triton 3.5.1 to 3.9; 200-255 allowed), no spill; a segment's states live in ``SEG`` shared slots of 4 KB,
+    stored and loaded as 128-bit vectors (8 of each a slot), with one barrier before the segment's loads and one
+    before the next segment's stores; a pair's ``dv``, ``dbeta`` (4 channels x 6 shuffles, 5 without beta) and decay
+    gradients (5) take one butterfly each, 29 shuffles a pair."""
     seg = LAUNCHES[launch].get("seg", 4)
     r = compiled[launch]
     assert r["stack"] == 0 and r["local"] == 0 and r["STL"] == 0 and r["LDL"] == 0, r
@@ -79,24 +80,28 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     assert r["shuffles"] == per_pair * seg // 2, r
 
 
-def test_refuses_what_it_does_not_map():
-    v = torch.zeros(1, 4, 2, 8)
-    k = torch.zeros(1, 4, 1, 128)
-    assert gluon_local.unsupported(v, k, None, None) is not None  # no GPU here (or no Gluon)
-    assert "GPU" in gluon_local.unsupported(v, k, None, None) or gluon_scan.GLUON_IMPORT_ERROR is not None
+@needs_gluon
+def test_names_what_it_does_not_map_before_the_machine():
+    """Each input or setting the kernel does not map is named (the Triton pass then runs), whatever the machine; on
+    this CPU, inputs it maps are refused for the machine alone."""
+    def rows(*shape, dtype=torch.bfloat16, offset=0):
+        n = torch.Size(shape).numel()
+        return torch.zeros(n + offset, dtype=dtype)[offset:].view(*shape)
 
-
-@pytest.mark.skipif(not torch.cuda.is_available() or gluon_scan.GLUON_IMPORT_ERROR is not None,
-                    reason="needs a GPU with Gluon")
-def test_refuses_rows_its_vector_loads_cannot_read():
-    """``v``, ``beta`` and ``dy`` are read 4 channels at a time; a view starting at an odd element is refused (the
-    Triton pass then runs) rather than read misaligned."""
-    base = torch.zeros(1 + 2 * 4 * 2 * 8, device="cuda", dtype=torch.bfloat16)
-    v = base[1:].view(2, 4, 2, 8)
-    k = torch.zeros(2, 4, 1, 128, device="cuda")
-    if torch.cuda.get_device_capability()[0] == 9:
-        assert "aligned" in gluon_local.unsupported(v, k, None, None)
-        assert gluon_local.unsupported(base[:-1].view(2, 4, 2, 8), k, None, None) is None
+    v, k, dy = rows(1, 8, 2, 8), rows(1, 8, 1, 128, dtype=torch.float32), rows(1, 8, 2, 8)
+    assert "float64" in gluon_local.unsupported(v.double(), k, None, None)
+    assert "dtype" in gluon_local.unsupported(v, k, rows(1, 8, 2, 8, dtype=torch.float32), None)
+    assert "128 states" in gluon_local.unsupported(v, rows(1, 8, 1, 64, dtype=torch.float32), None, None)
+    assert "multiple of 4" in gluon_local.unsupported(rows(1, 8, 2, 6), k, None, None)
+    assert "uncertainty" in gluon_local.unsupported(v, k, None, dy)
+    assert "SEG" in gluon_local.unsupported(v, k, None, None, block_size=2, seg=4)
+    assert "SEG" in gluon_local.unsupported(v, k, None, None, block_size=8, seg=3)
+    assert "ex2" in gluon_local.unsupported(v, k, None, None, fast_exp=False)
+    for name, args in (("v", (rows(1, 8, 2, 8, offset=1), k, None, None)),
+                       ("beta", (v, k, rows(1, 8, 2, 8, offset=2), None)),
+                       ("dy", (v, k, None, None, rows(1, 8, 2, 8, offset=3)))):
+        assert gluon_local.unsupported(*args).startswith(f"{name} starts at an address not aligned"), name
+    assert "GPU" in gluon_local.unsupported(v, k, v, None, dy)  # everything mapped: the CPU is the reason
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
