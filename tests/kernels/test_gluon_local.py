@@ -31,9 +31,9 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "float32, no beta, packed, pipelined": {"dtype": "fp32", "use_beta": False, "is_varlen": True, "pipe": True},
     "fp16, two groups": {"dtype": "fp16", "groups": 2},
 }
-CODE = """
+CODE = r"""
 import json, re, subprocess, tempfile
-from palimpsa.kernels import gluon_local, gluon_scan
+from palimpsa.kernels import chunked_bwd, gluon_local, gluon_scan
 out = {}
 for name, kwargs in json.loads(ARGS).items():
     c = gluon_local.compile_kernel(**kwargs)
@@ -43,8 +43,11 @@ for name, kwargs in json.loads(ARGS).items():
         sass = subprocess.run([gluon_scan._cuda_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True,
                               check=True).stdout
     out[name] = {**gluon_scan.resource_usage(c), "dynamic_shared": c.metadata.shared,
-                 **{op: len(re.findall(rf"\\b{op}\\b", sass)) for op in ("BAR", "STS", "LDS", "STL", "LDL")},
-                 "shuffles": c.asm["ptx"].count("shfl.sync")}
+                 **{op: len(re.findall(rf"\b{op}\b", sass)) for op in ("BAR", "STS", "LDS", "STL", "LDL")},
+                 "shuffles": c.asm["ptx"].count("shfl.sync"),
+                 "butterfly_lanes": sorted({str(chunked_bwd.lane_bases(c.asm["ttgir"], t)) for t in re.findall(
+                     r"elementwise_inline_asm \"[^\n]*?shfl\.sync\.bfly[^\n]*?: (tensor<[^\n]*?) ->",
+                     c.asm["ttgir"])})}
 print(json.dumps(out))
 """
 
@@ -67,7 +70,8 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     under Triton 3.5.1 to 3.9; 200-255 allowed), no spill; a segment's states live in ``SEG`` shared slots of 4 KB,
     stored and loaded as 128-bit vectors (8 of each a slot), with one barrier before the segment's loads and one
     before the next segment's stores; a pair's ``dv``, ``dbeta`` (4 channels x 6 shuffles, 5 without beta) and decay
-    gradients (5) take one butterfly each, 29 shuffles a pair."""
+    gradients (5) take one butterfly each, 29 shuffles a pair, on lane partials whose element ``l`` lane ``l``
+    holds."""
     seg = LAUNCHES[launch].get("seg", 4)
     r = compiled[launch]
     assert r["stack"] == 0 and r["local"] == 0 and r["STL"] == 0 and r["LDL"] == 0, r
@@ -78,6 +82,9 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     with_beta = LAUNCHES[launch].get("use_beta", True)
     per_pair = 4 * (6 if with_beta else 5) + 5
     assert r["shuffles"] == per_pair * seg // 2, r
+    # the butterflies (%laneid) and the stores (lane index from gl.arange) both need lane l to hold element l of
+    # the [32] lane partials
+    assert r["butterfly_lanes"] == ["[[1], [2], [4], [8], [16]]"], r
 
 
 @needs_gluon
