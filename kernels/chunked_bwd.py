@@ -435,6 +435,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
     mark("local")
     k_l, q_l = fr._float32_keys(k, q, bool(config["KQ32"]))
+    if config["LOCAL"] not in ("triton", "gluon"):
+        raise ValueError(f"bwd_config LOCAL is 'triton' or 'gluon', not {config['LOCAL']!r}")
     gluon = config["LOCAL"] == "gluon"
     if not (gluon and _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
                                    buffers, cu_seqlens, offsets, length, n_states * heads, n_work, programs,

@@ -129,3 +129,15 @@ def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
 
     for want, got in zip(grads({}), grads({"LOCAL": "gluon"}), strict=True):
         assert torch.equal(want, got)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+def test_an_unknown_local_pass_is_refused():
+    inputs = make_inputs(1, 10, 2, 1, 4, 16, requires_grad=True, device="cpu")
+    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
+        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+        bwd_config={"kernel": "chunked", "NSPLIT": 2, "LOCAL": "glu"}, chunk_size=8, block_size=4)
+    with pytest.raises(ValueError, match="LOCAL is 'triton' or 'gluon', not 'glu'"):
+        y.sum().backward()
