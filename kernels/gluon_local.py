@@ -29,6 +29,14 @@ import triton
 from . import fused_recurrent as fr
 from .gluon_scan import GLUON_IMPORT_ERROR, GluonASTSource, gl, gluon
 
+if gluon is not None:
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+    # cp.async from global to shared memory: async_copy_global_to_shared up to Triton 3.7, async_load from 3.9
+    _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+    # a shared buffer viewed with another layout: reinterpret from Triton 3.9, _reinterpret before
+    PUBLIC_REINTERPRET = triton.language.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
+
 BV = 4  # channels per program (one warp)
 BUTTERFLY16, BUTTERFLY8 = fr.STAGE16, fr.STAGE8
 XOR8, XOR4, XOR2, XOR1 = fr.XOR8, fr.XOR4, fr.XOR2, fr.XOR1
@@ -174,10 +182,30 @@ if gluon is not None:
                 gl.where(valid, x3, 0.0))
 
     @gluon.jit
+    def _rows_view(buf, R: gl.constexpr, N: gl.constexpr):
+        """``[R, N]`` rows in shared memory viewed with a row's layout, so that ``.index(r)`` is row ``r``."""
+        SR: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+        if PUBLIC_REINTERPRET:
+            return buf.reinterpret(buf.dtype, [R, N], SR)
+        else:
+            return buf._reinterpret(buf.dtype, [R, N], SR)
+
+    @gluon.jit
+    def _row(rows, r, p, valid, o_n, STAGE: gl.constexpr):
+        """A key or query row (``N`` values, lane ``l`` holding ``4 l .. 4 l + 3``) as float32: with ``STAGE`` row
+        ``r`` of the block's copy in shared memory (zero where the token is not valid), else from ``p``."""
+        if STAGE:
+            x = rows.index(r).load(o_n.type.layout)
+        else:
+            x = gl.load(p + o_n, mask=o_n < gl.where(valid, o_n.shape[0], 0), other=0)
+        return x.to(gl.float32)
+
+    @gluon.jit
     def _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
-               N: gl.constexpr, USE_BETA: gl.constexpr):
-        """Key, decay, values and gains of token ``tok`` (the identity update where not ``valid``)."""
-        b_k = gl.load(k + (tok * G + i_g) * N + o_n, mask=o_n < gl.where(valid, N, 0), other=0).to(gl.float32)
+               N: gl.constexpr, USE_BETA: gl.constexpr, k_rows=0, r=0, STAGE: gl.constexpr = False):
+        """Key, decay, values and gains of token ``tok`` (the identity update where not ``valid``); with ``STAGE``
+        its key is row ``r`` of ``k_rows``."""
+        b_k = _row(k_rows, r, k + (tok * G + i_g) * N, valid, o_n, STAGE)
         b_a = _ex2(gl.load(g + tok * H + i_h, mask=valid, other=0).to(gl.float32) * LOG2E)
         o_c = (gl.minimum(tok, t_last) * H + i_h) * P + c0
         vv = _channels(v + o_c, valid)
@@ -208,8 +236,9 @@ if gluon is not None:
 
     @gluon.jit
     def _step(st, v, k, g, beta, b_ip, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
-              P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr):
-        b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+              P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, k_rows=0, r=0, STAGE: gl.constexpr = False):
+        b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                                  k_rows, r, STAGE)
         return _update(st, b_k, b_a, vv, bb, b_ip, USE_BETA)
 
     @gluon.jit
@@ -251,13 +280,15 @@ if gluon is not None:
 
     @gluon.jit
     def _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok, valid, t_last, i_h, i_g, c0, o_n,
-                 H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr):
+                 H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr,
+                 k_rows, q_rows, r, STAGE: gl.constexpr):
         """The reverse step of token ``tok`` from the state after it ``st``, the state before it ``sp`` and the
         adjoints ``ad = (dM, dI)`` of the step after (decay ``b_an``): ``fused_recurrent._chained_step``'s
         operations. Adds ``dq``, ``dk``; returns the adjoints, ``a_t`` and the lane partials of ``dv``, ``dbeta``
         (4 channels each) and of the decay gradient."""
-        b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
-        b_q = gl.load(q + (tok * G + i_g) * N + o_n, mask=o_n < gl.where(valid, N, 0), other=0).to(gl.float32)
+        b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                                  k_rows, r, STAGE)
+        b_q = _row(q_rows, r, q + (tok * G + i_g) * N, valid, o_n, STAGE)
         tc = gl.minimum(tok, t_last)
         yy = _channels(dy + (tc * H + i_h) * P + c0, valid)
         m0, m1, m2, m3, i0, i1, i2, i3 = st
@@ -321,15 +352,16 @@ if gluon is not None:
     @gluon.jit
     def _prefetch_block(v, k, q, g, beta, dy, tok0, t_last, i_h, i_g, c0, H: gl.constexpr, G: gl.constexpr,
                         P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
-                        READOUT: gl.constexpr):
+                        READOUT: gl.constexpr, ROWS: gl.constexpr = True):
         """``fused_recurrent._prefetch_block``: the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) asked for in
         L1, their float32 key rows (4 lines each), value, gain and decay lines, and with ``READOUT`` their query
-        rows and output-gradient lines."""
+        rows and output-gradient lines; without ``ROWS`` no key or query rows (they are copied to shared memory)."""
         LR: gl.constexpr = gl.BlockedLayout([1, 1], [8, 4], [1, 1], [1, 0])
         LT: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
         o_r = gl.minimum(tok0 + gl.arange(0, BS, layout=gl.SliceLayout(1, LR)), t_last)
         o_row = ((o_r * G + i_g) * N)[:, None] + (gl.arange(0, 4, layout=gl.SliceLayout(0, LR)) * 32)[None, :]
-        _prefetch(k + o_row)
+        if ROWS:
+            _prefetch(k + o_row)
         o_t = gl.minimum(tok0 + gl.arange(0, BS, layout=LT), t_last)
         o_c = (o_t * H + i_h) * P + c0
         _prefetch(v + o_c)
@@ -337,38 +369,46 @@ if gluon is not None:
         if USE_BETA:
             _prefetch(beta + o_c)
         if READOUT:
-            _prefetch(q + o_row)
+            if ROWS:
+                _prefetch(q + o_row)
             _prefetch(dy + o_c)
 
     @gluon.jit
     def _segment(slots, ad, b_an, p_m0, p_i0, t_b, ne, t_last, b_ip, v, k, q, g, beta, dy, dv, dk, dq, dg, dbeta,
-                 i_h, i_g, c0, o_n, x0, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
-                 G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, PIPE: gl.constexpr):
+                 i_h, i_g, c0, o_n, x0, k_rows, q_rows, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
+                 G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, PIPE: gl.constexpr,
+                 STAGE: gl.constexpr):
         """Pass B over the ``SEG`` tokens from ``x0`` of the block whose start is at ``p_m0``, ``p_i0`` and first
         token ``t_b`` (``ne`` of its tokens valid): the block start walked to the segment, the state before each of
         the segment's tokens stored in ``slots``, then its pairs reversed from the adjoints ``ad`` (decay ``b_an``)
-        of the token after it. Returns the adjoints and decay of the segment's first token."""
+        of the token after it. Returns the adjoints and decay of the segment's first token. With ``STAGE`` the
+        block's key and query rows are read from ``k_rows``, ``q_rows`` in shared memory (the queries' copy waited
+        for before the first reverse step)."""
         st = _load_state(p_m0, p_i0, o_n, N)
         if PIPE:  # each token's inputs loaded while the token before it is computed
-            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, k_rows, 0, STAGE)
             for s in range(x0):
-                xn = _token(v, k, g, beta, t_b + s + 1, s + 1 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+                xn = _token(v, k, g, beta, t_b + s + 1, s + 1 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                            k_rows, s + 1, STAGE)
                 st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
                 x = xn
             for s in gl.static_range(SEG):
                 _store_shared(slots[s], st)
                 if s + 1 < SEG:
                     xn = _token(v, k, g, beta, t_b + x0 + s + 1, x0 + s + 1 < ne, t_last, i_h, i_g, c0, o_n,
-                                H, G, P, N, USE_BETA)
+                                H, G, P, N, USE_BETA, k_rows, x0 + s + 1, STAGE)
                 st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
                 x = xn
         else:
             for s in range(x0):
-                st = _step(st, v, k, g, beta, b_ip, t_b + s, s < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+                st = _step(st, v, k, g, beta, b_ip, t_b + s, s < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                           k_rows, s, STAGE)
             for s in gl.static_range(SEG):
                 _store_shared(slots[s], st)
                 st = _step(st, v, k, g, beta, b_ip, t_b + x0 + s, x0 + s < ne, t_last, i_h, i_g, c0, o_n,
-                           H, G, P, N, USE_BETA)
+                           H, G, P, N, USE_BETA, k_rows, x0 + s, STAGE)
+        if STAGE:
+            async_copy.wait_group(0)
         for pr in gl.static_range(SEG // 2):  # the pair (tok2 - 1, tok2), from the segment's end
             tok2 = t_b + x0 + SEG - 1 - 2 * pr
             valid1 = x0 + SEG - 2 - 2 * pr < ne
@@ -377,10 +417,12 @@ if gluon is not None:
                 st = _load_shared(slots[SEG - 2 * pr], L)
             sp = _load_shared(slots[SEG - 1 - 2 * pr], L)
             ad, b_an, l_dv2, l_db2, l_dg2 = _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2,
-                                                     valid2, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+                                                     valid2, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                                                     k_rows, q_rows, x0 + SEG - 1 - 2 * pr, STAGE)
             spp = _load_shared(slots[SEG - 2 - 2 * pr], L)
             ad, b_an, l_dv1, l_db1, l_dg1 = _reverse(sp, spp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2 - 1,
-                                                     valid1, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+                                                     valid1, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                                                     k_rows, q_rows, x0 + SEG - 2 - 2 * pr, STAGE)
             _pair_outputs(dv, dbeta, dg, l_dv1, l_db1, l_dg1, l_dv2, l_db2, l_dg2, tok2 - 1, valid1, valid2, i_h, c0,
                           H, P, USE_BETA)
         return ad, b_an
@@ -392,7 +434,7 @@ if gluon is not None:
         H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, BS: gl.constexpr,
         SEG: gl.constexpr, NSPLIT: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
         USE_INITIAL_IMPORTANCE: gl.constexpr, IS_VARLEN: gl.constexpr, PREFETCH: gl.constexpr,
-        RESCALE: gl.constexpr, PIPE: gl.constexpr,
+        RESCALE: gl.constexpr, PIPE: gl.constexpr, STAGE: gl.constexpr,
     ):
         """Persistent, as ``chunked_bwd.palimpsa_bwd_local_kernel``: program ``p`` takes the work items ``p``,
         ``p + programs``, ... (channel block fastest, then the (sequence, head) pairs, then the split), each the
@@ -408,6 +450,19 @@ if gluon is not None:
         o_n = gl.arange(0, N, layout=L)
         b_ip = gl.load(ip).to(gl.float32)
         slots = _slots(N, SEG)
+        if STAGE:  # the block's key and query rows, copied at its start in pass B (one copy each: [BS, N]),
+            # read a row at a time through a view whose layout is a row's
+            SC: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+            LC: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 1], [1, 0])
+            k_copy = gl.allocate_shared_memory(k.dtype.element_ty, [BS, N], SC)
+            q_copy = gl.allocate_shared_memory(q.dtype.element_ty, [BS, N], SC)
+            k_rows = _rows_view(k_copy, BS, N)
+            q_rows = _rows_view(q_copy, BS, N)
+            o_cr = gl.arange(0, BS, layout=gl.SliceLayout(1, LC))
+            o_cn = gl.arange(0, N, layout=gl.SliceLayout(0, LC))
+        else:
+            k_rows = 0
+            q_rows = 0
         for work in range(pid, n_work, gl.num_programs(0)):
             i_sp = work // (NV * n_nh)
             i_v = work % NV
@@ -452,14 +507,23 @@ if gluon is not None:
                         p_m0, p_i0 = ck_m + o_ck, ck_i + o_ck
                     else:
                         p_m0, p_i0 = sc_m + o_sc + (j - 1) * 4 * N, sc_i + o_sc + (j - 1) * 4 * N
+                    if STAGE:  # keys, then queries, as two groups of asynchronous copies (masked rows: zeros)
+                        o_kq = ((gl.minimum(bos + tb + o_cr, t_last) * G + i_g) * N)[:, None] + o_cn[None, :]
+                        row_ok = (o_cr < ne)[:, None]
+                        _async_load(k_copy, k + o_kq, mask=row_ok)
+                        async_copy.commit_group()
+                        _async_load(q_copy, q + o_kq, mask=row_ok)
+                        async_copy.commit_group()
                     if PREFETCH:
                         if j > 0:
                             _prefetch_block(v, k, q, g, beta, dy, bos + tb - BS, t_last, i_h, i_g, c0,
-                                            H, G, P, N, BS, USE_BETA, True)
+                                            H, G, P, N, BS, USE_BETA, True, not STAGE)
+                    if STAGE:
+                        async_copy.wait_group(1)
                     for i_gr in range(NSEG):  # a loop (unrolled, the segments measured slower: call 4)
                         ad, b_an = _segment(slots, ad, b_an, p_m0, p_i0, bos + tb, ne, t_last, b_ip, v, k, q, g, beta,
-                                            dy, dv, dk, dq, dg, dbeta, i_h, i_g, c0, o_n, (NSEG - 1 - i_gr) * SEG, L,
-                                            SEG, H, G, P, N, USE_BETA, PIPE)
+                                            dy, dv, dk, dq, dg, dbeta, i_h, i_g, c0, o_n, (NSEG - 1 - i_gr) * SEG,
+                                            k_rows, q_rows, L, SEG, H, G, P, N, USE_BETA, PIPE, STAGE)
                 # the chunk's local adjoint of the state before its first token (chunked_bwd's local kernel)
                 if i_c > 0:
                     o_l = (((gl.maximum(boc - i_n, 0) + i_c - 1) * H + i_h) * P + c0) * N
@@ -479,14 +543,15 @@ POINTERS = ("v", "k", "q", "g", "beta", "ip", "ck_m", "ck_i", "dy", "sc_m", "sc_
             "dg", "dbeta", "dm0", "di0", "cu_seqlens", "chunk_offsets")
 
 
-def shared_bytes(seg: int, state_size: int = 128) -> int:
-    """Shared memory a program holds: ``seg`` slots of ``M`` and ``I`` for 4 channels, float32."""
-    return seg * 8 * state_size * 4
+def shared_bytes(seg: int, state_size: int = 128, *, stage_block: int = 0, row_bytes: int = 4) -> int:
+    """Shared memory a program holds: ``seg`` slots of ``M`` and ``I`` for 4 channels, float32, and with
+    ``stage_block`` a block's key and query rows (``row_bytes`` an element)."""
+    return seg * 8 * state_size * 4 + 2 * stage_block * state_size * row_bytes
 
 
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
-           rescale, pipe, use_initial_state, use_initial_importance):
+           rescale, pipe, stage, use_initial_state, use_initial_importance):
     """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one."""
     palimpsa_gluon_local_kernel[(programs,)](
         v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
@@ -494,15 +559,15 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
         H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
-        RESCALE=rescale, PIPE=pipe,
+        RESCALE=rescale, PIPE=pipe, STAGE=stage,
         num_warps=1, **fr.FP_FUSION,
     )
 
 
 def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
-                   rescale: bool = True, pipe: bool = False, use_beta: bool = True, is_varlen: bool = False,
-                   arch: int = 90):
+                   rescale: bool = True, pipe: bool = False, stage: bool = False, use_beta: bool = True,
+                   is_varlen: bool = False, arch: int = 90):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
     no states in or out): the ``CompiledKernel``."""
     from triton.backends.compiler import GPUTarget
@@ -510,7 +575,7 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": 128, "CT": chunk_size, "BS": block_size,
                   "SEG": seg, "NSPLIT": 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
                   "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": is_varlen, "PREFETCH": prefetch,
-                  "RESCALE": rescale, "PIPE": pipe}
+                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "dv", "dbeta")}
     types.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32"})
     signature = {name: types.get(name, "*fp32") for name in POINTERS}

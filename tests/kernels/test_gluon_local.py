@@ -30,6 +30,7 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "two-token segments": {"seg": 2},
     "float32, no beta, packed, pipelined": {"dtype": "fp32", "use_beta": False, "is_varlen": True, "pipe": True},
     "fp16, two groups": {"dtype": "fp16", "groups": 2},
+    "key and query rows staged": {"stage": True},
 }
 CODE = r"""
 import json, re, subprocess, tempfile
@@ -43,7 +44,8 @@ for name, kwargs in json.loads(ARGS).items():
         sass = subprocess.run([gluon_scan._cuda_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True,
                               check=True).stdout
     out[name] = {**gluon_scan.resource_usage(c), "dynamic_shared": c.metadata.shared,
-                 **{op: len(re.findall(rf"\b{op}\b", sass)) for op in ("BAR", "STS", "LDS", "STL", "LDL")},
+                 **{op: len(re.findall(rf"\b{op}\b", sass)) for op in ("BAR", "STS", "LDS", "STL", "LDL",
+                                                                           "LDS.128", "LDGSTS.E.BYPASS.128")},
                  "shuffles": c.asm["ptx"].count("shfl.sync"),
                  "butterfly_lanes": sorted({str(chunked_bwd.lane_bases(c.asm["ttgir"], t)) for t in re.findall(
                      r"elementwise_inline_asm \"[^\n]*?shfl\.sync\.bfly[^\n]*?: (tensor<[^\n]*?) ->",
@@ -71,14 +73,23 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     stored and loaded as 128-bit vectors (8 of each a slot), with one barrier before the segment's loads and one
     before the next segment's stores; a pair's ``dv``, ``dbeta`` (4 channels x 6 shuffles, 5 without beta) and decay
     gradients (5) take one butterfly each, 29 shuffles a pair, on lane partials whose element ``l`` lane ``l``
-    holds."""
+    holds. ``STAGE``: a block's 8 key and 8 query rows copied to 8 KB more shared memory as 16-byte ``cp.async``
+    (``LDGSTS``) a lane and row, one barrier after their wait and one before the next copy, and read back as
+    128-bit vectors: one a walk's token (the loop's body and the ``SEG`` stores), two a reverse step."""
     seg = LAUNCHES[launch].get("seg", 4)
+    stage = LAUNCHES[launch].get("stage", False)
     r = compiled[launch]
     assert r["stack"] == 0 and r["local"] == 0 and r["STL"] == 0 and r["LDL"] == 0, r
     assert 200 <= r["registers"] <= 255, r
-    assert r["dynamic_shared"] == gluon_local.shared_bytes(seg) == seg * 4096, r
-    assert r["BAR"] == 2, r
-    assert r["STS"] == r["LDS"] == 8 * seg, r
+    assert r["STS"] == 8 * seg, r
+    if stage:
+        assert r["dynamic_shared"] == gluon_local.shared_bytes(seg, stage_block=8) == seg * 4096 + 8192, r
+        assert r["BAR"] == 4 and r["LDGSTS.E.BYPASS.128"] == 16, r
+        assert r["LDS.128"] == 8 * seg + (1 + seg) + 2 * seg, r
+    else:
+        assert r["dynamic_shared"] == gluon_local.shared_bytes(seg) == seg * 4096, r
+        assert r["BAR"] == 2 and r["LDGSTS.E.BYPASS.128"] == 0, r
+        assert r["LDS"] == r["LDS.128"] == 8 * seg, r
     with_beta = LAUNCHES[launch].get("use_beta", True)
     per_pair = 4 * (6 if with_beta else 5) + 5
     assert r["shuffles"] == per_pair * seg // 2, r
