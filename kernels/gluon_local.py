@@ -191,18 +191,6 @@ if gluon is not None:
             return buf._reinterpret(buf.dtype, [R, N], SR)
 
     @gluon.jit
-    def _staged_channels(rows, r):
-        """The program's 4 channels of row ``r`` of ``[BS, 4]`` staged values or gains, as float32 scalars (every
-        lane reads the same 8 or 16 bytes)."""
-        LB: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
-        x = rows.index(r).load(LB).to(gl.float32)
-        a, b = gl.split(gl.reshape(x, [1, 2, 2]))  # [1, 2] each: (x0, x2), (x1, x3)
-        x0, x2 = gl.split(a)
-        x1, x3 = gl.split(b)
-        # the sums over one element are the elements (no instruction)
-        return gl.sum(x0, axis=0), gl.sum(x1, axis=0), gl.sum(x2, axis=0), gl.sum(x3, axis=0)
-
-    @gluon.jit
     def _row(rows, r, p, valid, o_n, STAGE: gl.constexpr):
         """A key or query row (``N`` values, lane ``l`` holding ``4 l .. 4 l + 3``) as float32: with ``STAGE`` row
         ``r`` of the block's copy in shared memory (zero where the token is not valid), else from ``p``."""
@@ -214,24 +202,17 @@ if gluon is not None:
 
     @gluon.jit
     def _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
-               N: gl.constexpr, USE_BETA: gl.constexpr, rows=0, r=0, STAGE: gl.constexpr = 0):
+               N: gl.constexpr, USE_BETA: gl.constexpr, k_rows=0, r=0, STAGE: gl.constexpr = False):
         """Key, decay, values and gains of token ``tok`` (the identity update where not ``valid``); with ``STAGE``
-        its key is row ``r`` of the block's staged rows ``rows`` (and from ``STAGE`` 2 its values and gains)."""
-        b_k = _row(rows[0] if STAGE else 0, r, k + (tok * G + i_g) * N, valid, o_n, STAGE)
+        its key is row ``r`` of ``k_rows``."""
+        b_k = _row(k_rows, r, k + (tok * G + i_g) * N, valid, o_n, STAGE)
         b_a = _ex2(gl.load(g + tok * H + i_h, mask=valid, other=0).to(gl.float32) * LOG2E)
-        if STAGE >= 2:
-            vv = _staged_channels(rows[2], r)
-            if USE_BETA:
-                bb = _staged_channels(rows[3], r)
-            else:
-                bb = vv
+        o_c = (gl.minimum(tok, t_last) * H + i_h) * P + c0
+        vv = _channels(v + o_c, valid)
+        if USE_BETA:
+            bb = _channels(beta + o_c, valid)
         else:
-            o_c = (gl.minimum(tok, t_last) * H + i_h) * P + c0
-            vv = _channels(v + o_c, valid)
-            if USE_BETA:
-                bb = _channels(beta + o_c, valid)
-            else:
-                bb = vv
+            bb = vv
         return b_k, b_a, vv, bb
 
     @gluon.jit
@@ -255,9 +236,9 @@ if gluon is not None:
 
     @gluon.jit
     def _step(st, v, k, g, beta, b_ip, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
-              P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, rows=0, r=0, STAGE: gl.constexpr = 0):
+              P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, k_rows=0, r=0, STAGE: gl.constexpr = False):
         b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                  rows, r, STAGE)
+                                  k_rows, r, STAGE)
         return _update(st, b_k, b_a, vv, bb, b_ip, USE_BETA)
 
     @gluon.jit
@@ -300,14 +281,14 @@ if gluon is not None:
     @gluon.jit
     def _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok, valid, t_last, i_h, i_g, c0, o_n,
                  H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr,
-                 rows, r, STAGE: gl.constexpr):
+                 k_rows, q_rows, r, STAGE: gl.constexpr):
         """The reverse step of token ``tok`` from the state after it ``st``, the state before it ``sp`` and the
         adjoints ``ad = (dM, dI)`` of the step after (decay ``b_an``): ``fused_recurrent._chained_step``'s
         operations. Adds ``dq``, ``dk``; returns the adjoints, ``a_t`` and the lane partials of ``dv``, ``dbeta``
         (4 channels each) and of the decay gradient."""
         b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                  rows, r, STAGE)
-        b_q = _row(rows[1] if STAGE else 0, r, q + (tok * G + i_g) * N, valid, o_n, STAGE)
+                                  k_rows, r, STAGE)
+        b_q = _row(q_rows, r, q + (tok * G + i_g) * N, valid, o_n, STAGE)
         tc = gl.minimum(tok, t_last)
         yy = _channels(dy + (tc * H + i_h) * P + c0, valid)
         m0, m1, m2, m3, i0, i1, i2, i3 = st
@@ -371,32 +352,30 @@ if gluon is not None:
     @gluon.jit
     def _prefetch_block(v, k, q, g, beta, dy, tok0, t_last, i_h, i_g, c0, H: gl.constexpr, G: gl.constexpr,
                         P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
-                        READOUT: gl.constexpr, STAGED: gl.constexpr = 0):
+                        READOUT: gl.constexpr, ROWS: gl.constexpr = True):
         """``fused_recurrent._prefetch_block``: the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) asked for in
         L1, their float32 key rows (4 lines each), value, gain and decay lines, and with ``READOUT`` their query
-        rows and output-gradient lines; less the key and query rows with ``STAGED`` and the values and gains from
-        ``STAGED`` 2 (those are copied to shared memory)."""
+        rows and output-gradient lines; without ``ROWS`` no key or query rows (they are copied to shared memory)."""
         LR: gl.constexpr = gl.BlockedLayout([1, 1], [8, 4], [1, 1], [1, 0])
         LT: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
         o_r = gl.minimum(tok0 + gl.arange(0, BS, layout=gl.SliceLayout(1, LR)), t_last)
         o_row = ((o_r * G + i_g) * N)[:, None] + (gl.arange(0, 4, layout=gl.SliceLayout(0, LR)) * 32)[None, :]
-        if STAGED == 0:
+        if ROWS:
             _prefetch(k + o_row)
         o_t = gl.minimum(tok0 + gl.arange(0, BS, layout=LT), t_last)
         o_c = (o_t * H + i_h) * P + c0
-        if STAGED < 2:
-            _prefetch(v + o_c)
-            if USE_BETA:
-                _prefetch(beta + o_c)
+        _prefetch(v + o_c)
         _prefetch(g + o_t * H + i_h)
+        if USE_BETA:
+            _prefetch(beta + o_c)
         if READOUT:
-            if STAGED == 0:
+            if ROWS:
                 _prefetch(q + o_row)
             _prefetch(dy + o_c)
 
     @gluon.jit
     def _segment(slots, ad, b_an, p_m0, p_i0, t_b, ne, t_last, b_ip, v, k, q, g, beta, dy, dv, dk, dq, dg, dbeta,
-                 i_h, i_g, c0, o_n, x0, rows, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
+                 i_h, i_g, c0, o_n, x0, k_rows, q_rows, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
                  G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, PIPE: gl.constexpr,
                  STAGE: gl.constexpr):
         """Pass B over the ``SEG`` tokens from ``x0`` of the block whose start is at ``p_m0``, ``p_i0`` and first
@@ -407,27 +386,27 @@ if gluon is not None:
         for before the first reverse step)."""
         st = _load_state(p_m0, p_i0, o_n, N)
         if PIPE:  # each token's inputs loaded while the token before it is computed
-            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, rows, 0, STAGE)
+            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, k_rows, 0, STAGE)
             for s in range(x0):
                 xn = _token(v, k, g, beta, t_b + s + 1, s + 1 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                            rows, s + 1, STAGE)
+                            k_rows, s + 1, STAGE)
                 st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
                 x = xn
             for s in gl.static_range(SEG):
                 _store_shared(slots[s], st)
                 if s + 1 < SEG:
                     xn = _token(v, k, g, beta, t_b + x0 + s + 1, x0 + s + 1 < ne, t_last, i_h, i_g, c0, o_n,
-                                H, G, P, N, USE_BETA, rows, x0 + s + 1, STAGE)
+                                H, G, P, N, USE_BETA, k_rows, x0 + s + 1, STAGE)
                 st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
                 x = xn
         else:
             for s in range(x0):
                 st = _step(st, v, k, g, beta, b_ip, t_b + s, s < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                           rows, s, STAGE)
+                           k_rows, s, STAGE)
             for s in gl.static_range(SEG):
                 _store_shared(slots[s], st)
                 st = _step(st, v, k, g, beta, b_ip, t_b + x0 + s, x0 + s < ne, t_last, i_h, i_g, c0, o_n,
-                           H, G, P, N, USE_BETA, rows, x0 + s, STAGE)
+                           H, G, P, N, USE_BETA, k_rows, x0 + s, STAGE)
         if STAGE:
             async_copy.wait_group(0)
         for pr in gl.static_range(SEG // 2):  # the pair (tok2 - 1, tok2), from the segment's end
@@ -439,11 +418,11 @@ if gluon is not None:
             sp = _load_shared(slots[SEG - 1 - 2 * pr], L)
             ad, b_an, l_dv2, l_db2, l_dg2 = _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2,
                                                      valid2, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                                     rows, x0 + SEG - 1 - 2 * pr, STAGE)
+                                                     k_rows, q_rows, x0 + SEG - 1 - 2 * pr, STAGE)
             spp = _load_shared(slots[SEG - 2 - 2 * pr], L)
             ad, b_an, l_dv1, l_db1, l_dg1 = _reverse(sp, spp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2 - 1,
                                                      valid1, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                                     rows, x0 + SEG - 2 - 2 * pr, STAGE)
+                                                     k_rows, q_rows, x0 + SEG - 2 - 2 * pr, STAGE)
             _pair_outputs(dv, dbeta, dg, l_dv1, l_db1, l_dg1, l_dv2, l_db2, l_dg2, tok2 - 1, valid1, valid2, i_h, c0,
                           H, P, USE_BETA)
         return ad, b_an
@@ -477,20 +456,13 @@ if gluon is not None:
             LC: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 1], [1, 0])
             k_copy = gl.allocate_shared_memory(k.dtype.element_ty, [BS, N], SC)
             q_copy = gl.allocate_shared_memory(q.dtype.element_ty, [BS, N], SC)
+            k_rows = _rows_view(k_copy, BS, N)
+            q_rows = _rows_view(q_copy, BS, N)
             o_cr = gl.arange(0, BS, layout=gl.SliceLayout(1, LC))
             o_cn = gl.arange(0, N, layout=gl.SliceLayout(0, LC))
-            if STAGE >= 2:  # and its 4 channels of values and gains ([BS, 4] each)
-                LV: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [1, 1], [1, 0])
-                v_copy = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
-                b_copy = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
-                rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N), _rows_view(v_copy, BS, 4),
-                        _rows_view(b_copy, BS, 4))
-                o_vr = gl.arange(0, BS, layout=gl.SliceLayout(1, LV))
-                o_vc = gl.arange(0, 4, layout=gl.SliceLayout(0, LV))
-            else:
-                rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N))
         else:
-            rows = 0
+            k_rows = 0
+            q_rows = 0
         for work in range(pid, n_work, gl.num_programs(0)):
             i_sp = work // (NV * n_nh)
             i_v = work % NV
@@ -539,25 +511,19 @@ if gluon is not None:
                         o_kq = ((gl.minimum(bos + tb + o_cr, t_last) * G + i_g) * N)[:, None] + o_cn[None, :]
                         row_ok = (o_cr < ne)[:, None]
                         _async_load(k_copy, k + o_kq, mask=row_ok)
-                        if STAGE >= 2:
-                            o_v = ((gl.minimum(bos + tb + o_vr, t_last) * H + i_h) * P + c0)[:, None] + o_vc[None, :]
-                            v_ok = (o_vr < ne)[:, None]
-                            _async_load(v_copy, v + o_v, mask=v_ok)
-                            if USE_BETA:
-                                _async_load(b_copy, beta + o_v, mask=v_ok)
                         async_copy.commit_group()
                         _async_load(q_copy, q + o_kq, mask=row_ok)
                         async_copy.commit_group()
                     if PREFETCH:
                         if j > 0:
                             _prefetch_block(v, k, q, g, beta, dy, bos + tb - BS, t_last, i_h, i_g, c0,
-                                            H, G, P, N, BS, USE_BETA, True, STAGE)
+                                            H, G, P, N, BS, USE_BETA, True, not STAGE)
                     if STAGE:
                         async_copy.wait_group(1)
                     for i_gr in range(NSEG):  # a loop (unrolled, the segments measured slower: call 4)
                         ad, b_an = _segment(slots, ad, b_an, p_m0, p_i0, bos + tb, ne, t_last, b_ip, v, k, q, g, beta,
                                             dy, dv, dk, dq, dg, dbeta, i_h, i_g, c0, o_n, (NSEG - 1 - i_gr) * SEG,
-                                            rows, L, SEG, H, G, P, N, USE_BETA, PIPE, STAGE)
+                                            k_rows, q_rows, L, SEG, H, G, P, N, USE_BETA, PIPE, STAGE)
                 # the chunk's local adjoint of the state before its first token (chunked_bwd's local kernel)
                 if i_c > 0:
                     o_l = (((gl.maximum(boc - i_n, 0) + i_c - 1) * H + i_h) * P + c0) * N
