@@ -58,6 +58,21 @@ def gradients(inputs: dict, backend: str, *, importance_prior=0.7, cu_seqlens=No
     return list(torch.autograd.grad(loss, leaves))
 
 
+def slot_shapes(monkeypatch, heads=4, head_dim=8, states=16) -> list:
+    """Filled with the shape of every ``[n, H, P, N]`` state-sized output the chunked backward allocates: the
+    adjoints between chunks (``lm``, ``li``), the final states' and initial states' gradients."""
+    shapes = []
+    output = fused_recurrent._output
+
+    def recording(shape, dtype, device):
+        if len(shape) == 4 and tuple(shape[1:]) == (heads, head_dim, states):
+            shapes.append(tuple(shape))
+        return output(shape, dtype, device)
+
+    monkeypatch.setattr(chunked_bwd.fr, "_output", recording)
+    return shapes
+
+
 def check(inputs: dict, config: dict, tol=F64_TOL, **options) -> None:
     exact = {n: None if t is None else t.detach().double().requires_grad_(True) for n, t in inputs.items()}
     want = gradients(exact, "naive", **{k: v for k, v in options.items() if k != "sizes"})
@@ -80,16 +95,25 @@ def check(inputs: dict, config: dict, tol=F64_TOL, **options) -> None:
         (8, 1, True, True, {"NSPLIT": 2}),  # one chunk per sequence: no adjoint between chunks, dM0 from dM_T
     ],
 )
-def test_matches_naive_every_gradient(length, groups, with_beta, with_state, config):
+def test_matches_naive_every_gradient(length, groups, with_beta, with_state, config, monkeypatch):
+    shapes = slot_shapes(monkeypatch)
     check(inputs_for(2, length, groups, with_beta=with_beta, with_state=with_state), config)
+    if length == 29:
+        # ``lm``, ``li``: a slot for every chunk but each sequence's last (whose adjoint is the final-state gradient;
+        # the first chunk's local one goes to dM0's buffer): B = 2 sequences of 4 chunks, 6 slots (the checkpoints:
+        # 8); the outputs of 2 are the final states, dM0 and dI0
+        assert [s for s in shapes if s[0] != 2] == [(6, 4, 8, 16)] * 2
 
 
 @pytest.mark.parametrize("final_state", [True, False])
-def test_packed_sequences_with_states(final_state):
+def test_packed_sequences_with_states(final_state, monkeypatch):
     """Packed sequences of 10, 1, 16 and 13 tokens; without a final-state gradient their last chunks have no
-    correction."""
+    correction. The adjoints between chunks take a slot for every chunk but each sequence's last, as with
+    sequences of one length: 2 + 1 + 2 + 2 chunks, 3 slots."""
+    shapes = slot_shapes(monkeypatch)
     bounds = torch.tensor([0, 10, 11, 27, 40], dtype=torch.int32, device=DEVICE)
     check(inputs_for(1, 40, 2, n_states=4), {"NSPLIT": 2, "BT": 4}, cu_seqlens=bounds, final_state=final_state)
+    assert [s for s in shapes if s[0] != 4] == [(3, 4, 8, 16)] * 2
 
 
 @pytest.mark.parametrize("chain", [0, 1])
@@ -268,28 +292,6 @@ def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_
     # 8 programs (8 work items, then 32 in 4 rounds) x (CT / BS - 1) = 1 slab row (a chunk's first block starts at
     # its checkpoint), for M and I, at either split
     assert slabs == [8, 8, 8, 8]
-
-
-def test_adjoints_between_chunks_take_a_slot_for_every_chunk_but_the_last(monkeypatch):
-    """``lm``, ``li``: a slot for every chunk but each sequence's last (whose adjoint is the final-state gradient;
-    the first chunk's local one goes to dM0's buffer), with packed sequences as with equal ones."""
-    shapes = []
-    output = fused_recurrent._output
-
-    def recording(shape, dtype, device):
-        shapes.append(tuple(shape))
-        return output(shape, dtype, device)
-
-    monkeypatch.setattr(chunked_bwd.fr, "_output", recording)
-    gradients(inputs_for(2, 29, 2), "triton", bwd_config={"kernel": "chunked", "NSPLIT": 2})
-    # B = 2 sequences of 4 chunks: 6 slots (the checkpoints: 8), for M and I; the rest are the final states, dM0, dI0
-    assert [s for s in shapes if len(s) == 4 and s[1:] == (4, 8, 16) and s[0] != 2] == [(6, 4, 8, 16)] * 2
-    shapes.clear()
-    bounds = torch.tensor([0, 10, 11, 27, 40], dtype=torch.int32, device=DEVICE)
-    gradients(inputs_for(1, 40, 2, n_states=4), "triton", cu_seqlens=bounds,
-              bwd_config={"kernel": "chunked", "NSPLIT": 2})
-    # 2 + 1 + 2 + 2 chunks in 4 sequences: 3 slots
-    assert [s for s in shapes if len(s) == 4 and s[1:] == (4, 8, 16) and s[0] != 4] == [(3, 4, 8, 16)] * 2
 
 
 def test_kernels_compile_for_sm90a_without_spills():
