@@ -70,8 +70,10 @@ def run_until(command: list[str], deadline: float, log=None, grace: float = 120)
         return None
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    while process.poll() is None and time.monotonic() < deadline:
-        time.sleep(1)
+    try:  # returns as soon as the command ends
+        process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
