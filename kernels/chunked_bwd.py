@@ -67,11 +67,12 @@ from . import fused_recurrent as fr
 # against 12.12 at B = 1, L = 8192, docs/bench/gluon-local-2026-11-27), the Triton pass where it cannot run; SEG: its
 # tokens per shared-memory segment (4: 16 KB a program); PIPE: its walks load each token's inputs a token ahead;
 # STAGE: pass B copies each block's key and query rows to shared memory at its start (cp.async) and reads them there
+# (13.30 ms against 14.01 without, docs/bench/gluon-stage-2026-11-28)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "triton", "SEG": 4, "PIPE": 0,
-                  "STAGE": 0}
+                  "STAGE": 1}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)

@@ -8,7 +8,9 @@ gradient's sum, in two chains instead of one) with pass B split into segments of
 walked once from the block start, each state before one of its tokens stored in shared memory (one buffer per
 state, channel and slot, so that the stores need no barrier between them), and its reverse steps read them back.
 ``SEG = BS`` walks a block once in pass B (2 updates a token in all, ``BS`` slots: 4 KB each); ``SEG = BS / 2``
-walks the first half again (2.5 a token, half the slots).
+walks the first half again (2.5 a token, half the slots). With ``STAGE`` (the default) pass B also copies each
+block's key and query rows to shared memory at the block's start (``cp.async``, 8 KB more a program in float32), and
+the walks and reverse steps read them there instead of through an L1 that the states' shared memory has shrunk.
 
 Mapping: one warp owns 4 channels of one head; lane ``l`` holds states ``4 l .. 4 l + 3`` of every channel. A
 state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over the channels is an FFMA chain),
@@ -566,7 +568,7 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
 
 def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
-                   rescale: bool = True, pipe: bool = False, stage: bool = False, use_beta: bool = True,
+                   rescale: bool = True, pipe: bool = False, stage: bool = True, use_beta: bool = True,
                    is_varlen: bool = False, arch: int = 90):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
     no states in or out): the ``CompiledKernel``."""
