@@ -193,6 +193,24 @@ if gluon is not None:
             return buf._reinterpret(buf.dtype, [R, N], SR)
 
     @gluon.jit
+    def _staged_channels(rows, r):
+        """The program's 4 channels of row ``r`` of ``[BS, 4]`` staged values or gains, as float32 scalars (every
+        lane reads the same 8 or 16 bytes)."""
+        LB: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+        x = rows.index(r).load(LB).to(gl.float32)
+        a, b = gl.split(gl.reshape(x, [1, 2, 2]))  # [1, 2] each: (x0, x2), (x1, x3)
+        x0, x2 = gl.split(a)
+        x1, x3 = gl.split(b)
+        # the sums over one element are the elements (no instruction)
+        return gl.sum(x0, axis=0), gl.sum(x1, axis=0), gl.sum(x2, axis=0), gl.sum(x3, axis=0)
+
+    @gluon.jit
+    def _staged_scalar(rows, r):
+        """Row ``r`` of ``[BS, 1]`` staged decays, as a float32 scalar."""
+        LB: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        return gl.sum(rows.index(r).load(LB).to(gl.float32), axis=0)
+
+    @gluon.jit
     def _row(rows, r, p, valid, o_n, STAGE: gl.constexpr):
         """A key or query row (``N`` values, lane ``l`` holding ``4 l .. 4 l + 3``) as float32: with ``STAGE`` row
         ``r`` of the block's copy in shared memory (zero where the token is not valid), else from ``p``."""
@@ -204,17 +222,27 @@ if gluon is not None:
 
     @gluon.jit
     def _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
-               N: gl.constexpr, USE_BETA: gl.constexpr, k_rows=0, r=0, STAGE: gl.constexpr = False):
+               N: gl.constexpr, USE_BETA: gl.constexpr, rows=0, r=0, STAGE: gl.constexpr = 0):
         """Key, decay, values and gains of token ``tok`` (the identity update where not ``valid``); with ``STAGE``
-        its key is row ``r`` of ``k_rows``."""
-        b_k = _row(k_rows, r, k + (tok * G + i_g) * N, valid, o_n, STAGE)
-        b_a = _ex2(gl.load(g + tok * H + i_h, mask=valid, other=0).to(gl.float32) * LOG2E)
-        o_c = (gl.minimum(tok, t_last) * H + i_h) * P + c0
-        vv = _channels(v + o_c, valid)
-        if USE_BETA:
-            bb = _channels(beta + o_c, valid)
+        its key is row ``r`` of the block's staged rows ``rows`` (and from ``STAGE`` 2 its values and gains)."""
+        b_k = _row(rows[0] if STAGE else 0, r, k + (tok * G + i_g) * N, valid, o_n, STAGE)
+        if STAGE >= 3:
+            b_a = _ex2(_staged_scalar(rows[4], r) * LOG2E)
         else:
-            bb = vv
+            b_a = _ex2(gl.load(g + tok * H + i_h, mask=valid, other=0).to(gl.float32) * LOG2E)
+        if STAGE >= 2:
+            vv = _staged_channels(rows[2], r)
+            if USE_BETA:
+                bb = _staged_channels(rows[3], r)
+            else:
+                bb = vv
+        else:
+            o_c = (gl.minimum(tok, t_last) * H + i_h) * P + c0
+            vv = _channels(v + o_c, valid)
+            if USE_BETA:
+                bb = _channels(beta + o_c, valid)
+            else:
+                bb = vv
         return b_k, b_a, vv, bb
 
     @gluon.jit
@@ -238,9 +266,9 @@ if gluon is not None:
 
     @gluon.jit
     def _step(st, v, k, g, beta, b_ip, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
-              P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, k_rows=0, r=0, STAGE: gl.constexpr = False):
+              P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, rows=0, r=0, STAGE: gl.constexpr = 0):
         b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                  k_rows, r, STAGE)
+                                  rows, r, STAGE)
         return _update(st, b_k, b_a, vv, bb, b_ip, USE_BETA)
 
     @gluon.jit
@@ -283,16 +311,19 @@ if gluon is not None:
     @gluon.jit
     def _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok, valid, t_last, i_h, i_g, c0, o_n,
                  H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr,
-                 k_rows, q_rows, r, STAGE: gl.constexpr):
+                 rows, r, STAGE: gl.constexpr):
         """The reverse step of token ``tok`` from the state after it ``st``, the state before it ``sp`` and the
         adjoints ``ad = (dM, dI)`` of the step after (decay ``b_an``): ``fused_recurrent._chained_step``'s
         operations. Adds ``dq``, ``dk``; returns the adjoints, ``a_t`` and the lane partials of ``dv``, ``dbeta``
         (4 channels each) and of the decay gradient."""
         b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                  k_rows, r, STAGE)
-        b_q = _row(q_rows, r, q + (tok * G + i_g) * N, valid, o_n, STAGE)
+                                  rows, r, STAGE)
+        b_q = _row(rows[1] if STAGE else 0, r, q + (tok * G + i_g) * N, valid, o_n, STAGE)
         tc = gl.minimum(tok, t_last)
-        yy = _channels(dy + (tc * H + i_h) * P + c0, valid)
+        if STAGE >= 3:
+            yy = _staged_channels(rows[5], r)
+        else:
+            yy = _channels(dy + (tc * H + i_h) * P + c0, valid)
         m0, m1, m2, m3, i0, i1, i2, i3 = st
         p0, p1, p2, p3, j0, j1, j2, j3 = sp
         dm0, dm1, dm2, dm3, di0, di1, di2, di3 = ad
@@ -354,30 +385,34 @@ if gluon is not None:
     @gluon.jit
     def _prefetch_block(v, k, q, g, beta, dy, tok0, t_last, i_h, i_g, c0, H: gl.constexpr, G: gl.constexpr,
                         P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
-                        READOUT: gl.constexpr, ROWS: gl.constexpr = True):
+                        READOUT: gl.constexpr, STAGED: gl.constexpr = 0):
         """``fused_recurrent._prefetch_block``: the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) asked for in
         L1, their float32 key rows (4 lines each), value, gain and decay lines, and with ``READOUT`` their query
-        rows and output-gradient lines; without ``ROWS`` no key or query rows (they are copied to shared memory)."""
+        rows and output-gradient lines; less the key and query rows with ``STAGED`` and the values and gains from
+        ``STAGED`` 2 (those are copied to shared memory)."""
         LR: gl.constexpr = gl.BlockedLayout([1, 1], [8, 4], [1, 1], [1, 0])
         LT: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
         o_r = gl.minimum(tok0 + gl.arange(0, BS, layout=gl.SliceLayout(1, LR)), t_last)
         o_row = ((o_r * G + i_g) * N)[:, None] + (gl.arange(0, 4, layout=gl.SliceLayout(0, LR)) * 32)[None, :]
-        if ROWS:
+        if STAGED == 0:
             _prefetch(k + o_row)
         o_t = gl.minimum(tok0 + gl.arange(0, BS, layout=LT), t_last)
         o_c = (o_t * H + i_h) * P + c0
-        _prefetch(v + o_c)
-        _prefetch(g + o_t * H + i_h)
-        if USE_BETA:
-            _prefetch(beta + o_c)
+        if STAGED < 2:
+            _prefetch(v + o_c)
+            if USE_BETA:
+                _prefetch(beta + o_c)
+        if STAGED < 3:
+            _prefetch(g + o_t * H + i_h)
         if READOUT:
-            if ROWS:
+            if STAGED == 0:
                 _prefetch(q + o_row)
-            _prefetch(dy + o_c)
+            if STAGED < 3:
+                _prefetch(dy + o_c)
 
     @gluon.jit
     def _segment(slots, ad, b_an, p_m0, p_i0, t_b, ne, t_last, b_ip, v, k, q, g, beta, dy, dv, dk, dq, dg, dbeta,
-                 i_h, i_g, c0, o_n, x0, k_rows, q_rows, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
+                 i_h, i_g, c0, o_n, x0, rows, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
                  G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, PIPE: gl.constexpr,
                  STAGE: gl.constexpr):
         """Pass B over the ``SEG`` tokens from ``x0`` of the block whose start is at ``p_m0``, ``p_i0`` and first
@@ -388,27 +423,27 @@ if gluon is not None:
         for before the first reverse step)."""
         st = _load_state(p_m0, p_i0, o_n, N)
         if PIPE:  # each token's inputs loaded while the token before it is computed
-            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, k_rows, 0, STAGE)
+            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, rows, 0, STAGE)
             for s in range(x0):
                 xn = _token(v, k, g, beta, t_b + s + 1, s + 1 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                            k_rows, s + 1, STAGE)
+                            rows, s + 1, STAGE)
                 st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
                 x = xn
             for s in gl.static_range(SEG):
                 _store_shared(slots[s], st)
                 if s + 1 < SEG:
                     xn = _token(v, k, g, beta, t_b + x0 + s + 1, x0 + s + 1 < ne, t_last, i_h, i_g, c0, o_n,
-                                H, G, P, N, USE_BETA, k_rows, x0 + s + 1, STAGE)
+                                H, G, P, N, USE_BETA, rows, x0 + s + 1, STAGE)
                 st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
                 x = xn
         else:
             for s in range(x0):
                 st = _step(st, v, k, g, beta, b_ip, t_b + s, s < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                           k_rows, s, STAGE)
+                           rows, s, STAGE)
             for s in gl.static_range(SEG):
                 _store_shared(slots[s], st)
                 st = _step(st, v, k, g, beta, b_ip, t_b + x0 + s, x0 + s < ne, t_last, i_h, i_g, c0, o_n,
-                           H, G, P, N, USE_BETA, k_rows, x0 + s, STAGE)
+                           H, G, P, N, USE_BETA, rows, x0 + s, STAGE)
         if STAGE:
             async_copy.wait_group(0)
         for pr in gl.static_range(SEG // 2):  # the pair (tok2 - 1, tok2), from the segment's end
@@ -420,11 +455,11 @@ if gluon is not None:
             sp = _load_shared(slots[SEG - 1 - 2 * pr], L)
             ad, b_an, l_dv2, l_db2, l_dg2 = _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2,
                                                      valid2, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                                     k_rows, q_rows, x0 + SEG - 1 - 2 * pr, STAGE)
+                                                     rows, x0 + SEG - 1 - 2 * pr, STAGE)
             spp = _load_shared(slots[SEG - 2 - 2 * pr], L)
             ad, b_an, l_dv1, l_db1, l_dg1 = _reverse(sp, spp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2 - 1,
                                                      valid1, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                                     k_rows, q_rows, x0 + SEG - 2 - 2 * pr, STAGE)
+                                                     rows, x0 + SEG - 2 - 2 * pr, STAGE)
             _pair_outputs(dv, dbeta, dg, l_dv1, l_db1, l_dg1, l_dv2, l_db2, l_dg2, tok2 - 1, valid1, valid2, i_h, c0,
                           H, P, USE_BETA)
         return ad, b_an
@@ -458,13 +493,29 @@ if gluon is not None:
             LC: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 1], [1, 0])
             k_copy = gl.allocate_shared_memory(k.dtype.element_ty, [BS, N], SC)
             q_copy = gl.allocate_shared_memory(q.dtype.element_ty, [BS, N], SC)
-            k_rows = _rows_view(k_copy, BS, N)
-            q_rows = _rows_view(q_copy, BS, N)
             o_cr = gl.arange(0, BS, layout=gl.SliceLayout(1, LC))
             o_cn = gl.arange(0, N, layout=gl.SliceLayout(0, LC))
+            if STAGE >= 2:  # and its 4 channels of values and gains ([BS, 4] each)
+                LV: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [1, 1], [1, 0])
+                v_copy = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
+                b_copy = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
+                o_vr = gl.arange(0, BS, layout=gl.SliceLayout(1, LV))
+                o_vc = gl.arange(0, 4, layout=gl.SliceLayout(0, LV))
+                if STAGE >= 3:  # and its decays ([BS, 1]) and output gradients ([BS, 4])
+                    LG: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 1], [1, 0])
+                    g_copy = gl.allocate_shared_memory(g.dtype.element_ty, [BS, 1], SC)
+                    y_copy = gl.allocate_shared_memory(dy.dtype.element_ty, [BS, 4], SC)
+                    o_gr = gl.arange(0, BS, layout=gl.SliceLayout(1, LG))
+                    o_g1 = gl.arange(0, 1, layout=gl.SliceLayout(0, LG))
+                    rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N), _rows_view(v_copy, BS, 4),
+                            _rows_view(b_copy, BS, 4), _rows_view(g_copy, BS, 1), _rows_view(y_copy, BS, 4))
+                else:
+                    rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N), _rows_view(v_copy, BS, 4),
+                            _rows_view(b_copy, BS, 4))
+            else:
+                rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N))
         else:
-            k_rows = 0
-            q_rows = 0
+            rows = 0
         for work in range(pid, n_work, gl.num_programs(0)):
             i_sp = work // (NV * n_nh)
             i_v = work % NV
@@ -513,19 +564,30 @@ if gluon is not None:
                         o_kq = ((gl.minimum(bos + tb + o_cr, t_last) * G + i_g) * N)[:, None] + o_cn[None, :]
                         row_ok = (o_cr < ne)[:, None]
                         _async_load(k_copy, k + o_kq, mask=row_ok)
+                        if STAGE >= 2:
+                            o_v = ((gl.minimum(bos + tb + o_vr, t_last) * H + i_h) * P + c0)[:, None] + o_vc[None, :]
+                            v_ok = (o_vr < ne)[:, None]
+                            _async_load(v_copy, v + o_v, mask=v_ok)
+                            if USE_BETA:
+                                _async_load(b_copy, beta + o_v, mask=v_ok)
+                            if STAGE >= 3:
+                                o_g = (gl.minimum(bos + tb + o_gr, t_last) * H + i_h)[:, None] + o_g1[None, :]
+                                _async_load(g_copy, g + o_g, mask=(o_gr < ne)[:, None])
                         async_copy.commit_group()
                         _async_load(q_copy, q + o_kq, mask=row_ok)
+                        if STAGE >= 3:
+                            _async_load(y_copy, dy + o_v, mask=v_ok)
                         async_copy.commit_group()
                     if PREFETCH:
                         if j > 0:
                             _prefetch_block(v, k, q, g, beta, dy, bos + tb - BS, t_last, i_h, i_g, c0,
-                                            H, G, P, N, BS, USE_BETA, True, not STAGE)
+                                            H, G, P, N, BS, USE_BETA, True, STAGE)
                     if STAGE:
                         async_copy.wait_group(1)
                     for i_gr in range(NSEG):  # a loop (unrolled, the segments measured slower: call 4)
                         ad, b_an = _segment(slots, ad, b_an, p_m0, p_i0, bos + tb, ne, t_last, b_ip, v, k, q, g, beta,
                                             dy, dv, dk, dq, dg, dbeta, i_h, i_g, c0, o_n, (NSEG - 1 - i_gr) * SEG,
-                                            k_rows, q_rows, L, SEG, H, G, P, N, USE_BETA, PIPE, STAGE)
+                                            rows, L, SEG, H, G, P, N, USE_BETA, PIPE, STAGE)
                 # the chunk's local adjoint of the state before its first token (chunked_bwd's local kernel)
                 if i_c > 0:
                     o_l = (((gl.maximum(boc - i_n, 0) + i_c - 1) * H + i_h) * P + c0) * N
@@ -561,7 +623,7 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
         H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
-        RESCALE=rescale, PIPE=pipe, STAGE=stage,
+        RESCALE=rescale, PIPE=pipe, STAGE=stage if stage < 3 or log_decay.dtype == torch.float32 else 2,
         num_warps=1, **fr.FP_FUSION,
     )
 
