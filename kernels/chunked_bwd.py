@@ -66,13 +66,15 @@ from . import fused_recurrent as fr
 # LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; opt-in: 13.95 ms
 # against 12.12 at B = 1, L = 8192, docs/bench/gluon-local-2026-11-27), the Triton pass where it cannot run; SEG: its
 # tokens per shared-memory segment (4: 16 KB a program); PIPE: its walks load each token's inputs a token ahead;
-# STAGE: pass B copies each block's key and query rows to shared memory at its start (cp.async) and reads them there
-# (13.30 ms against 14.01 without, docs/bench/gluon-stage-2026-11-28)
+# STAGE: pass B copies each block's inputs to shared memory at its start (cp.async) and reads them there: 1 the key
+# and query rows, 2 also the values and gains, 3 also the decays (float32 ones) and output gradients (the local pass
+# 13.30 ms with 1, 13.53 with 2, 11.99 with 3 and 11.78 with 3 and PIPE, against the Triton pass's 12.20;
+# docs/bench/gluon-stage-2026-11-28)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
-                  "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "triton", "SEG": 4, "PIPE": 0,
-                  "STAGE": 1}
+                  "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "triton", "SEG": 4, "PIPE": 1,
+                  "STAGE": 3}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -336,7 +338,7 @@ def _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, s
                        dm0, di0, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size,
                        block_size=block_size, seg=int(config["SEG"]), nsplit=nsplit,
                        prefetch=bool(config["PREFETCH"]), rescale=fr._rescales(config, True),
-                       pipe=bool(config["PIPE"]), stage=bool(config["STAGE"]), use_initial_state=dm0 is not None,
+                       pipe=bool(config["PIPE"]), stage=int(config["STAGE"]), use_initial_state=dm0 is not None,
                        use_initial_importance=di0 is not None)
     return True
 
