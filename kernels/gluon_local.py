@@ -8,9 +8,14 @@ gradient's sum, in two chains instead of one) with pass B split into segments of
 walked once from the block start, each state before one of its tokens stored in shared memory (one buffer per
 state, channel and slot, so that the stores need no barrier between them), and its reverse steps read them back.
 ``SEG = BS`` walks a block once in pass B (2 updates a token in all, ``BS`` slots: 4 KB each); ``SEG = BS / 2``
-walks the first half again (2.5 a token, half the slots). With ``STAGE`` (the default) pass B also copies each
-block's key and query rows to shared memory at the block's start (``cp.async``, 8 KB more a program in float32), and
-the walks and reverse steps read them there instead of through an L1 that the states' shared memory has shrunk.
+walks the first half again (2.5 a token, half the slots).
+
+``STAGE``: pass B also copies each block's inputs to shared memory at the block's start (``cp.async``, masked
+tokens zero-filled), and the walks and reverse steps read them there instead of through an L1 that the states'
+shared memory has shrunk. 1 copies the key and query rows (8 KB more a program in float32), 2 also the program's 4
+channels of values and gains, 3 (the default) also the decays (float32 ones; others run 2) and output gradients, so
+that no step of pass B reads global memory. With ``PIPE`` (the default) each walk token's inputs are read a token
+ahead. Only 3 with ``PIPE`` beat the Triton pass (docs/bench/gluon-stage-2026-11-28).
 
 Mapping: one warp owns 4 channels of one head; lane ``l`` holds states ``4 l .. 4 l + 3`` of every channel. A
 state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over the channels is an FFMA chain),
@@ -388,8 +393,8 @@ if gluon is not None:
                         READOUT: gl.constexpr, STAGED: gl.constexpr = 0):
         """``fused_recurrent._prefetch_block``: the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) asked for in
         L1, their float32 key rows (4 lines each), value, gain and decay lines, and with ``READOUT`` their query
-        rows and output-gradient lines; less the key and query rows with ``STAGED`` and the values and gains from
-        ``STAGED`` 2 (those are copied to shared memory)."""
+        rows and output-gradient lines; less what ``STAGED`` copies to shared memory (the key and query rows from 1,
+        the values and gains from 2, the decays and output gradients from 3)."""
         LR: gl.constexpr = gl.BlockedLayout([1, 1], [8, 4], [1, 1], [1, 0])
         LT: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
         o_r = gl.minimum(tok0 + gl.arange(0, BS, layout=gl.SliceLayout(1, LR)), t_last)
@@ -419,8 +424,8 @@ if gluon is not None:
         token ``t_b`` (``ne`` of its tokens valid): the block start walked to the segment, the state before each of
         the segment's tokens stored in ``slots``, then its pairs reversed from the adjoints ``ad`` (decay ``b_an``)
         of the token after it. Returns the adjoints and decay of the segment's first token. With ``STAGE`` the
-        block's key and query rows are read from ``k_rows``, ``q_rows`` in shared memory (the queries' copy waited
-        for before the first reverse step)."""
+        block's staged inputs are read from ``rows`` in shared memory (the second copy group, queries and output
+        gradients, waited for before the first reverse step)."""
         st = _load_state(p_m0, p_i0, o_n, N)
         if PIPE:  # each token's inputs loaded while the token before it is computed
             x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, rows, 0, STAGE)
@@ -607,10 +612,19 @@ POINTERS = ("v", "k", "q", "g", "beta", "ip", "ck_m", "ck_i", "dy", "sc_m", "sc_
             "dg", "dbeta", "dm0", "di0", "cu_seqlens", "chunk_offsets")
 
 
-def shared_bytes(seg: int, state_size: int = 128, *, stage_block: int = 0, row_bytes: int = 4) -> int:
-    """Shared memory a program holds: ``seg`` slots of ``M`` and ``I`` for 4 channels, float32, and with
-    ``stage_block`` a block's key and query rows (``row_bytes`` an element)."""
-    return seg * 8 * state_size * 4 + 2 * stage_block * state_size * row_bytes
+def shared_bytes(seg: int, state_size: int = 128, *, stage: int = 0, block: int = 8, row_bytes: int = 4,
+                 value_bytes: int = 2, decay_bytes: int = 4, use_beta: bool = True) -> int:
+    """Shared memory a program holds: ``seg`` slots of ``M`` and ``I`` for 4 channels, float32, and what ``STAGE``
+    copies of a block of ``block`` tokens: its key and query rows (``row_bytes`` an element), from 2 its 4 channels
+    of values and gains (``value_bytes``), from 3 its decays and output gradients."""
+    staged = 0
+    if stage >= 1:
+        staged += 2 * block * state_size * row_bytes
+    if stage >= 2:
+        staged += block * 4 * value_bytes * (2 if use_beta else 1)
+    if stage >= 3:
+        staged += block * decay_bytes + block * 4 * value_bytes
+    return seg * 8 * state_size * 4 + staged
 
 
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
@@ -630,7 +644,7 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
 
 def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
-                   rescale: bool = True, pipe: bool = False, stage: bool = True, use_beta: bool = True,
+                   rescale: bool = True, pipe: bool = True, stage: int = 3, use_beta: bool = True,
                    is_varlen: bool = False, arch: int = 90):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
     no states in or out): the ``CompiledKernel``."""

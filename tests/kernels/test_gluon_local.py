@@ -1,11 +1,11 @@
 """The Gluon local pass of the chunk-parallel backward (``palimpsa.kernels.gluon_local``) on the CPU.
 
 Gluon kernels cannot run under the interpreter, so here the kernel compiles for sm_90a (no driver) at the training
-launch and with its other options, within its register budget, with no spills, its shared memory and two barriers;
+launch and with its other options, within its register budget, with no spills, its shared memory and barriers;
 ``unsupported`` names each input or setting it does not map; and where it cannot run (here: the CPU interpreter)
 ``bwd_config={"LOCAL": "gluon"}`` leaves the local pass to the Triton kernel, whose gradients are then unchanged.
 Its gradients are checked on a GPU against float64 and the Triton pass
-(docs/bench/gluon-local-2026-11-27/compare.py).
+(docs/bench/gluon-local-2026-11-27/compare.py, docs/bench/gluon-stage-2026-11-28/compare.py).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ needs_gluon = pytest.mark.skipif(gluon_scan.GLUON_IMPORT_ERROR is not None,
 LAUNCHES = {  # name: compile_kernel's arguments
     "training": {},
     "two-token segments": {"seg": 2},
-    "float32, no beta, packed, pipelined": {"dtype": "fp32", "use_beta": False, "is_varlen": True, "pipe": True},
+    "float32, no beta, packed": {"dtype": "fp32", "use_beta": False, "is_varlen": True},
     "fp16, two groups": {"dtype": "fp16", "groups": 2},
-    "key and query rows read through L1": {"stage": False},
+    "key and query rows staged alone, no PIPE": {"stage": 1, "pipe": False},
+    "nothing staged": {"stage": 0, "pipe": False},
 }
 CODE = r"""
 import json, re, subprocess, tempfile
@@ -45,7 +46,7 @@ for name, kwargs in json.loads(ARGS).items():
                               check=True).stdout
     out[name] = {**gluon_scan.resource_usage(c), "dynamic_shared": c.metadata.shared,
                  **{op: len(re.findall(rf"\b{op}\b", sass)) for op in ("BAR", "STS", "LDS", "STL", "LDL",
-                                                                           "LDS.128", "LDGSTS.E.BYPASS.128")},
+                                                                           "LDS.128", "LDGSTS", "LDGSTS.E.BYPASS.128")},
                  "shuffles": c.asm["ptx"].count("shfl.sync"),
                  "butterfly_lanes": sorted({str(chunked_bwd.lane_bases(c.asm["ttgir"], t)) for t in re.findall(
                      r"elementwise_inline_asm \"[^\n]*?shfl\.sync\.bfly[^\n]*?: (tensor<[^\n]*?) ->",
@@ -68,27 +69,30 @@ def compiled() -> dict:
 @needs_gluon
 @pytest.mark.parametrize("launch", list(LAUNCHES))
 def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, launch):
-    """One warp of four channels keeps a state, the state before it and the adjoints in registers (212-255 measured
-    under Triton 3.5.1 to 3.9; 200-255 allowed), no spill; a segment's states live in ``SEG`` shared slots of 4 KB,
-    stored and loaded as 128-bit vectors (8 of each a slot), with one barrier before the segment's loads and one
-    before the next segment's stores; a pair's ``dv``, ``dbeta`` (4 channels x 6 shuffles, 5 without beta) and decay
-    gradients (5) take one butterfly each, 29 shuffles a pair, on lane partials whose element ``l`` lane ``l``
-    holds. ``STAGE``: a block's 8 key and 8 query rows copied to 8 KB more shared memory as 16-byte ``cp.async``
-    (``LDGSTS``) a lane and row, one barrier after their wait and one before the next copy, and read back as
-    128-bit vectors: one a walk's token (the loop's body and the ``SEG`` stores), two a reverse step."""
-    seg = LAUNCHES[launch].get("seg", 4)
-    stage = LAUNCHES[launch].get("stage", True)
+    """One warp of four channels keeps a state, the state before it and the adjoints in registers (201-255 measured
+    under Triton 3.5.1 to 3.9; 180-255 allowed: three states of 32 registers a lane and their addressing), no
+    spill; a segment's states live in ``SEG`` shared slots of 4 KB, stored and loaded as 128-bit vectors (8 of each
+    a slot), with one barrier before the segment's loads and one before the next segment's stores; a pair's
+    ``dv``, ``dbeta`` (4 channels x 6 shuffles, 5 without beta) and decay gradients (5) take one butterfly each, 29
+    shuffles a pair, on lane partials whose element ``l`` lane ``l`` holds. ``STAGE``: a block's 8 key and 8 query
+    rows copied to 8 KB more shared memory as 16-byte ``cp.async`` (``LDGSTS``) a lane and row, from 2 one more copy
+    a lane for the values and one for the gains, from 3 one for the decays and one for the output gradients; one
+    barrier after their wait and one before the next copy."""
+    kwargs = LAUNCHES[launch]
+    seg, stage = kwargs.get("seg", 4), kwargs.get("stage", 3)
+    with_beta, float32 = kwargs.get("use_beta", True), kwargs.get("dtype") == "fp32"
     r = compiled[launch]
     assert r["stack"] == 0 and r["local"] == 0 and r["STL"] == 0 and r["LDL"] == 0, r
-    assert 200 <= r["registers"] <= 255, r
-    assert r["STS"] == 8 * seg, r
+    assert 180 <= r["registers"] <= 255, r
+    assert r["STS"] == 8 * seg and r["LDS.128"] >= 8 * seg, r
+    assert r["dynamic_shared"] == gluon_local.shared_bytes(seg, stage=stage, value_bytes=4 if float32 else 2,
+                                                           use_beta=with_beta), r
     if stage:
-        assert r["dynamic_shared"] == gluon_local.shared_bytes(seg, stage_block=8) == seg * 4096 + 8192, r
-        assert r["BAR"] == 4 and r["LDGSTS.E.BYPASS.128"] == 16, r
-        assert r["LDS.128"] == 8 * seg + (1 + seg) + 2 * seg, r
+        assert r["BAR"] == 4 and r["LDGSTS.E.BYPASS.128"] >= 16, r
+        assert r["LDGSTS"] == 16 + (stage >= 2) * (1 + with_beta) + (stage >= 3) * 2, r
     else:
-        assert r["dynamic_shared"] == gluon_local.shared_bytes(seg) == seg * 4096, r
-        assert r["BAR"] == 2 and r["LDGSTS.E.BYPASS.128"] == 0, r
+        assert r["dynamic_shared"] == seg * 4096, r
+        assert r["BAR"] == 2 and r["LDGSTS"] == 0, r
         assert r["LDS"] == r["LDS.128"] == 8 * seg, r
     with_beta = LAUNCHES[launch].get("use_beta", True)
     per_pair = 4 * (6 if with_beta else 5) + 5
