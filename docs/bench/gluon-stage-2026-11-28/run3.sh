@@ -1,3 +1,5 @@
+# Note (found in call 6, fixed before call 7): chunked_bwd passed bool(STAGE) to the launch, so this call ran
+# STAGE 1 wherever it asked for 2 or 3 (README.md).
 # Third call (2026-11-28): call 1's staged pass left the values' and gains' loads in the walks as its longest waits
 # (gluon-local's call 3: the first use of a walk's value load, ~470 cycles, a tenth of the stall samples, before
 # staging). STAGE=2 also copies each block's 4 channels of values and gains to shared memory (8 bytes a token and
