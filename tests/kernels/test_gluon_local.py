@@ -5,7 +5,7 @@ launch and with its other options, within its register budget, with no spills, i
 ``unsupported`` names each input or setting it does not map; and where it cannot run (here: the CPU interpreter)
 ``bwd_config={"LOCAL": "gluon"}`` leaves the local pass to the Triton kernel, whose gradients are then unchanged.
 Its gradients are checked on a GPU against float64 and the Triton pass
-(docs/bench/gluon-local-2026-11-27/compare.py, docs/bench/gluon-stage-2026-11-28/compare.py).
+(docs/bench/gluon-local-2026-11-27/compare.py, with the settings of docs/bench/gluon-stage-2026-11-28).
 """
 
 from __future__ import annotations

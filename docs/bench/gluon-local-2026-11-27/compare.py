@@ -4,7 +4,8 @@ uncertainty gradient and leaves such calls to the Triton one). The record's call
 split, so that case went to the sequential backward there (both columns then the same kernel). Prints one line per
 case and gradient: the error of each local pass relative to the float64 gradient's largest magnitude. Exit status 1
 if a Gluon error exceeds the tolerance (1e-5 float32, 1e-2 bf16) or is more than 4 times the Triton pass's plus
-1e-6."""
+1e-6. The environment's SEG, STAGE and PIPE set the Gluon pass's keys (default 4, 0 and 0: what this record ran;
+docs/bench/gluon-stage-2026-11-28 ran the others)."""
 
 import os
 import sys
@@ -60,14 +61,15 @@ def main():
     # end on an odd token: 5 and 1 valid tokens, a pair with its second token past the end)
     splits = {"varlen 1000/1/2002/1093 G2 f32 beta state": 2}
     failed = False
-    seg = int(os.environ.get("SEG", "4"))
+    seg, stage = int(os.environ.get("SEG", "4")), int(os.environ.get("STAGE", "0"))
+    pipe = int(os.environ.get("PIPE", "0"))
     for name, x, cu, tol in cases:
         ref = grads(x, "torch", cu, torch.float64)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=splits.get(name, 0))
         tri = grads(x, "triton", cu)
-        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="gluon", SEG=seg)
+        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="gluon", SEG=seg, STAGE=stage, PIPE=pipe)
         glu = grads(x, "triton", cu)
-        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=0)
+        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=0, PIPE=0)
         for n in ref:
             scale = ref[n].abs().max().item() or 1.0
             e_t = (tri[n] - ref[n]).abs().max().item() / scale

@@ -6,7 +6,7 @@
 # Run from the repository root with .bench_deps beside it: OUT=dir bash docs/bench/gluon-stage-2026-11-28/run1.sh
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
 for stage in 0 1; do
-  STAGE=$stage timeout 240 python3 docs/bench/gluon-stage-2026-11-28/compare.py > $out/compare-stage$stage.log 2>&1
+  STAGE=$stage timeout 240 python3 docs/bench/gluon-local-2026-11-27/compare.py > $out/compare-stage$stage.log 2>&1
   echo "compare STAGE=$stage exit $? at $(( $(date +%s) - start )) s"; grep -c FAIL $out/compare-stage$stage.log
   grep varlen $out/compare-stage$stage.log | tail -3
 done

@@ -7,7 +7,7 @@
 # then ncu's source counters for STAGE 3 (B = 1, L = 2048).
 # Run from the repository root with .bench_deps beside it: OUT=dir bash docs/bench/gluon-stage-2026-11-28/run6.sh
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
-STAGE=3 timeout 200 python3 docs/bench/gluon-stage-2026-11-28/compare.py > $out/compare-stage3.log 2>&1
+STAGE=3 timeout 200 python3 docs/bench/gluon-local-2026-11-27/compare.py > $out/compare-stage3.log 2>&1
 echo "compare STAGE=3 exit $? at $(( $(date +%s) - start )) s"; grep -c FAIL $out/compare-stage3.log
 timeout 300 python3 scripts/bench_scan.py --no-step --shapes 1x8192 --breakdown \
   --backends "chunked,chunked@LOCAL=gluon:STAGE=1,chunked@LOCAL=gluon:STAGE=2,chunked@LOCAL=gluon:STAGE=3" \
