@@ -14,6 +14,10 @@ exits non-zero if any check fails. A case whose kernel fails to compile or run i
 the message, also in the JSON) and the other cases still run.
 
     python scripts/check_scan_gpu.py [--backend triton|gluon|gluon-bwd] [--quick] [--json results.json]
+
+``--without-uncertainty`` leaves the uncertainty output out (so no uncertainty gradient): the Gluon local pass of
+the chunk-parallel backward runs only then, e.g. ``--backend triton-chunked --chunked-config LOCAL=gluon
+--without-uncertainty``.
 """
 
 from __future__ import annotations
@@ -63,12 +67,12 @@ def make_inputs(batch, length, groups, dtype, *, with_beta=True, with_state=True
             for n, t in inputs.items()}
 
 
-def run_op(inputs, backend, prior, cu_seqlens=None):
+def run_op(inputs, backend, prior, cu_seqlens=None, uncertainty=True):
     state = None if inputs["M0"] is None else (inputs["M0"], inputs["I0"])
     y, final, u = palimpsa_scan(inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"],
                                 importance_prior=prior, initial_state=state, output_final_state=True,
-                                output_uncertainty=True, cu_seqlens=cu_seqlens, backend=backend)
-    return [y, final[0], final[1], u]
+                                output_uncertainty=uncertainty, cu_seqlens=cu_seqlens, backend=backend)
+    return [y, final[0], final[1], *([u] if uncertainty else [])]
 
 
 def _segment(v, k, q, log_decay, beta, m, i, prior):
@@ -123,23 +127,26 @@ def relative_error(got, want):
     return (got - want).norm().item() / scale
 
 
-def check_case(name, inputs, tol, prior, cu_seqlens=None, with_naive=False, backend="triton"):
-    """Rows ``(case, quantity, reference, error, tol, ok)`` for one set of inputs."""
+def check_case(name, inputs, tol, prior, cu_seqlens=None, with_naive=False, backend="triton", uncertainty=True):
+    """Rows ``(case, quantity, reference, error, tol, ok)`` for one set of inputs; without ``uncertainty`` the
+    uncertainty output is not asked for (nor checked)."""
+    n_out = len(OUTPUTS) if uncertainty else len(OUTPUTS) - 1
     gen = torch.Generator(device="cuda").manual_seed(7)
-    weights = [torch.randn(s, generator=gen, device="cuda", dtype=torch.float64) for s in shapes_of(inputs, cu_seqlens)]
+    weights = [torch.randn(s, generator=gen, device="cuda", dtype=torch.float64)
+               for s in shapes_of(inputs, cu_seqlens)[:n_out]]
     t0 = time.time()
-    got, got_grads = outputs_and_grads(inputs, lambda x: run_op(x, backend, prior, cu_seqlens), weights)
+    got, got_grads = outputs_and_grads(inputs, lambda x: run_op(x, backend, prior, cu_seqlens, uncertainty), weights)
     t_kernel = time.time() - t0
     exact = {n: None if t is None else t.double() for n, t in inputs.items()}
-    references = {"torch-f64": lambda x: run_checkpointed_torch(x, prior, cu_seqlens)}
+    references = {"torch-f64": lambda x: run_checkpointed_torch(x, prior, cu_seqlens)[:n_out]}
     if with_naive:
-        references["naive-f64"] = lambda x: run_op(x, "naive", prior, cu_seqlens)
+        references["naive-f64"] = lambda x: run_op(x, "naive", prior, cu_seqlens, uncertainty)
     rows = []
     for ref_name, runner in references.items():
         t0 = time.time()
         want, want_grads = outputs_and_grads(exact, runner, weights)
         t_ref = time.time() - t0
-        for label, g, w in zip(OUTPUTS, got, want, strict=True):
+        for label, g, w in zip(OUTPUTS[:n_out], got, want, strict=True):
             err = relative_error(g, w)
             rows.append((name, label, ref_name, err, tol, err <= tol))
         for label in GRADS:
@@ -173,6 +180,9 @@ def main() -> int:
                              "otherwise be short of programs), sequential, or chunked everywhere")
     parser.add_argument("--chunked-config", default="", metavar="KEY=VALUE:...",
                         help="overrides of chunked_bwd.CHUNKED_CONFIG for the chunk-parallel backward, e.g. GROUP=4")
+    parser.add_argument("--without-uncertainty", action="store_true",
+                        help="leave the uncertainty output out (so no uncertainty gradient): the Gluon local pass "
+                             "(--chunked-config LOCAL=gluon) runs only then")
     args = parser.parse_args()
     backend = args.backend
     if args.chunked_config:
@@ -208,7 +218,7 @@ def main() -> int:
     rows, errors = [], {}
     for name, inputs, tol, prior, cu_seqlens, with_naive in cases:
         try:
-            rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, backend)
+            rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, backend, not args.without_uncertainty)
         except Exception as error:  # noqa: BLE001 - report a failing kernel and go on with the other cases
             traceback.print_exc()
             errors[name] = f"{type(error).__name__}: {error}"
@@ -216,7 +226,8 @@ def main() -> int:
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
           f"{args.backend}, forward {os.environ.get(fused_recurrent.FORWARD_ENV) or 'auto'}, chunked "
-          f"{args.chunked_config or 'default'}; float32 cases without "
+          f"{args.chunked_config or 'default'}{', without uncertainty' if args.without_uncertainty else ''}; "
+          "float32 cases without "
           "TF32 (the chunk-parallel backward's products in IEEE float32)")
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:
@@ -229,6 +240,7 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                        "triton": triton.__version__, "backend": args.backend,
+                       "uncertainty": not args.without_uncertainty,
                        "forward": os.environ.get(fused_recurrent.FORWARD_ENV) or "auto", "errors": errors,
                        "rows": [dict(zip(("case", "quantity", "reference", "error", "tol", "ok"), r)) for r in rows]},
                       f, indent=1)
