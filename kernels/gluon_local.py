@@ -13,9 +13,10 @@ walks the first half again (2.5 a token, half the slots).
 ``STAGE``: pass B also copies each block's inputs to shared memory at the block's start (``cp.async``, masked
 tokens zero-filled), and the walks and reverse steps read them there instead of through an L1 that the states'
 shared memory has shrunk. 1 copies the key and query rows (8 KB more a program in float32), 2 also the program's 4
-channels of values and gains, 3 (the default) also the decays (float32 ones; others run 2) and output gradients, so
-that no step of pass B reads global memory. With ``PIPE`` (the default) each walk token's inputs are read a token
-ahead. Only 3 with ``PIPE`` beat the Triton pass (docs/bench/gluon-stage-2026-11-28).
+channels of values and gains, 3 (the default) also the decays and output gradients, so that no step of pass B
+reads global memory (:func:`staging_level` says what the tensors allow). With ``PIPE`` (the default) each walk
+token's inputs are read a token ahead. 3 beats the Triton pass, and more so with ``PIPE``; 1 and 2 do not
+(docs/bench/gluon-stage-2026-11-28).
 
 Mapping: one warp owns 4 channels of one head; lane ``l`` holds states ``4 l .. 4 l + 3`` of every channel. A
 state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over the channels is an FFMA chain),
@@ -627,6 +628,22 @@ def shared_bytes(seg: int, state_size: int = 128, *, stage: int = 0, block: int 
     return seg * 8 * state_size * 4 + staged
 
 
+def staging_level(stage: int, v: torch.Tensor, k: torch.Tensor, q: torch.Tensor, log_decay: torch.Tensor, beta,
+                  dy) -> int:
+    """The ``STAGE`` level these tensors allow (0-3, at most ``stage``). ``cp.async`` copies 4, 8 or 16 bytes, and
+    Triton vectorises a copy only from a pointer it specialised as 16-byte aligned: so 16-bit values, gains or
+    output gradients at another address stage the rows alone (1), 16-bit key or query rows at another address
+    nothing (0), and decays other than float32 (2 bytes a token) stop at the rows (1, the faster of 1 and 2)."""
+    stage = max(0, min(3, int(stage)))
+    if any(t is not None and t.element_size() < 4 and t.data_ptr() % 16 for t in (k, q)):
+        return 0
+    if any(t is not None and t.element_size() < 4 and t.data_ptr() % 16 for t in (v, beta, dy)):
+        return min(stage, 1)
+    if stage == 3 and log_decay.dtype != torch.float32:
+        return 1
+    return stage
+
+
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
            rescale, pipe, stage, use_initial_state, use_initial_importance):
@@ -637,7 +654,7 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
         H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
-        RESCALE=rescale, PIPE=pipe, STAGE=stage if stage < 3 or log_decay.dtype == torch.float32 else 2,
+        RESCALE=rescale, PIPE=pipe, STAGE=staging_level(stage, v, k_l, q_l, log_decay, beta, dy),
         num_warps=1, **fr.FP_FUSION,
     )
 

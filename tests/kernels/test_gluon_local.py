@@ -30,6 +30,7 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "two-token segments": {"seg": 2},
     "float32, no beta, packed": {"dtype": "fp32", "use_beta": False, "is_varlen": True},
     "fp16, two groups": {"dtype": "fp16", "groups": 2},
+    "values and gains staged too, no PIPE": {"stage": 2, "pipe": False},
     "key and query rows staged alone, no PIPE": {"stage": 1, "pipe": False},
     "nothing staged": {"stage": 0, "pipe": False},
 }
@@ -46,7 +47,9 @@ for name, kwargs in json.loads(ARGS).items():
                               check=True).stdout
     out[name] = {**gluon_scan.resource_usage(c), "dynamic_shared": c.metadata.shared,
                  **{op: len(re.findall(rf"\b{op}\b", sass)) for op in ("BAR", "STS", "LDS", "STL", "LDL",
-                                                                           "LDS.128", "LDGSTS", "LDGSTS.E.BYPASS.128")},
+                                                                           "LDS.128", "LDGSTS", "LDGSTS.E.BYPASS.128",
+                                                                           "DEPBAR")},
+                 "waits": [int(n) for n in re.findall(r"cp\.async\.wait_group\s+(\d+);", c.asm["ptx"])],
                  "shuffles": c.asm["ptx"].count("shfl.sync"),
                  "butterfly_lanes": sorted({str(chunked_bwd.lane_bases(c.asm["ttgir"], t)) for t in re.findall(
                      r"elementwise_inline_asm \"[^\n]*?shfl\.sync\.bfly[^\n]*?: (tensor<[^\n]*?) ->",
@@ -77,7 +80,8 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     shuffles a pair, on lane partials whose element ``l`` lane ``l`` holds. ``STAGE``: a block's 8 key and 8 query
     rows copied to 8 KB more shared memory as 16-byte ``cp.async`` (``LDGSTS``) a lane and row, from 2 one more copy
     a lane for the values and one for the gains, from 3 one for the decays and one for the output gradients; one
-    barrier after their wait and one before the next copy."""
+    barrier after their wait and one before the next copy; the walk waits for the first group (keys, values, gains,
+    decays), the first reverse step of a segment for the second (queries, output gradients)."""
     kwargs = LAUNCHES[launch]
     seg, stage = kwargs.get("seg", 4), kwargs.get("stage", 3)
     with_beta, float32 = kwargs.get("use_beta", True), kwargs.get("dtype") == "fp32"
@@ -90,9 +94,10 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     if stage:
         assert r["BAR"] == 4 and r["LDGSTS.E.BYPASS.128"] >= 16, r
         assert r["LDGSTS"] == 16 + (stage >= 2) * (1 + with_beta) + (stage >= 3) * 2, r
+        assert r["waits"] == [1, 0] and r["DEPBAR"] == 2, r
     else:
         assert r["dynamic_shared"] == seg * 4096, r
-        assert r["BAR"] == 2 and r["LDGSTS"] == 0, r
+        assert r["BAR"] == 2 and r["LDGSTS"] == 0 and r["waits"] == [], r
         assert r["LDS"] == r["LDS.128"] == 8 * seg, r
     with_beta = LAUNCHES[launch].get("use_beta", True)
     per_pair = 4 * (6 if with_beta else 5) + 5
@@ -124,6 +129,25 @@ def test_names_what_it_does_not_map_before_the_machine():
                        ("dy", (v, k, None, None, rows(1, 8, 2, 8, offset=3)))):
         assert gluon_local.unsupported(*args).startswith(f"{name} starts at an address not aligned"), name
     assert "GPU" in gluon_local.unsupported(v, k, v, None, dy)  # everything mapped: the CPU is the reason
+
+
+def test_stages_what_the_tensors_allow():
+    """``cp.async`` needs copies of 4 bytes or more from pointers Triton specialised as 16-byte aligned: 16-bit
+    values, gains or output gradients elsewhere stage the rows alone, 16-bit key or query rows elsewhere nothing,
+    16-bit decays the rows alone (1 was faster than 2); float32 rows stage anywhere."""
+    def rows(*shape, dtype=torch.bfloat16, offset=0):
+        n = torch.Size(shape).numel()
+        return torch.zeros(n + offset, dtype=dtype)[offset:].view(*shape)
+
+    v, k, g = rows(1, 8, 2, 8), rows(1, 8, 1, 128, dtype=torch.float32), rows(1, 8, 2, dtype=torch.float32)
+    level = gluon_local.staging_level
+    assert [level(s, v, k, k, g, v, v) for s in (0, 1, 2, 3, 5, True)] == [0, 1, 2, 3, 3, 1]
+    assert level(3, v, k, k, g.bfloat16(), v, v) == 1
+    for name in ("v", "beta", "dy"):
+        shifted = {"v": v, "beta": v, "dy": v, name: rows(1, 8, 2, 8, offset=4)}  # 8-byte aligned only
+        assert level(3, shifted["v"], k, k, g, shifted["beta"], shifted["dy"]) == 1, name
+    assert level(3, v, rows(1, 8, 1, 128, offset=4), k, g, v, v) == 0  # bf16 keys (KQ32 off), 8-byte aligned
+    assert level(3, v, rows(1, 8, 1, 128, dtype=torch.float32, offset=2), k, g, None, v) == 3  # float32 keys
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
