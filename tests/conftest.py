@@ -14,9 +14,10 @@ def _patch_the_language_once_a_launch() -> None:
     """Triton's interpreter patches ``triton.language`` (an ``inspect.getmembers`` over four modules, ~0.25 ms) when a
     kernel launches, and again on every call of a ``@triton.jit`` helper inside it: our kernels call their helpers
     ~10^5 times a test, which was ~40% of the interpreter tests' time. Within a launch whose patches already cover the
-    language modules a helper sees, the repeat is skipped; the first patch of each launch, its restore at the end,
-    and the first call of a helper that sees other modules (Triton's own ``tl.sum``, ``tl.cdiv``, whose patches the
-    interpreter never restores) go as before. Where this Triton's interpreter has other internals, nothing
+    language modules a helper sees, the repeat is skipped; each launch's own patch (of its kernel's function) and
+    its restore at the end, the first call of a helper that sees other modules (Triton's own ``tl.sum``,
+    ``tl.cdiv``, whose patches the interpreter never restores), a helper that sees none (the interpreter's assertion)
+    and anything outside a launch go as before. Where this Triton's interpreter has other internals, nothing
     changes."""
     try:
         import inspect
@@ -30,7 +31,7 @@ def _patch_the_language_once_a_launch() -> None:
     grid = getattr(interpreter, "GridExecutor", None)
     if patch_lang is None or scope_type is None or grid is None or getattr(patch_lang, "once_a_launch", False):
         return
-    launches = []  # the running launch: [language modules patched in it, whether its own patch ran]
+    launches = []  # the running launch: [language modules patched in it, whether its own patch ran, its function]
     seen_by = {}  # function -> the language modules it sees
 
     def modules(fn) -> frozenset[int]:
@@ -41,17 +42,17 @@ def _patch_the_language_once_a_launch() -> None:
 
     def patch_once(fn):
         if launches:
-            patched, own = launches[-1]
-            if not own:  # the launch's own patch, which it restores when it ends
+            patched, own, kernel = launches[-1]
+            if not own and fn is kernel:  # the launch's own patch, which it restores when it ends
                 launches[-1][1] = True
-            elif modules(fn) <= patched:
+            elif own and modules(fn) and modules(fn) <= patched:
                 return scope_type()  # nothing left to patch (and nothing to restore)
-            else:
+            elif own:
                 launches[-1][0] = patched | modules(fn)
         return patch_lang(fn)
 
     def launch(self, *args, **kwargs):
-        launches.append([modules(self.fn), False])
+        launches.append([modules(self.fn), False, self.fn])
         try:
             return run(self, *args, **kwargs)
         finally:
