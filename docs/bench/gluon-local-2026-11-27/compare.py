@@ -5,7 +5,8 @@ split, so that case went to the sequential backward there (both columns then the
 case and gradient: the error of each local pass relative to the float64 gradient's largest magnitude. Exit status 1
 if a Gluon error exceeds the tolerance (1e-5 float32, 1e-2 bf16) or is more than 4 times the Triton pass's plus
 1e-6. The environment's SEG, STAGE and PIPE set the Gluon pass's keys (default 4, 0 and 0: what this record ran;
-docs/bench/gluon-stage-2026-11-28 ran the others)."""
+docs/bench/gluon-stage-2026-11-28 ran the others). The fifth case (bf16 inputs with float32 decays, the kernel's
+defaults and what bench_scan.py times) was added after both records' calls."""
 
 import os
 import sys
@@ -18,7 +19,7 @@ from palimpsa.kernels import chunked_bwd, palimpsa_scan  # noqa: E402
 H, P, N = 80, 64, 128
 
 
-def inputs(batch, length, groups, dtype, seed, beta=True, state=False, n_states=None):
+def inputs(batch, length, groups, dtype, seed, beta=True, state=False, n_states=None, decays32=False):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     rand = lambda *s: torch.rand(*s, generator=gen, device="cuda", dtype=torch.float64)  # noqa: E731
     randn = lambda *s: torch.randn(*s, generator=gen, device="cuda", dtype=torch.float64)  # noqa: E731
@@ -31,7 +32,8 @@ def inputs(batch, length, groups, dtype, seed, beta=True, state=False, n_states=
          "q": randn(batch, length, groups, N), "log_decay": log_decay,
          "beta": 10 * rand(batch, length, H, P) if beta else None,
          "M0": randn(n_states, H, P, N) if state else None, "I0": 0.5 + rand(n_states, H, P, N) if state else None}
-    return {n: None if t is None else t.to(torch.float32 if n in ("M0", "I0") else dtype) for n, t in x.items()}
+    wide = ("M0", "I0", "log_decay") if decays32 else ("M0", "I0")
+    return {n: None if t is None else t.to(torch.float32 if n in wide else dtype) for n, t in x.items()}
 
 
 def grads(x, backend, cu_seqlens, dtype=None):
@@ -55,6 +57,10 @@ def main():
         ("varlen 1000/1/2002/1093 G2 f32 beta state",
          inputs(1, 4096, 2, torch.float32, 4, state=True, n_states=4),
          torch.tensor([0, 1000, 1001, 3003, 4096], dtype=torch.int32, device="cuda"), 1e-5),
+        # added after both records' calls: bf16 inputs with float32 decays, as a model and bench_scan.py give them
+        # (the bf16 case above has bf16 decays, so STAGE 3 runs it as 1)
+        ("B1 L2048 G1 bf16 beta, f32 decays, state", inputs(1, 2048, 1, torch.bfloat16, 5, state=True, decays32=True),
+         None, 1e-2),
     ]
     # four packed sequences give 5120 work items, which fill the GPU unsplit: the chunked backward would hand them to
     # the sequential kernel (chunked_bwd.chunked_backward), so the packed case splits them in two (its last blocks
