@@ -63,13 +63,13 @@ from . import fused_recurrent as fr
 # and queries (fused_recurrent._float32_keys; 12.20 ms against 12.31 at B = 1, L = 8192, docs/bench/ring-2026-11-27);
 # correct_early: the corrections load the local dv, dbeta at a sub-block's start (1: 1.25 ms against 1.51 at B = 1,
 # L = 8192), one sub-block ahead (2: 1.29) or after its products (0; docs/bench/ring-2026-11-27, call 13)
-# LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; opt-in: 13.95 ms
-# against 12.12 at B = 1, L = 8192, docs/bench/gluon-local-2026-11-27), the Triton pass where it cannot run; SEG: its
-# tokens per shared-memory segment (4: 16 KB a program); PIPE: its walks load each token's inputs a token ahead;
-# STAGE: pass B copies each block's inputs to shared memory at its start (cp.async) and reads them there: 1 the key
-# and query rows, 2 also the values and gains, 3 also the decays (float32 ones) and output gradients (the local pass
-# 13.30 ms with 1, 13.53 with 2, 11.99 with 3 and 11.78 with 3 and PIPE, against the Triton pass's 12.20;
-# docs/bench/gluon-stage-2026-11-28)
+# LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; opt-in,
+# 11.79 ms against 12.22 at B = 1, L = 8192 with its defaults, docs/bench/gluon-stage-2026-11-28), the Triton pass
+# where it cannot run; SEG: its tokens per shared-memory segment (4: 16 KB of states a program); PIPE: its walks
+# load each token's inputs a token ahead; STAGE: pass B copies each block's inputs to shared memory at its start
+# (cp.async) and reads them there: 1 the key and query rows, 2 also the values and gains, 3 also the decays and
+# output gradients, as far as gluon_local.staging_level allows (the local pass 13.35 ms with 1, 13.53 with 2,
+# 11.99 with 3 against the Triton pass's 12.20 in one run; 11.78 with 3 and PIPE against 12.22 in another)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
