@@ -230,7 +230,8 @@ if gluon is not None:
     def _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
                N: gl.constexpr, USE_BETA: gl.constexpr, rows=0, r=0, STAGE: gl.constexpr = 0):
         """Key, decay, values and gains of token ``tok`` (the identity update where not ``valid``); with ``STAGE``
-        its key is row ``r`` of the block's staged rows ``rows`` (and from ``STAGE`` 2 its values and gains)."""
+        its key is row ``r`` of the block's staged rows ``rows`` (from ``STAGE`` 2 its values and gains, from 3 its
+        decay)."""
         b_k = _row(rows[0] if STAGE else 0, r, k + (tok * G + i_g) * N, valid, o_n, STAGE)
         if STAGE >= 3:
             b_a = _ex2(_staged_scalar(rows[4], r) * LOG2E)
@@ -493,33 +494,30 @@ if gluon is not None:
         o_n = gl.arange(0, N, layout=L)
         b_ip = gl.load(ip).to(gl.float32)
         slots = _slots(N, SEG)
-        if STAGE:  # the block's key and query rows, copied at its start in pass B (one copy each: [BS, N]),
-            # read a row at a time through a view whose layout is a row's
+        if STAGE:  # the block's inputs, copied at its start in pass B (one copy each: [BS, N] rows, [BS, 4] channels,
+            # [BS, 1] decays), read a row at a time through a view whose layout is a row's: rows = (keys, queries,
+            # values, gains, decays, output gradients) as far as STAGE goes
             SC: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
             LC: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 1], [1, 0])
             k_copy = gl.allocate_shared_memory(k.dtype.element_ty, [BS, N], SC)
             q_copy = gl.allocate_shared_memory(q.dtype.element_ty, [BS, N], SC)
             o_cr = gl.arange(0, BS, layout=gl.SliceLayout(1, LC))
             o_cn = gl.arange(0, N, layout=gl.SliceLayout(0, LC))
+            rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N))
             if STAGE >= 2:  # and its 4 channels of values and gains ([BS, 4] each)
                 LV: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [1, 1], [1, 0])
                 v_copy = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
                 b_copy = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
                 o_vr = gl.arange(0, BS, layout=gl.SliceLayout(1, LV))
                 o_vc = gl.arange(0, 4, layout=gl.SliceLayout(0, LV))
+                rows = rows + (_rows_view(v_copy, BS, 4), _rows_view(b_copy, BS, 4))
                 if STAGE >= 3:  # and its decays ([BS, 1]) and output gradients ([BS, 4])
                     LG: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 1], [1, 0])
                     g_copy = gl.allocate_shared_memory(g.dtype.element_ty, [BS, 1], SC)
                     y_copy = gl.allocate_shared_memory(dy.dtype.element_ty, [BS, 4], SC)
                     o_gr = gl.arange(0, BS, layout=gl.SliceLayout(1, LG))
                     o_g1 = gl.arange(0, 1, layout=gl.SliceLayout(0, LG))
-                    rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N), _rows_view(v_copy, BS, 4),
-                            _rows_view(b_copy, BS, 4), _rows_view(g_copy, BS, 1), _rows_view(y_copy, BS, 4))
-                else:
-                    rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N), _rows_view(v_copy, BS, 4),
-                            _rows_view(b_copy, BS, 4))
-            else:
-                rows = (_rows_view(k_copy, BS, N), _rows_view(q_copy, BS, N))
+                    rows = rows + (_rows_view(g_copy, BS, 1), _rows_view(y_copy, BS, 4))
         else:
             rows = 0
         for work in range(pid, n_work, gl.num_programs(0)):
@@ -566,7 +564,8 @@ if gluon is not None:
                         p_m0, p_i0 = ck_m + o_ck, ck_i + o_ck
                     else:
                         p_m0, p_i0 = sc_m + o_sc + (j - 1) * 4 * N, sc_i + o_sc + (j - 1) * 4 * N
-                    if STAGE:  # keys, then queries, as two groups of asynchronous copies (masked rows: zeros)
+                    if STAGE:  # two groups of asynchronous copies (masked rows: zeros): what the walks read (keys,
+                        # values, gains, decays), then what only the reverse steps read (queries, output gradients)
                         o_kq = ((gl.minimum(bos + tb + o_cr, t_last) * G + i_g) * N)[:, None] + o_cn[None, :]
                         row_ok = (o_cr < ne)[:, None]
                         _async_load(k_copy, k + o_kq, mask=row_ok)

@@ -99,7 +99,6 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
         assert r["dynamic_shared"] == seg * 4096, r
         assert r["BAR"] == 2 and r["LDGSTS"] == 0 and r["waits"] == [], r
         assert r["LDS"] == r["LDS.128"] == 8 * seg, r
-    with_beta = LAUNCHES[launch].get("use_beta", True)
     per_pair = 4 * (6 if with_beta else 5) + 5
     assert r["shuffles"] == per_pair * seg // 2, r
     # the butterflies (%laneid) and the stores (lane index from gl.arange) both need lane l to hold element l of
