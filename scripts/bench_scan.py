@@ -23,6 +23,7 @@ contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels
     python scripts/bench_scan.py --no-step --shapes 4x2048,4x8192 --backends gluon,triton    # chosen shapes only
     python scripts/bench_scan.py --no-step --backends fwd-seq:chunked,chunked    # the two Triton forwards
     python scripts/bench_scan.py --no-step --backends "chunked,fwd[walk_BV=8:walk_warps=1]:chunked"   # walk tilings
+    python scripts/bench_scan.py --no-step --float32 --shapes 1x8192 --breakdown   # what fine-tuning feeds it
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from palimpsa.kernels import fused_recurrent, palimpsa_scan, palimpsa_step
 from triton.testing import do_bench, do_bench_cudagraph
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
+OURS_DTYPE = torch.bfloat16  # our scan's v, k, q, beta (--float32: float32)
 GIB = 2**30
 
 
@@ -69,18 +71,20 @@ def load_mamba_ssm():
 
 
 def scan_inputs(batch, length, with_beta=True, seed=0):
+    """Our scan's inputs in ``OURS_DTYPE`` (decays float32), and SSD's (``x``, ``dt``, ``A``) from the same draws
+    in bf16."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    bf16 = torch.bfloat16
+    bf16, ours_dtype = torch.bfloat16, OURS_DTYPE
     dt = 0.001 + 0.099 * torch.rand(batch, length, HEADS, generator=gen, device="cuda")
     a = -torch.empty(HEADS, device="cuda").uniform_(1, 16, generator=gen)
     x = torch.randn(batch, length, HEADS, HEAD_DIM, generator=gen, device="cuda")
     return {
-        "v": (dt[..., None] * x).to(bf16),
-        "k": torch.randn(batch, length, 1, STATE, generator=gen, device="cuda").to(bf16),
-        "q": torch.randn(batch, length, 1, STATE, generator=gen, device="cuda").to(bf16),
+        "v": (dt[..., None] * x).to(ours_dtype),
+        "k": torch.randn(batch, length, 1, STATE, generator=gen, device="cuda").to(ours_dtype),
+        "q": torch.randn(batch, length, 1, STATE, generator=gen, device="cuda").to(ours_dtype),
         "log_decay": dt * a,
-        "beta": (torch.rand(batch, length, HEADS, HEAD_DIM, generator=gen, device="cuda") * dt[..., None]).to(bf16)
-        if with_beta else None,
+        "beta": (torch.rand(batch, length, HEADS, HEAD_DIM, generator=gen, device="cuda")
+                 * dt[..., None]).to(ours_dtype) if with_beta else None,
         "x": x.to(bf16), "dt": dt.to(bf16), "A": a,
     }
 
@@ -450,7 +454,14 @@ def main() -> int:
     parser.add_argument("--block-size", type=int, default=fused_recurrent.BLOCK_SIZE,
                         help="tokens per recompute state BS of the backward's scratch slab (default %(default)s; "
                              "half of it doubles the scratch)")
+    parser.add_argument("--float32", action="store_true",
+                        help="feed our scan float32 v, k, q, beta (as an upgraded layer does in fine-tuning), with "
+                             "TF32 matrix products as bench_train.py --tf32 sets them; SSD keeps bf16")
     args = parser.parse_args()
+    if args.float32:
+        global OURS_DTYPE
+        OURS_DTYPE = torch.float32
+        torch.set_float32_matmul_precision("high")
     if args.block_size < 2 or args.block_size % 2:
         parser.error(f"--block-size {args.block_size}: give an even number of tokens, e.g. 4 or 8")
     if args.chunk_size < 2 or args.chunk_size % args.block_size:
@@ -486,7 +497,7 @@ def main() -> int:
             "copy_tbs": copy_bandwidth_tbs(), "fwd_config": fused_recurrent.FWD_CONFIG,
             "bwd_config": fused_recurrent.BWD_CONFIG,
             "bwd_config_b1": fused_recurrent._backward_config(1, HEADS, HEAD_DIM, torch.device("cuda")),
-            "chunk_size": fused_recurrent.CHUNK_SIZE,
+            "chunk_size": fused_recurrent.CHUNK_SIZE, "ours_dtype": str(OURS_DTYPE),
             "block_size": fused_recurrent.BLOCK_SIZE}
     print(f"{info['device']} ({info['date']}), torch {info['torch']}, triton {info['triton']}; {note}")
     print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s; SM clock {clock:.3f} GHz ({clock_source})")
@@ -517,7 +528,8 @@ def write_json(path: str | None, result: dict) -> None:
 def print_tables(result: dict, with_ssd: bool, with_step: bool, backends=("triton",)) -> None:
     """The side-by-side scan table (one line per backend and shape) and the decoding-step table."""
     base = "SSD" if with_ssd else "beta=None"
-    print(f"\nbf16, H={HEADS} P={HEAD_DIM} N={STATE} G=1; ms are do_bench medians; memory is peak extra GiB "
+    ours = "bf16" if OURS_DTYPE == torch.bfloat16 else "ours float32 (TF32 products), SSD bf16"
+    print(f"\n{ours}, H={HEADS} P={HEAD_DIM} N={STATE} G=1; ms are do_bench medians; memory is peak extra GiB "
           f"(fwd+bwd); x = ours / {base}; floor% = floor / ours (fwd: 1 MUFU per element-token; bwd = f+b - fwd: "
           f"{BWD_INSTRUCTIONS} instructions per element-token); gluon = Gluon forward + Triton backward, "
           "gluon-bwd = Gluon forward + Gluon backward")
