@@ -34,6 +34,7 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
 """
 
 import json
+import os
 import re
 
 import torch
@@ -63,18 +64,32 @@ from . import fused_recurrent as fr
 # and queries (fused_recurrent._float32_keys; 12.20 ms against 12.31 at B = 1, L = 8192, docs/bench/ring-2026-11-27);
 # correct_early: the corrections load the local dv, dbeta at a sub-block's start (1: 1.25 ms against 1.51 at B = 1,
 # L = 8192), one sub-block ahead (2: 1.29) or after its products (0; docs/bench/ring-2026-11-27, call 13)
-# LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; opt-in,
-# 11.79 ms against 12.22 at B = 1, L = 8192 with its defaults, docs/bench/gluon-stage-2026-11-28), the Triton pass
-# where it cannot run; SEG: its tokens per shared-memory segment (4: 16 KB of states a program); PIPE: its walks
-# load each token's inputs a token ahead; STAGE: pass B copies each block's inputs to shared memory at its start
-# (cp.async) and reads them there: 1 the key and query rows, 2 also the values and gains, 3 also the decays and
-# output gradients, as far as gluon_local.staging_level allows (the local pass 13.35 ms with 1, 13.53 with 2,
-# 11.99 with 3 against the Triton pass's 12.20 in one run; 11.78 with 3 and PIPE against 12.22 in another)
+# LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; 11.79 ms
+# against 12.22 at B = 1, L = 8192 with its defaults, docs/bench/gluon-stage-2026-11-28), the Triton pass where it
+# cannot run; "auto" is "gluon" on a Hopper GPU (where gluon_local.unsupported finds nothing against it: sm_90, a
+# Triton with Gluon, the inputs it maps) and "triton" elsewhere, unless the config names a key of the Triton pass;
+# PALIMPSA_CHUNKED_LOCAL overrides the default (not a LOCAL that bwd_config names). The default stays "triton":
+# the Gluon pass passed every float64 check and times faster alone (forward + backward 15.33 ms against 15.87 in
+# bf16, 15.36 against 16.37 in float32), but fine-tuning ran 1.5-2.5% slower with it in two calls while its kernels
+# took 8 ms a step less (docs/bench/gluon-auto-2026-11-28); SEG: its tokens per shared-memory segment (4: 16 KB
+# of states a program); PIPE: its walks load each token's inputs a token ahead; STAGE: pass B copies each block's
+# inputs to shared memory at its start (cp.async) and reads them there: 1 the key and query rows, 2 also the values
+# and gains, 3 also the decays and output gradients, as far as gluon_local.staging_level allows (the local pass
+# 13.35 ms with 1, 13.53 with 2, 11.99 with 3 against the Triton pass's 12.20 in one run; 11.78 with 3 and PIPE
+# against 12.22 in another); L2PF (not yet timed): bit 1 asks for the next block's staged inputs in L2 (with STAGE 3
+# pass B prefetches nothing, and its ncu profile waits ~700 cycles a block at the copies' barrier), bit 2 sends
+# every other prefetch (pass A's) to L2 instead of L1
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "triton", "SEG": 4, "PIPE": 1,
-                  "STAGE": 3}
+                  "STAGE": 3, "L2PF": 0}
+# the keys that only the Triton local pass reads: a bwd_config naming one runs the Triton pass under LOCAL "auto"
+TRITON_PASS_KEYS = ("GROUP", "GAUGE", "RELOAD", "PROBE", "TRANS", "maxnreg", "num_warps", "PAIRSUM", "CHAIN")
+LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
+LOCALS = ("auto", "triton", "gluon")
+# how many times each local pass has run in this process (for checks that must know which one ran)
+LOCAL_RUNS = {"triton": 0, "gluon": 0}
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -321,13 +336,18 @@ def _programs(config: dict, n_work: int, device: torch.device) -> int:
     return triton.cdiv(n_work, triton.cdiv(n_work, resident))
 
 
-def _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li, buffers,
-                 cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit):
+def _gluon_local(config, config_keys, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
+                 buffers, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit):
     """The local pass in Gluon (``gluon_local``; ``LOCAL`` "gluon"), with the Triton pass's slab and outputs; False
     where it cannot run these inputs or settings (``gluon_local.unsupported``, ``BV`` other than 4), for the
-    Triton pass to run instead. The Triton pass's own keys (``GROUP``, ``GAUGE``, ``PROBE``, ``TRANS``, ``maxnreg``,
-    ``num_warps``) do not apply to it."""
-    from . import gluon_local
+    Triton pass to run instead. The Triton pass's own keys (``TRITON_PASS_KEYS``) do not apply to it, so ``auto``
+    leaves a config that names one to the Triton pass."""
+    if config["LOCAL"] == "auto" and any(key in config_keys for key in TRITON_PASS_KEYS):
+        return False
+    try:
+        from . import gluon_local
+    except ImportError:  # a Triton whose Gluon differs from every version gluon_local knows
+        return False
 
     reason = gluon_local.unsupported(v, k_l, beta, du, dy, block_size=block_size, seg=int(config["SEG"]),
                                     fast_exp=fr._fast_exp(v, config))
@@ -338,9 +358,19 @@ def _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, s
                        dm0, di0, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size,
                        block_size=block_size, seg=int(config["SEG"]), nsplit=nsplit,
                        prefetch=bool(config["PREFETCH"]), rescale=fr._rescales(config, True),
-                       pipe=bool(config["PIPE"]), stage=int(config["STAGE"]), use_initial_state=dm0 is not None,
+                       pipe=bool(config["PIPE"]), stage=int(config["STAGE"]), l2_prefetch=int(config["L2PF"]),
+                       use_initial_state=dm0 is not None,
                        use_initial_importance=di0 is not None)
     return True
+
+
+def local_default() -> str:
+    """The local pass that a ``bwd_config`` without ``LOCAL`` runs: ``PALIMPSA_CHUNKED_LOCAL`` where set, else
+    ``CHUNKED_CONFIG``'s (``triton``; ``auto``: the Gluon pass where it can run, the Triton pass elsewhere)."""
+    local = os.environ.get(LOCAL_ENV) or CHUNKED_CONFIG["LOCAL"]
+    if local not in LOCALS:
+        raise ValueError(f"{LOCAL_ENV} must be one of {', '.join(LOCALS)}, got {local!r}")
+    return local
 
 
 def _recompute_options(config: dict) -> dict:
@@ -403,7 +433,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
                      chunk_size, block_size):
     """The gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent), as ``fused_recurrent._backward``
     returns them, by the three launches of this module."""
-    config = {**CHUNKED_CONFIG, **{key: val for key, val in bwd_config.items() if key != "kernel"}}
+    config = {**CHUNKED_CONFIG, "LOCAL": local_default(),
+              **{key: val for key, val in bwd_config.items() if key != "kernel"}}
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
     n_states = fr._n_states(batch, cu_seqlens)
@@ -440,12 +471,13 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
     mark("local")
     k_l, q_l = fr._float32_keys(k, q, bool(config["KQ32"]))
-    if config["LOCAL"] not in ("triton", "gluon"):
-        raise ValueError(f"bwd_config LOCAL is 'triton' or 'gluon', not {config['LOCAL']!r}")
-    gluon = config["LOCAL"] == "gluon"
-    if not (gluon and _gluon_local(config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-                                   buffers, cu_seqlens, offsets, length, n_states * heads, n_work, programs,
-                                   chunk_size, block_size, nsplit)):
+    if config["LOCAL"] not in LOCALS:
+        raise ValueError(f"bwd_config LOCAL is 'auto', 'triton' or 'gluon', not {config['LOCAL']!r}")
+    gluon = config["LOCAL"] != "triton" and _gluon_local(
+        config, bwd_config.keys(), v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li, buffers,
+        cu_seqlens, offsets, length, n_states * heads, n_work, programs, chunk_size, block_size, nsplit)
+    LOCAL_RUNS["gluon" if gluon else "triton"] += 1
+    if not gluon:
         palimpsa_bwd_local_kernel[(programs,)](
             v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
             dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,

@@ -105,6 +105,23 @@ if gluon is not None:
                                   is_pure=False, pack=1)
 
     @gluon.jit
+    def _prefetch_l2(p):
+        gl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
+    @gluon.jit
+    def _prefetch_to(p, STAGED: gl.constexpr, L2STAGED: gl.constexpr, L2ALL: gl.constexpr):
+        """Ask for the lines at ``p``: nothing where they are ``STAGED`` (copied to shared memory later), unless
+        ``L2STAGED`` asks for them in L2; in L2 with ``L2ALL``; in L1 otherwise."""
+        if STAGED:
+            if L2STAGED:
+                _prefetch_l2(p)
+        elif L2ALL:
+            _prefetch_l2(p)
+        else:
+            _prefetch(p)
+
+    @gluon.jit
     def _split4(x):
         """An ``[N]`` tensor as each lane's 4 consecutive states: four ``[N / 4]`` tensors (no data moved)."""
         y = gl.reshape(x, [x.shape[0] // 4, 2, 2])
@@ -392,30 +409,27 @@ if gluon is not None:
     @gluon.jit
     def _prefetch_block(v, k, q, g, beta, dy, tok0, t_last, i_h, i_g, c0, H: gl.constexpr, G: gl.constexpr,
                         P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
-                        READOUT: gl.constexpr, STAGED: gl.constexpr = 0):
+                        READOUT: gl.constexpr, STAGED: gl.constexpr = 0, L2STAGED: gl.constexpr = False,
+                        L2ALL: gl.constexpr = False):
         """``fused_recurrent._prefetch_block``: the ``BS`` tokens from ``tok0`` (clamped to ``t_last``) asked for in
         L1, their float32 key rows (4 lines each), value, gain and decay lines, and with ``READOUT`` their query
         rows and output-gradient lines; less what ``STAGED`` copies to shared memory (the key and query rows from 1,
-        the values and gains from 2, the decays and output gradients from 3)."""
+        the values and gains from 2, the decays and output gradients from 3), which ``L2STAGED`` asks for in L2
+        instead; ``L2ALL``: everything in L2 rather than L1."""
         LR: gl.constexpr = gl.BlockedLayout([1, 1], [8, 4], [1, 1], [1, 0])
         LT: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
         o_r = gl.minimum(tok0 + gl.arange(0, BS, layout=gl.SliceLayout(1, LR)), t_last)
         o_row = ((o_r * G + i_g) * N)[:, None] + (gl.arange(0, 4, layout=gl.SliceLayout(0, LR)) * 32)[None, :]
-        if STAGED == 0:
-            _prefetch(k + o_row)
+        _prefetch_to(k + o_row, STAGED >= 1, L2STAGED, L2ALL)
         o_t = gl.minimum(tok0 + gl.arange(0, BS, layout=LT), t_last)
         o_c = (o_t * H + i_h) * P + c0
-        if STAGED < 2:
-            _prefetch(v + o_c)
-            if USE_BETA:
-                _prefetch(beta + o_c)
-        if STAGED < 3:
-            _prefetch(g + o_t * H + i_h)
+        _prefetch_to(v + o_c, STAGED >= 2, L2STAGED, L2ALL)
+        if USE_BETA:
+            _prefetch_to(beta + o_c, STAGED >= 2, L2STAGED, L2ALL)
+        _prefetch_to(g + o_t * H + i_h, STAGED >= 3, L2STAGED, L2ALL)
         if READOUT:
-            if STAGED == 0:
-                _prefetch(q + o_row)
-            if STAGED < 3:
-                _prefetch(dy + o_c)
+            _prefetch_to(q + o_row, STAGED >= 1, L2STAGED, L2ALL)
+            _prefetch_to(dy + o_c, STAGED >= 3, L2STAGED, L2ALL)
 
     @gluon.jit
     def _segment(slots, ad, b_an, p_m0, p_i0, t_b, ne, t_last, b_ip, v, k, q, g, beta, dy, dv, dk, dq, dg, dbeta,
@@ -478,7 +492,7 @@ if gluon is not None:
         H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, BS: gl.constexpr,
         SEG: gl.constexpr, NSPLIT: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
         USE_INITIAL_IMPORTANCE: gl.constexpr, IS_VARLEN: gl.constexpr, PREFETCH: gl.constexpr,
-        RESCALE: gl.constexpr, PIPE: gl.constexpr, STAGE: gl.constexpr,
+        RESCALE: gl.constexpr, PIPE: gl.constexpr, STAGE: gl.constexpr, L2PF: gl.constexpr = 0,
     ):
         """Persistent, as ``chunked_bwd.palimpsa_bwd_local_kernel``: program ``p`` takes the work items ``p``,
         ``p + programs``, ... (channel block fastest, then the (sequence, head) pairs, then the split), each the
@@ -547,7 +561,7 @@ if gluon is not None:
                 for j in range(nb - 1):
                     if PREFETCH:
                         _prefetch_block(v, k, q, g, beta, dy, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, c0,
-                                        H, G, P, N, BS, USE_BETA, False)
+                                        H, G, P, N, BS, USE_BETA, False, L2ALL=(L2PF & 2) != 0)
                     st = _advance_block(st, v, k, g, beta, b_ip, bos + t0 + j * BS, t_last, i_h, i_g, c0, o_n,
                                         H, G, P, N, BS, USE_BETA, RESCALE)
                     _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
@@ -586,7 +600,8 @@ if gluon is not None:
                     if PREFETCH:
                         if j > 0:
                             _prefetch_block(v, k, q, g, beta, dy, bos + tb - BS, t_last, i_h, i_g, c0,
-                                            H, G, P, N, BS, USE_BETA, True, STAGE)
+                                            H, G, P, N, BS, USE_BETA, True, STAGE, L2STAGED=(L2PF & 1) != 0,
+                                            L2ALL=(L2PF & 2) != 0)
                     if STAGE:
                         async_copy.wait_group(1)
                     for i_gr in range(NSEG):  # a loop (unrolled, the segments measured slower: call 4)
@@ -645,7 +660,7 @@ def staging_level(stage: int, v: torch.Tensor, k: torch.Tensor, q: torch.Tensor,
 
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
-           rescale, pipe, stage, use_initial_state, use_initial_importance):
+           rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0):
     """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one."""
     palimpsa_gluon_local_kernel[(programs,)](
         v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
@@ -653,7 +668,7 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
         H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
-        RESCALE=rescale, PIPE=pipe, STAGE=staging_level(stage, v, k_l, q_l, log_decay, beta, dy),
+        RESCALE=rescale, PIPE=pipe, STAGE=staging_level(stage, v, k_l, q_l, log_decay, beta, dy), L2PF=l2_prefetch,
         num_warps=1, **fr.FP_FUSION,
     )
 
@@ -661,7 +676,7 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
 def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
                    rescale: bool = True, pipe: bool = True, stage: int = 3, use_beta: bool = True,
-                   is_varlen: bool = False, arch: int = 90):
+                   is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 0):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
     no states in or out): the ``CompiledKernel``."""
     from triton.backends.compiler import GPUTarget
@@ -669,7 +684,7 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": 128, "CT": chunk_size, "BS": block_size,
                   "SEG": seg, "NSPLIT": 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
                   "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": is_varlen, "PREFETCH": prefetch,
-                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage}
+                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "dv", "dbeta")}
     types.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32"})
     signature = {name: types.get(name, "*fp32") for name in POINTERS}

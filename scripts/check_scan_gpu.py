@@ -16,8 +16,10 @@ the message, also in the JSON) and the other cases still run.
     python scripts/check_scan_gpu.py [--backend triton|gluon|gluon-bwd] [--quick] [--json results.json]
 
 ``--without-uncertainty`` leaves the uncertainty output out (so no uncertainty gradient): the Gluon local pass of
-the chunk-parallel backward runs only then, e.g. ``--backend triton-chunked --chunked-config LOCAL=gluon
---without-uncertainty``.
+the chunk-parallel backward (``LOCAL=gluon``, or ``auto`` on Hopper) runs only then, e.g. ``--backend
+triton-chunked --chunked-config LOCAL=gluon:NSPLIT=2 --without-uncertainty`` (``NSPLIT=2``: the packed and one-chunk
+cases would otherwise fill the GPU unsplit and run the sequential backward). After the table, each case's line says
+which local passes ran.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import traceback
 
 import torch
 import triton
-from palimpsa.kernels import fused_recurrent, palimpsa_scan, scan
+from palimpsa.kernels import chunked_bwd, fused_recurrent, palimpsa_scan, scan
 from torch.utils.checkpoint import checkpoint
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
@@ -182,12 +184,11 @@ def main() -> int:
                         help="overrides of chunked_bwd.CHUNKED_CONFIG for the chunk-parallel backward, e.g. GROUP=4")
     parser.add_argument("--without-uncertainty", action="store_true",
                         help="leave the uncertainty output out (so no uncertainty gradient): the Gluon local pass "
-                             "(--chunked-config LOCAL=gluon) runs only then")
+                             "(--chunked-config LOCAL=gluon, or LOCAL=auto on Hopper) runs only then")
     args = parser.parse_args()
     backend = args.backend
     if args.chunked_config:
         from bench_scan import config_keys  # this script's folder
-        from palimpsa.kernels import chunked_bwd
 
         chunked_bwd.CHUNKED_CONFIG.update(config_keys(args.chunked_config))
     if args.forward:
@@ -215,14 +216,16 @@ def main() -> int:
     cases.append(("varlen 1000/1/2002/1093 G2 f32 beta state",
                   make_inputs(1, 4096, 2, f32, n_states=len(bounds) - 1, seed=6), 1e-5, 0.7,
                   torch.tensor(bounds, dtype=torch.int32, device="cuda"), False))
-    rows, errors = [], {}
+    rows, errors, local_runs = [], {}, {}
     for name, inputs, tol, prior, cu_seqlens, with_naive in cases:
+        before = dict(chunked_bwd.LOCAL_RUNS)
         try:
             rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, backend, not args.without_uncertainty)
         except Exception as error:  # noqa: BLE001 - report a failing kernel and go on with the other cases
             traceback.print_exc()
             errors[name] = f"{type(error).__name__}: {error}"
             rows.append((name, "error", args.backend, float("inf"), tol, False))
+        local_runs[name] = {k: n - before[k] for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before[k]}
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
           f"{args.backend}, forward {os.environ.get(fused_recurrent.FORWARD_ENV) or 'auto'}, chunked "
@@ -232,6 +235,9 @@ def main() -> int:
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:
         print(f"{case:44s} {label:11s} {ref:10s} {err:10.2e} {tol:7.0e}  {'yes' if ok else 'NO'}")
+    print("\nthe chunk-parallel backward's local passes, per case (none: the sequential backward ran):")
+    for name, runs in local_runs.items():
+        print(f"  {name:44s} {', '.join(f'{k} {n}' for k, n in runs.items()) or 'none'}")
     failed = [r for r in rows if not r[5]]
     print(f"\n{len(rows) - len(failed)}/{len(rows)} checks passed")
     for name, message in errors.items():
@@ -242,6 +248,7 @@ def main() -> int:
                        "triton": triton.__version__, "backend": args.backend,
                        "uncertainty": not args.without_uncertainty,
                        "forward": os.environ.get(fused_recurrent.FORWARD_ENV) or "auto", "errors": errors,
+                       "local_passes": local_runs,
                        "rows": [dict(zip(("case", "quantity", "reference", "error", "tol", "ok"), r)) for r in rows]},
                       f, indent=1)
     return 1 if failed else 0

@@ -2,8 +2,9 @@
 
 Gluon kernels cannot run under the interpreter, so here the kernel compiles for sm_90a (no driver) at the training
 launch and with its other options, within its register budget, with no spills, its shared memory and barriers;
-``unsupported`` names each input or setting it does not map; and where it cannot run (here: the CPU interpreter)
-``bwd_config={"LOCAL": "gluon"}`` leaves the local pass to the Triton kernel, whose gradients are then unchanged.
+``unsupported`` names each input or setting it does not map; ``LOCAL`` "auto" takes it where it can run unless the
+config names a key of the Triton pass; and where it cannot run (here: the CPU interpreter) ``LOCAL``
+"gluon" or "auto" leaves the local pass to the Triton kernel, whose gradients are then unchanged.
 Its gradients are checked on a GPU against float64 and the Triton pass
 (docs/bench/gluon-local-2026-11-27/compare.py, with the settings of docs/bench/gluon-stage-2026-11-28).
 """
@@ -33,6 +34,8 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "values and gains staged too, no PIPE": {"stage": 2, "pipe": False},
     "key and query rows staged alone, no PIPE": {"stage": 1, "pipe": False},
     "nothing staged": {"stage": 0, "pipe": False},
+    "staged inputs prefetched into L2": {"l2_prefetch": 1},
+    "every prefetch into L2, rows staged alone": {"l2_prefetch": 3, "stage": 1},
 }
 CODE = r"""
 import json, re, subprocess, tempfile
@@ -51,6 +54,7 @@ for name, kwargs in json.loads(ARGS).items():
                                                                            "DEPBAR")},
                  "waits": [int(n) for n in re.findall(r"cp\.async\.wait_group\s+(\d+);", c.asm["ptx"])],
                  "shuffles": c.asm["ptx"].count("shfl.sync"),
+                 "prefetches": [c.asm["ptx"].count(f"prefetch.global.{level}") for level in ("L1", "L2")],
                  "butterfly_lanes": sorted({str(chunked_bwd.lane_bases(c.asm["ttgir"], t)) for t in re.findall(
                      r"elementwise_inline_asm \"[^\n]*?shfl\.sync\.bfly[^\n]*?: (tensor<[^\n]*?) ->",
                      c.asm["ttgir"])})}
@@ -81,7 +85,8 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     rows copied to 8 KB more shared memory as 16-byte ``cp.async`` (``LDGSTS``) a lane and row, from 2 one more copy
     a lane for the values and one for the gains, from 3 one for the decays and one for the output gradients; one
     barrier after their wait and one before the next copy; the walk waits for the first group (keys, values, gains,
-    decays), the first reverse step of a segment for the second (queries, output gradients)."""
+    decays), the first reverse step of a segment for the second (queries, output gradients). Prefetches: of the next
+    block in L1, less what is staged; ``L2PF`` asks for the staged inputs (1) or every other line (2) in L2."""
     kwargs = LAUNCHES[launch]
     seg, stage = kwargs.get("seg", 4), kwargs.get("stage", 3)
     with_beta, float32 = kwargs.get("use_beta", True), kwargs.get("dtype") == "fp32"
@@ -101,6 +106,13 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
         assert r["LDS"] == r["LDS.128"] == 8 * seg, r
     per_pair = 4 * (6 if with_beta else 5) + 5
     assert r["shuffles"] == per_pair * seg // 2, r
+    # one prefetch each of pass A's next block (keys, values, gains, decays) and of pass B's (also queries and
+    # output gradients), less what pass B stages, which L2PF bit 1 asks for in L2; bit 2: all the others in L2
+    l2pf = kwargs.get("l2_prefetch", 0)
+    pass_a = 3 + with_beta
+    staged_b = (stage >= 1) * 2 + (stage >= 2) * (1 + with_beta) + (stage >= 3) * 2
+    plain = pass_a + 5 + with_beta - staged_b
+    assert r["prefetches"] == [0 if l2pf & 2 else plain, (plain if l2pf & 2 else 0) + (staged_b if l2pf & 1 else 0)], r
     # the butterflies (%laneid) and the stores (lane index from gl.arange) both need lane l to hold element l of
     # the [32] lane partials
     assert r["butterfly_lanes"] == ["[[1], [2], [4], [8], [16]]"], r
@@ -165,8 +177,58 @@ def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
         loss = (y * 1.5).sum() + final[0].sum() - 0.5 * final[1].sum()
         return torch.autograd.grad(loss, leaves)
 
-    for want, got in zip(grads({}), grads({"LOCAL": "gluon"}), strict=True):
-        assert torch.equal(want, got)
+    want = grads({"LOCAL": "triton"})
+    for extra in ({}, {"LOCAL": "auto"}, {"LOCAL": "gluon"}):
+        for w, got in zip(want, grads(extra), strict=True):
+            assert torch.equal(w, got), extra
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+@pytest.mark.parametrize(("env", "extra", "gluon"), [
+    (None, {}, False),  # the default: the Triton pass (docs/kernels.md says why)
+    (None, {"LOCAL": "auto"}, True),  # the Gluon pass where it can run
+    (None, {"GROUP": 4}, False),  # a key only the Triton pass reads
+    (None, {"LOCAL": "gluon", "GROUP": 4}, True),  # asked for by name all the same
+    (None, {"LOCAL": "triton"}, False),
+    ("triton", {}, False),  # the environment sets the default
+    ("triton", {"LOCAL": "gluon"}, True),  # but not over a config that names LOCAL
+    ("gluon", {}, True),
+    ("auto", {}, True),
+    ("auto", {"PROBE": 1}, False),
+])
+def test_which_local_pass_runs(monkeypatch, env, extra, gluon):
+    """Where the Gluon pass could run (``unsupported`` made to find nothing, its launch recorded instead of run),
+    ``LOCAL`` "auto" takes it unless the config names a key of the Triton pass; ``PALIMPSA_CHUNKED_LOCAL`` sets the
+    default, which is otherwise the Triton pass."""
+    from palimpsa.kernels import chunked_bwd
+
+    launches = []
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
+    monkeypatch.setattr(gluon_local, "launch", lambda *args, **kwargs: launches.append(kwargs["stage"]))
+    if env is None:
+        monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(chunked_bwd.LOCAL_ENV, env)
+    inputs = make_inputs(1, 10, 2, 1, 4, 128, requires_grad=True, device="cpu")
+    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
+        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+        bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
+    y.sum().backward()
+    assert launches == ([chunked_bwd.CHUNKED_CONFIG["STAGE"]] if gluon else [])
+
+
+def test_an_unknown_default_local_pass_is_refused(monkeypatch):
+    from palimpsa.kernels import chunked_bwd
+
+    monkeypatch.setenv(chunked_bwd.LOCAL_ENV, "cuda")
+    with pytest.raises(ValueError, match="PALIMPSA_CHUNKED_LOCAL must be one of auto, triton, gluon, got 'cuda'"):
+        chunked_bwd.local_default()
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV)
+    assert chunked_bwd.local_default() == "triton"
+    monkeypatch.setenv(chunked_bwd.LOCAL_ENV, "auto")
+    assert chunked_bwd.local_default() == "auto"
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
@@ -177,5 +239,5 @@ def test_an_unknown_local_pass_is_refused():
         inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
         fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
         bwd_config={"kernel": "chunked", "NSPLIT": 2, "LOCAL": "glu"}, chunk_size=8, block_size=4)
-    with pytest.raises(ValueError, match="LOCAL is 'triton' or 'gluon', not 'glu'"):
+    with pytest.raises(ValueError, match="LOCAL is 'auto', 'triton' or 'gluon', not 'glu'"):
         y.sum().backward()
