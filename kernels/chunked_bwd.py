@@ -78,12 +78,14 @@ from . import fused_recurrent as fr
 # 13.35 ms with 1, 13.53 with 2, 11.99 with 3 against the Triton pass's 12.20 in one run; 11.78 with 3 and PIPE
 # against 12.22 in another); L2PF (not yet timed): bit 1 asks for the next block's staged inputs in L2 (with STAGE 3
 # pass B prefetches nothing, and its ncu profile waits ~700 cycles a block at the copies' barrier), bit 2 sends
-# every other prefetch (pass A's) to L2 instead of L1
+# every other prefetch (pass A's) to L2 instead of L1; STAGE_A (not yet timed; with STAGE 3): pass A copies each
+# block's keys, values, gains and decays to shared memory too, a block ahead, in two sets (pass B's copies, the
+# query copy for the keys, and three small ones), instead of prefetching them into L1
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "triton", "SEG": 4, "PIPE": 1,
-                  "STAGE": 3, "L2PF": 0}
+                  "STAGE": 3, "L2PF": 0, "STAGE_A": 0}
 # the keys that only the Triton local pass reads: a bwd_config naming one runs the Triton pass under LOCAL "auto"
 TRITON_PASS_KEYS = ("GROUP", "GAUGE", "RELOAD", "PROBE", "TRANS", "maxnreg", "num_warps", "PAIRSUM", "CHAIN")
 LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
@@ -359,6 +361,7 @@ def _gluon_local(config, config_keys, v, k_l, q_l, log_decay, beta, ip, ck_m, ck
                        block_size=block_size, seg=int(config["SEG"]), nsplit=nsplit,
                        prefetch=bool(config["PREFETCH"]), rescale=fr._rescales(config, True),
                        pipe=bool(config["PIPE"]), stage=int(config["STAGE"]), l2_prefetch=int(config["L2PF"]),
+                       stage_a=bool(config["STAGE_A"]),
                        use_initial_state=dm0 is not None,
                        use_initial_importance=di0 is not None)
     return True

@@ -1,15 +1,27 @@
 # Not run: the session's device time ran out before this call (docs/bench/gluon-auto-2026-11-28/README.md).
-# Fifth call (for the next session): (1) call 4's profiled steps put the scan kernels 8 ms a step faster with the
-# Gluon local pass (121.2 ms against 129.2, 8 layers) but the step 20 ms slower, the GPU idle 47 ms a step against
-# 19: is there a host stall per Gluon launch? The host time to enqueue one forward + backward with each local pass.
-# (2) L2PF, added after the calls: call 3's ncu profile of the Gluon pass waits ~700 cycles a block at the barrier
-# after its copies (pass B prefetches nothing at STAGE 3) and ~300 cycles a pair on pass A's loads; L2PF 1 asks for
-# the next block's staged inputs in L2, 2 sends pass A's prefetches to L2, 3 both.
-# Run from the repository root with .bench_deps beside it: OUT=dir bash docs/bench/gluon-auto-2026-11-28/run5.sh
+# Fifth call (for the next session), three questions:
+# (1) call 4's profiled steps put the scan kernels 8 ms a step faster with the Gluon local pass (121.2 ms against
+#     129.2, 8 layers) but the step 20 ms slower, the GPU idle 47 ms a step against 19. Where does the GPU wait?
+#     The host time to enqueue one forward + backward with each pass, and one profiled fine-tuning step's gaps
+#     between kernels with each pass.
+# (2) Added after the calls: STAGE_A, pass A's inputs copied to shared memory a block ahead. Do its gradients pass
+#     compare.py?
+# (3) How fast is the pass with L2PF 1-3 and with STAGE_A? Call 3's ncu profile waits ~700 cycles a block at the
+#     barrier after pass B's copies and ~300 cycles a pair on pass A's loads.
+# Run from the repository root with .bench_deps and .whl beside it: OUT=dir bash docs/bench/gluon-auto-2026-11-28/run5.sh
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
-timeout 120 python3 docs/bench/gluon-auto-2026-11-28/launch_overhead.py > $out/launch.log 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > /dev/null 2>&1
+export PYTHONPATH=$PYTHONPATH:/tmp/site
+STAGE=3 PIPE=1 STAGE_A=1 timeout 120 python3 docs/bench/gluon-local-2026-11-27/compare.py > $out/compare-stage-a.log 2>&1
+echo "compare STAGE_A exit $? at $(( $(date +%s) - start )) s"; grep -c FAIL $out/compare-stage-a.log
+timeout 240 python3 scripts/bench_scan.py --no-step --shapes 1x8192 --breakdown \
+  --backends "chunked@LOCAL=triton,chunked@LOCAL=gluon,chunked@LOCAL=gluon:L2PF=1,chunked@LOCAL=gluon:L2PF=2,chunked@LOCAL=gluon:L2PF=3,chunked@LOCAL=gluon:STAGE_A=1,chunked@LOCAL=gluon:STAGE_A=1:L2PF=1" \
+  --json $out/bench.json > $out/bench.log 2>&1
+echo "bench exit $? at $(( $(date +%s) - start )) s"; grep -E "local " $out/bench.log | tail -8
+timeout 90 python3 docs/bench/gluon-auto-2026-11-28/launch_overhead.py > $out/launch.log 2>&1
 echo "launch exit $? at $(( $(date +%s) - start )) s"; tail -4 $out/launch.log
-timeout 300 python3 scripts/bench_scan.py --no-step --shapes 1x8192 --breakdown \
-  --backends "chunked@LOCAL=triton,chunked@LOCAL=gluon,chunked@LOCAL=gluon:L2PF=1,chunked@LOCAL=gluon:L2PF=2,chunked@LOCAL=gluon:L2PF=3" \
-  --json $out/bench-l2pf.json > $out/bench-l2pf.log 2>&1
-echo "bench exit $? at $(( $(date +%s) - start )) s"; grep -E "^ +B=|local " $out/bench-l2pf.log | tail -8
+for local in triton auto; do
+  PALIMPSA_CHUNKED_LOCAL=$local timeout 100 python3 docs/bench/gluon-auto-2026-11-28/step_gaps.py --upgraded 8 \
+    > $out/gaps-$local.log 2>&1
+  echo "gaps $local exit $? at $(( $(date +%s) - start )) s"; head -6 $out/gaps-$local.log
+done
