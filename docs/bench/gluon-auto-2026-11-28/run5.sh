@@ -12,16 +12,16 @@
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > /dev/null 2>&1
 export PYTHONPATH=$PYTHONPATH:/tmp/site
-STAGE=3 PIPE=1 STAGE_A=1 timeout 120 python3 docs/bench/gluon-local-2026-11-27/compare.py > $out/compare-stage-a.log 2>&1
+STAGE=3 PIPE=1 STAGE_A=1 timeout 110 python3 docs/bench/gluon-local-2026-11-27/compare.py > $out/compare-stage-a.log 2>&1
 echo "compare STAGE_A exit $? at $(( $(date +%s) - start )) s"; grep -c FAIL $out/compare-stage-a.log
-timeout 240 python3 scripts/bench_scan.py --no-step --shapes 1x8192 --breakdown \
+timeout 220 python3 scripts/bench_scan.py --no-step --shapes 1x8192 --breakdown \
   --backends "chunked@LOCAL=triton,chunked@LOCAL=gluon,chunked@LOCAL=gluon:L2PF=1,chunked@LOCAL=gluon:L2PF=2,chunked@LOCAL=gluon:L2PF=3,chunked@LOCAL=gluon:STAGE_A=1,chunked@LOCAL=gluon:STAGE_A=1:L2PF=1" \
   --json $out/bench.json > $out/bench.log 2>&1
 echo "bench exit $? at $(( $(date +%s) - start )) s"; grep -E "local " $out/bench.log | tail -8
-timeout 90 python3 docs/bench/gluon-auto-2026-11-28/launch_overhead.py > $out/launch.log 2>&1
+timeout 80 python3 docs/bench/gluon-auto-2026-11-28/launch_overhead.py > $out/launch.log 2>&1
 echo "launch exit $? at $(( $(date +%s) - start )) s"; tail -4 $out/launch.log
 for local in triton auto; do
-  PALIMPSA_CHUNKED_LOCAL=$local timeout 100 python3 docs/bench/gluon-auto-2026-11-28/step_gaps.py --upgraded 8 \
+  PALIMPSA_CHUNKED_LOCAL=$local timeout 85 python3 docs/bench/gluon-auto-2026-11-28/step_gaps.py --upgraded 8 \
     > $out/gaps-$local.log 2>&1
   echo "gaps $local exit $? at $(( $(date +%s) - start )) s"; head -6 $out/gaps-$local.log
 done
