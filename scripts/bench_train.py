@@ -61,15 +61,21 @@ def build(config: PalimpsaConfig, device: str, dtype: torch.dtype) -> PalimpsaFo
     return model.to(dtype).train()
 
 
-def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int,
-            keep_scan_outputs: bool = True, profile_top: int = 0) -> dict:
+def prepare(model: PalimpsaForCausalLM, layers: list[int], keep_scan_outputs: bool = True) -> torch.optim.Optimizer:
+    """Train only the mixers of ``layers`` (every other parameter frozen), with activation checkpointing as the
+    trainer sets it up: their AdamW optimizer."""
     for param in model.parameters():
         param.requires_grad_(False)
     trained = [p for i in layers for p in model.backbone.layers[i].mixer.parameters()]
     for param in trained:
         param.requires_grad_(True)
     enable_activation_checkpointing(model, keep_scan_outputs=keep_scan_outputs)
-    optimizer = torch.optim.AdamW(trained, lr=1e-5)
+    return torch.optim.AdamW(trained, lr=1e-5)
+
+
+def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int,
+            keep_scan_outputs: bool = True, profile_top: int = 0) -> dict:
+    optimizer = prepare(model, layers, keep_scan_outputs)
     ids = torch.randint(0, model.config.vocab_size, (1, seq_len), device="cuda")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

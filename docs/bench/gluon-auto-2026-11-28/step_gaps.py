@@ -15,11 +15,10 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
-from bench_train import build  # noqa: E402
+from bench_train import build, prepare  # noqa: E402
 from palimpsa.kernels import chunked_bwd  # noqa: E402
 from palimpsa.upgrade import PalimpsaConfig  # noqa: E402
 from palimpsa.upgrade.convert.surgery import spread_layers  # noqa: E402
-from palimpsa.upgrade.model.modeling import enable_activation_checkpointing  # noqa: E402
 
 
 def main():
@@ -32,13 +31,7 @@ def main():
     layers = spread_layers(args.upgraded, 64)
     config = PalimpsaConfig(d_model=2560, n_layer=64, vocab_size=50288, upgraded_layers=layers, beta_init=1e-3)
     model = build(config, "cuda", torch.bfloat16)
-    for param in model.parameters():
-        param.requires_grad_(False)
-    trained = [p for i in layers for p in model.backbone.layers[i].mixer.parameters()]
-    for param in trained:
-        param.requires_grad_(True)
-    enable_activation_checkpointing(model, keep_scan_outputs=True)
-    optimizer = torch.optim.AdamW(trained, lr=1e-5)
+    optimizer = prepare(model, layers)
     ids = torch.randint(0, config.vocab_size, (1, args.seq_len), device="cuda")
 
     def step():
