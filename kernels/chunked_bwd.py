@@ -68,7 +68,8 @@ from . import fused_recurrent as fr
 # against 12.22 at B = 1, L = 8192 with its defaults, docs/bench/gluon-stage-2026-11-28), the Triton pass where it
 # cannot run; "auto" is "gluon" on a Hopper GPU (where gluon_local.unsupported finds nothing against it: sm_90, a
 # Triton with Gluon, the inputs it maps) and "triton" elsewhere, unless the config names a key of the Triton pass;
-# PALIMPSA_CHUNKED_LOCAL overrides the default (not a LOCAL that bwd_config names). The default stays "triton":
+# PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that bwd_config or a caller's CHUNKED_CONFIG sets); it
+# stays "triton":
 # the Gluon pass passed every float64 check and times faster alone (forward + backward 15.33 ms against 15.87 in
 # bf16, 15.36 against 16.37 in float32), but fine-tuning ran 1.5-2.5% slower with it in two calls while its kernels
 # took 8 ms a step less (docs/bench/gluon-auto-2026-11-28); SEG: its tokens per shared-memory segment (4: 16 KB
@@ -77,16 +78,20 @@ from . import fused_recurrent as fr
 # and gains, 3 also the decays and output gradients, as far as gluon_local.staging_level allows (the local pass
 # 13.35 ms with 1, 13.53 with 2, 11.99 with 3 against the Triton pass's 12.20 in one run; 11.78 with 3 and PIPE
 # against 12.22 in another); L2PF (not yet timed): bit 1 asks for the next block's staged inputs in L2 (with STAGE 3
-# pass B prefetches nothing, and its ncu profile waits ~700 cycles a block at the copies' barrier), bit 2 sends
-# every other prefetch (pass A's) to L2 instead of L1; STAGE_A (not yet timed; with STAGE 3): pass A copies each
-# block's keys, values, gains and decays to shared memory too, a block ahead, in two sets (pass B's copies, the
-# query copy for the keys, and three small ones), instead of prefetching them into L1
+# pass B prefetches nothing, and its ncu profile waits 570-709 cycles a block at the copies' barrier), bit 2 sends
+# every other prefetch (pass A's) to L2 instead of L1, bit 4 asks for pass B's next block start state in L2 (from
+# the slab: 8 resident programs an SM hold 258 KB of it each, ~270 MB on an H200, more than L2); STAGE_A (not yet
+# timed; with STAGE 3): pass A copies each block's keys, values, gains and decays to shared memory too, a block
+# ahead, in two sets (pass B's copies, the query copy for the keys, and three small ones), instead of prefetching
+# them into L1
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "triton", "SEG": 4, "PIPE": 1,
                   "STAGE": 3, "L2PF": 0, "STAGE_A": 0}
-# the keys that only the Triton local pass reads: a bwd_config naming one runs the Triton pass under LOCAL "auto"
+# the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
+_SHIPPED = dict(CHUNKED_CONFIG)
+# the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
 TRITON_PASS_KEYS = ("GROUP", "GAUGE", "RELOAD", "PROBE", "TRANS", "maxnreg", "num_warps", "PAIRSUM", "CHAIN")
 LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
 LOCALS = ("auto", "triton", "gluon")
@@ -338,41 +343,48 @@ def _programs(config: dict, n_work: int, device: torch.device) -> int:
     return triton.cdiv(n_work, triton.cdiv(n_work, resident))
 
 
-def _gluon_local(config, config_keys, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
+def _names_triton_pass_keys(bwd_config: dict) -> bool:
+    """Whether ``bwd_config``, or ``CHUNKED_CONFIG`` as changed since import, sets a key of the Triton pass alone."""
+    return any(key in bwd_config or CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in TRITON_PASS_KEYS)
+
+
+def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
                  buffers, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit):
-    """The local pass in Gluon (``gluon_local``; ``LOCAL`` "gluon"), with the Triton pass's slab and outputs; False
-    where it cannot run these inputs or settings (``gluon_local.unsupported``, ``BV`` other than 4), for the
-    Triton pass to run instead. The Triton pass's own keys (``TRITON_PASS_KEYS``) do not apply to it, so ``auto``
-    leaves a config that names one to the Triton pass."""
-    if config["LOCAL"] == "auto" and any(key in config_keys for key in TRITON_PASS_KEYS):
-        return False
+    """The local pass in Gluon (``gluon_local``; ``LOCAL`` "gluon"), with the Triton pass's slab and outputs: the
+    ``LOCAL_RUNS`` key of what ran, or None where it cannot run these inputs or settings
+    (``gluon_local.unsupported``, ``BV`` other than 4), for the Triton pass to run instead. The Triton pass's own
+    keys (``TRITON_PASS_KEYS``) do not apply to it, so ``auto`` leaves a config that sets one to the Triton pass."""
+    if config["LOCAL"] == "auto" and _names_triton_pass_keys(bwd_config):
+        return None
     try:
         from . import gluon_local
     except ImportError:  # a Triton whose Gluon differs from every version gluon_local knows
-        return False
+        return None
 
     reason = gluon_local.unsupported(v, k_l, beta, du, dy, block_size=block_size, seg=int(config["SEG"]),
                                     fast_exp=fr._fast_exp(v, config))
     if reason is not None or int(config["BV"]) != gluon_local.BV:
-        return False
+        return None
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
-    gluon_local.launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta,
-                       dm0, di0, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size,
-                       block_size=block_size, seg=int(config["SEG"]), nsplit=nsplit,
-                       prefetch=bool(config["PREFETCH"]), rescale=fr._rescales(config, True),
-                       pipe=bool(config["PIPE"]), stage=int(config["STAGE"]), l2_prefetch=int(config["L2PF"]),
-                       stage_a=bool(config["STAGE_A"]),
-                       use_initial_state=dm0 is not None,
-                       use_initial_importance=di0 is not None)
-    return True
+    staged_a = gluon_local.launch(
+        v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+        cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size, block_size=block_size,
+        seg=int(config["SEG"]), nsplit=nsplit, prefetch=bool(config["PREFETCH"]), rescale=fr._rescales(config, True),
+        pipe=bool(config["PIPE"]), stage=int(config["STAGE"]), l2_prefetch=int(config["L2PF"]),
+        stage_a=bool(config["STAGE_A"]), use_initial_state=dm0 is not None, use_initial_importance=di0 is not None)
+    return "gluon, pass A staged" if staged_a else "gluon"
 
 
 def local_default() -> str:
-    """The local pass that a ``bwd_config`` without ``LOCAL`` runs: ``PALIMPSA_CHUNKED_LOCAL`` where set, else
-    ``CHUNKED_CONFIG``'s (``triton``; ``auto``: the Gluon pass where it can run, the Triton pass elsewhere)."""
-    local = os.environ.get(LOCAL_ENV) or CHUNKED_CONFIG["LOCAL"]
+    """The local pass that a ``bwd_config`` without ``LOCAL`` runs: ``CHUNKED_CONFIG``'s where a caller changed it,
+    else ``PALIMPSA_CHUNKED_LOCAL`` where set, else the shipped ``triton`` (``auto``: the Gluon pass where it can
+    run, the Triton pass elsewhere)."""
+    if CHUNKED_CONFIG["LOCAL"] != _SHIPPED["LOCAL"] or not os.environ.get(LOCAL_ENV):
+        local, source = CHUNKED_CONFIG["LOCAL"], "chunked_bwd.CHUNKED_CONFIG['LOCAL']"
+    else:
+        local, source = os.environ[LOCAL_ENV], LOCAL_ENV
     if local not in LOCALS:
-        raise ValueError(f"{LOCAL_ENV} must be one of {', '.join(LOCALS)}, got {local!r}")
+        raise ValueError(f"{source} must be one of {', '.join(LOCALS)}, got {local!r}")
     return local
 
 
@@ -436,8 +448,9 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
                      chunk_size, block_size):
     """The gradients of ``v, k, q, log_decay, beta, M0, I0`` (None where absent), as ``fused_recurrent._backward``
     returns them, by the three launches of this module."""
-    config = {**CHUNKED_CONFIG, "LOCAL": local_default(),
-              **{key: val for key, val in bwd_config.items() if key != "kernel"}}
+    config = {**CHUNKED_CONFIG, **{key: val for key, val in bwd_config.items() if key != "kernel"}}
+    if "LOCAL" not in bwd_config:
+        config["LOCAL"] = local_default()
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
     n_states = fr._n_states(batch, cu_seqlens)
@@ -476,11 +489,11 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     k_l, q_l = fr._float32_keys(k, q, bool(config["KQ32"]))
     if config["LOCAL"] not in LOCALS:
         raise ValueError(f"bwd_config LOCAL is 'auto', 'triton' or 'gluon', not {config['LOCAL']!r}")
-    gluon = config["LOCAL"] != "triton" and _gluon_local(
-        config, bwd_config.keys(), v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li, buffers,
+    ran = config["LOCAL"] != "triton" and _gluon_local(
+        config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li, buffers,
         cu_seqlens, offsets, length, n_states * heads, n_work, programs, chunk_size, block_size, nsplit)
-    LOCAL_RUNS["gluon" if gluon else "triton"] += 1
-    if not gluon:
+    LOCAL_RUNS[ran or "triton"] = LOCAL_RUNS.get(ran or "triton", 0) + 1
+    if not ran:
         palimpsa_bwd_local_kernel[(programs,)](
             v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
             dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,

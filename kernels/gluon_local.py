@@ -122,6 +122,15 @@ if gluon is not None:
             _prefetch(p)
 
     @gluon.jit
+    def _prefetch_state_l2(p_m, p_i, N: gl.constexpr):
+        """Ask for the 4 channels of ``M`` and ``I`` at ``p_m``, ``p_i`` (``4 N`` float32 each, contiguous) in L2:
+        each lane one 128-byte line of each, or half of one."""
+        LT: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        o = gl.arange(0, 32, layout=LT) * (4 * N // 32)
+        _prefetch_l2(p_m + o)
+        _prefetch_l2(p_i + o)
+
+    @gluon.jit
     def _split4(x):
         """An ``[N]`` tensor as each lane's 4 consecutive states: four ``[N / 4]`` tensors (no data moved)."""
         y = gl.reshape(x, [x.shape[0] // 4, 2, 2])
@@ -667,6 +676,11 @@ if gluon is not None:
                         if STAGE >= 3:
                             _async_load(y_copy, dy + o_v, mask=v_ok)
                         async_copy.commit_group()
+                    if L2PF & 4:  # the next block's start state (4 channels of M and I, 2 KB each) in L2
+                        if j > 1:
+                            _prefetch_state_l2(sc_m + o_sc + (j - 2) * 4 * N, sc_i + o_sc + (j - 2) * 4 * N, N)
+                        elif j == 1:
+                            _prefetch_state_l2(ck_m + o_ck, ck_i + o_ck, N)
                     if PREFETCH:
                         if j > 0:
                             _prefetch_block(v, k, q, g, beta, dy, bos + tb - BS, t_last, i_h, i_g, c0,
@@ -732,7 +746,7 @@ def staging_level(stage: int, v: torch.Tensor, k: torch.Tensor, q: torch.Tensor,
 
 
 # ptxas's default register heuristic caps the kernel with pass A staged at 168 registers and spills (56 bytes of
-# stack under Triton 3.5.1 and 3.6, ptxas 12.8); at level 10 it takes 196 and spills nothing (3.5.1 to 3.9)
+# stack under Triton 3.5.1 and 3.6, ptxas 12.8); at level 10 it takes 167-240 and spills nothing (3.5.1 to 3.9)
 STAGE_A_PTXAS = "--register-usage-level=10"
 
 
@@ -748,21 +762,27 @@ def _ptxas_options(stage_a: bool) -> str | None:
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
            rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0, stage_a=False):
-    """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one. ``stage_a``
-    stages pass A's inputs too, where pass B stages everything (level 3) and keys and queries share a dtype (pass A
-    copies keys into the query copy)."""
-    level = staging_level(stage, v, k_l, q_l, log_decay, beta, dy)
-    staged_a = bool(stage_a) and level >= 3 and k_l.dtype == q_l.dtype
+    """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one; whether
+    pass A was staged (``staging_options``)."""
+    options = staging_options(stage, stage_a, v, k_l, q_l, log_decay, beta, dy)
     palimpsa_gluon_local_kernel[(programs,)](
         v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
         cu_seqlens, offsets, length, n_nh, n_work,
         H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
-        RESCALE=rescale, PIPE=pipe, STAGE=level, L2PF=l2_prefetch,
-        STAGE_A=staged_a, ptx_options=_ptxas_options(staged_a),
-        num_warps=1, **fr.FP_FUSION,
+        RESCALE=rescale, PIPE=pipe, L2PF=l2_prefetch, **options, num_warps=1, **fr.FP_FUSION,
     )
+    return options["STAGE_A"]
+
+
+def staging_options(stage: int, stage_a: bool, v, k_l, q_l, log_decay, beta, dy) -> dict:
+    """The launch's ``STAGE`` (``staging_level``), ``STAGE_A`` and ``ptx_options``: pass A staged where asked for,
+    pass B stages everything (level 3) and keys and queries share a dtype (pass A copies keys into the query
+    copy), with ptxas's register heuristic at ``STAGE_A_PTXAS``."""
+    level = staging_level(stage, v, k_l, q_l, log_decay, beta, dy)
+    staged_a = bool(stage_a) and level >= 3 and k_l.dtype == q_l.dtype
+    return {"STAGE": level, "STAGE_A": staged_a, "ptx_options": _ptxas_options(staged_a)}
 
 
 def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,

@@ -4,7 +4,7 @@ Times (``triton.testing.do_bench`` medians) the forward, forward + backward and 
 ``palimpsa_scan`` for each backend of ``--backends`` (default: ``gluon,sequential,chunked``: the Gluon forward, and
 the Triton forward with each of the two Triton backwards, side by side in one run; a backend that fails to compile
 or run is reported and skipped) and of mamba_ssm's
-``mamba_chunk_scan_combined`` side by side, bf16 inputs,
+``mamba_chunk_scan_combined`` side by side, bf16 inputs (``--float32``: ours float32),
 80 heads, P = 64, N = 128, one group, B in {1, 4}, L in {2048, 8192, 16384}; then one decoding step
 (``palimpsa_step``) against a Mamba2 step (mamba_ssm's ``selective_state_update``). If mamba_ssm cannot be
 imported, says so and times our op with ``beta=None`` (and a plain PyTorch step) in its place.
@@ -456,7 +456,8 @@ def main() -> int:
                              "half of it doubles the scratch)")
     parser.add_argument("--float32", action="store_true",
                         help="feed our scan float32 v, k, q, beta (as an upgraded layer does in fine-tuning), with "
-                             "TF32 matrix products as bench_train.py --tf32 sets them; SSD keeps bf16")
+                             "TF32 matrix products as bench_train.py --tf32 sets them; SSD keeps bf16, and so does "
+                             "the decoding-step benchmark")
     args = parser.parse_args()
     if args.float32:
         global OURS_DTYPE

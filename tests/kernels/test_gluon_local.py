@@ -36,6 +36,7 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "nothing staged": {"stage": 0, "pipe": False},
     "staged inputs prefetched into L2": {"l2_prefetch": 1},
     "every prefetch into L2, rows staged alone": {"l2_prefetch": 3, "stage": 1},
+    "slab states prefetched into L2": {"l2_prefetch": 4},
     "pass A staged too": {"stage_a": True},
     "pass A staged too, float32": {"stage_a": True, "dtype": "fp32"},
 }
@@ -88,14 +89,15 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     a lane for the values and one for the gains, from 3 one for the decays and one for the output gradients; one
     barrier after their wait and one before the next copy; the walk waits for the first group (keys, values, gains,
     decays), the first reverse step of a segment for the second (queries, output gradients). Prefetches: of the next
-    block in L1, less what is staged; ``L2PF`` asks for the staged inputs (1) or every other line (2) in L2.
+    block in L1, less what is staged; ``L2PF`` asks for the staged inputs (1), every other line (2) or pass B's next
+    start state (4) in L2.
     ``stage_a``: pass A copies each block's walk inputs a block ahead into two sets of copies instead."""
     kwargs = LAUNCHES[launch]
     seg, stage, stage_a = kwargs.get("seg", 4), kwargs.get("stage", 3), kwargs.get("stage_a", False)
     with_beta, float32 = kwargs.get("use_beta", True), kwargs.get("dtype") == "fp32"
     r = compiled[launch]
     assert r["stack"] == 0 and r["local"] == 0 and r["STL"] == 0 and r["LDL"] == 0, r
-    # pass A staged reads its inputs without addresses: 168-200 registers under Triton 3.9
+    # pass A staged reads its inputs without addresses: 167-240 registers under Triton 3.5.1 to 3.9
     assert (150 if stage_a else 180) <= r["registers"] <= 255, r
     assert r["STS"] == 8 * seg and r["LDS.128"] >= 8 * seg, r
     assert r["dynamic_shared"] == gluon_local.shared_bytes(seg, stage=stage, value_bytes=4 if float32 else 2,
@@ -106,7 +108,8 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
         walk_copies = 8 + 1 + with_beta + 1
         assert r["LDGSTS"] == 16 + 1 + with_beta + 2 + 3 * walk_copies, r
         assert r["waits"] == [1, 0, 1, 0, 1, 0] and r["DEPBAR"] == 6, r
-        assert 4 < r["BAR"] <= 12, r
+        # the 4 of pass B, one after each of pass A's 4 waits and one before each of its 3 copies
+        assert r["BAR"] == 11, r
     elif stage:
         assert r["BAR"] == 4 and r["LDGSTS.E.BYPASS.128"] >= 16, r
         assert r["LDGSTS"] == 16 + (stage >= 2) * (1 + with_beta) + (stage >= 3) * 2, r
@@ -123,7 +126,9 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     pass_a = 0 if stage_a else 3 + with_beta  # staged, pass A prefetches nothing
     staged_b = (stage >= 1) * 2 + (stage >= 2) * (1 + with_beta) + (stage >= 3) * 2
     plain = pass_a + 5 + with_beta - staged_b
-    assert r["prefetches"] == [0 if l2pf & 2 else plain, (plain if l2pf & 2 else 0) + (staged_b if l2pf & 1 else 0)], r
+    states = 4 if l2pf & 4 else 0  # M and I of the next block's start state, from the slab or the checkpoint
+    assert r["prefetches"] == [0 if l2pf & 2 else plain,
+                               (plain if l2pf & 2 else 0) + (staged_b if l2pf & 1 else 0) + states], r
     # the butterflies (%laneid) and the stores (lane index from gl.arange) both need lane l to hold element l of
     # the [32] lane partials
     assert r["butterfly_lanes"] == ["[[1], [2], [4], [8], [16]]"], r
@@ -172,6 +177,25 @@ def test_stages_what_the_tensors_allow():
     assert level(3, v, rows(1, 8, 1, 128, dtype=torch.float32, offset=2), k, g, None, v) == 3  # float32 keys
 
 
+def test_stages_pass_a_where_pass_b_stages_everything():
+    """``STAGE_A`` only at level 3 and with keys and queries of one dtype (pass A copies keys into the query copy),
+    and then with ptxas's register heuristic raised, after the user's own ptxas options."""
+    v, k, g = torch.zeros(1, 8, 2, 8), torch.zeros(1, 8, 1, 128), torch.zeros(1, 8, 2)
+    options = gluon_local.staging_options
+    assert options(3, True, v, k, k, g, v, v) == {"STAGE": 3, "STAGE_A": True,
+                                                   "ptx_options": gluon_local.STAGE_A_PTXAS}
+    assert options(3, False, v, k, k, g, v, v) == {"STAGE": 3, "STAGE_A": False, "ptx_options": None}
+    assert options(2, True, v, k, k, g, v, v)["STAGE_A"] is False
+    assert options(3, True, v, k, k, g.bfloat16(), v, v)["STAGE"] == 1  # 16-bit decays: the rows alone
+    assert options(3, True, v, k, k, g.bfloat16(), v, v)["STAGE_A"] is False
+    assert options(3, True, v, k, k.bfloat16(), g, v, v)["STAGE_A"] is False
+    knobs = getattr(__import__("triton"), "knobs", None)
+    if knobs is not None and hasattr(knobs, "nvidia"):
+        with knobs.nvidia.scope():
+            knobs.nvidia.ptxas_options = "-O2"
+            assert options(3, True, v, k, k, g, v, v)["ptx_options"] == f"-O2 {gluon_local.STAGE_A_PTXAS}"
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                     reason="the fallback is checked on the CPU interpreter")
 def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
@@ -196,43 +220,64 @@ def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                     reason="checked on the CPU interpreter")
-@pytest.mark.parametrize(("env", "extra", "gluon"), [
-    (None, {}, False),  # the default: the Triton pass (docs/kernels.md says why)
-    (None, {"LOCAL": "auto"}, True),  # the Gluon pass where it can run
-    (None, {"GROUP": 4}, False),  # a key only the Triton pass reads
-    (None, {"LOCAL": "gluon", "GROUP": 4}, True),  # asked for by name all the same
-    (None, {"LOCAL": "triton"}, False),
-    ("triton", {}, False),  # the environment sets the default
-    ("triton", {"LOCAL": "gluon"}, True),  # but not over a config that names LOCAL
-    ("gluon", {}, True),
-    ("auto", {}, True),
-    ("auto", {"PROBE": 1}, False),
+@pytest.mark.parametrize(("env", "shipped", "extra", "gluon"), [
+    (None, {}, {}, False),  # the default: the Triton pass (docs/kernels.md says why)
+    (None, {}, {"LOCAL": "auto"}, True),  # the Gluon pass where it can run
+    (None, {}, {"LOCAL": "auto", "GROUP": 4}, False),  # not with a key only the Triton pass reads
+    (None, {"LOCAL": "auto", "GROUP": 4}, {}, False),  # set in CHUNKED_CONFIG too
+    (None, {}, {"LOCAL": "gluon", "GROUP": 4}, True),  # asked for by name all the same
+    (None, {}, {"LOCAL": "triton"}, False),
+    ("triton", {}, {}, False),  # the environment sets the default
+    ("triton", {}, {"LOCAL": "gluon"}, True),  # but not over a config that names LOCAL
+    ("triton", {"LOCAL": "gluon"}, {}, True),  # nor over a caller's CHUNKED_CONFIG
+    ("gluon", {}, {}, True),
+    ("auto", {}, {}, True),
+    ("auto", {}, {"PROBE": 1}, False),
+    ("auto", {}, {"STAGE_A": 1, "L2PF": 3}, True),
 ])
-def test_which_local_pass_runs(monkeypatch, env, extra, gluon):
+def test_which_local_pass_runs(monkeypatch, env, shipped, extra, gluon):
     """Where the Gluon pass could run (``unsupported`` made to find nothing, its launch recorded instead of run),
-    ``LOCAL`` "auto" takes it unless the config names a key of the Triton pass; ``PALIMPSA_CHUNKED_LOCAL`` sets the
-    default, which is otherwise the Triton pass."""
+    ``LOCAL`` "auto" takes it unless the config sets a key of the Triton pass; ``PALIMPSA_CHUNKED_LOCAL`` sets the
+    default, which is otherwise the Triton pass; the launch gets the config's staging and prefetch keys, and
+    ``LOCAL_RUNS`` counts what ran."""
     from palimpsa.kernels import chunked_bwd
 
     launches = []
+
+    def launch(*args, **kwargs):
+        launches.append({key: kwargs[key] for key in ("stage", "stage_a", "l2_prefetch", "seg", "pipe")})
+        return kwargs["stage_a"]
+
     monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
-    monkeypatch.setattr(gluon_local, "launch", lambda *args, **kwargs: launches.append(kwargs["stage"]))
+    monkeypatch.setattr(gluon_local, "launch", launch)
+    for key, value in shipped.items():
+        monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, value)
     if env is None:
         monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
     else:
         monkeypatch.setenv(chunked_bwd.LOCAL_ENV, env)
+    before = dict(chunked_bwd.LOCAL_RUNS)
     inputs = make_inputs(1, 10, 2, 1, 4, 128, requires_grad=True, device="cpu")
     y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
         inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
         fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
         bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
     y.sum().backward()
-    assert launches == ([chunked_bwd.CHUNKED_CONFIG["STAGE"]] if gluon else [])
+    want = {"stage": 3, "stage_a": bool(extra.get("STAGE_A")), "l2_prefetch": extra.get("L2PF", 0), "seg": 4,
+            "pipe": True}
+    assert launches == ([want] if gluon else [])
+    ran = {k: n - before.get(k, 0) for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before.get(k, 0)}
+    label = "gluon, pass A staged" if extra.get("STAGE_A") else "gluon"
+    assert ran == {label if gluon else "triton": 1}
 
 
 def test_an_unknown_default_local_pass_is_refused(monkeypatch):
     from palimpsa.kernels import chunked_bwd
 
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "LOCAL", "cuda")
+    with pytest.raises(ValueError, match=r"CHUNKED_CONFIG\['LOCAL'\] must be one of auto, triton, gluon, got 'cuda'"):
+        chunked_bwd.local_default()
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "LOCAL", "triton")
     monkeypatch.setenv(chunked_bwd.LOCAL_ENV, "cuda")
     with pytest.raises(ValueError, match="PALIMPSA_CHUNKED_LOCAL must be one of auto, triton, gluon, got 'cuda'"):
         chunked_bwd.local_default()

@@ -6,8 +6,10 @@
 #     between kernels with each pass.
 # (2) Added after the calls: STAGE_A, pass A's inputs copied to shared memory a block ahead. Do its gradients pass
 #     compare.py?
-# (3) How fast is the pass with L2PF 1-3 and with STAGE_A? Call 3's ncu profile waits ~700 cycles a block at the
-#     barrier after pass B's copies and ~300 cycles a pair on pass A's loads.
+# (3) How fast is the pass with L2PF and with STAGE_A? Call 3's ncu profile waits 570-709 cycles a block at the
+#     barrier after pass B's copies (L2PF 1: the next block's staged inputs in L2), 246-304 cycles four times a
+#     block in pass B on a global load, likely the block's start state from the slab (L2PF 4: the next one in L2),
+#     and 298-571 cycles once a block on each of pass A's loads (STAGE_A).
 # Run from the repository root with .bench_deps and .whl beside it: OUT=dir bash docs/bench/gluon-auto-2026-11-28/run5.sh
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > /dev/null 2>&1
@@ -15,7 +17,7 @@ export PYTHONPATH=$PYTHONPATH:/tmp/site
 STAGE=3 PIPE=1 STAGE_A=1 timeout 110 python3 docs/bench/gluon-local-2026-11-27/compare.py > $out/compare-stage-a.log 2>&1
 echo "compare STAGE_A exit $? at $(( $(date +%s) - start )) s"; grep -c FAIL $out/compare-stage-a.log
 timeout 220 python3 scripts/bench_scan.py --no-step --shapes 1x8192 --breakdown \
-  --backends "chunked@LOCAL=triton,chunked@LOCAL=gluon,chunked@LOCAL=gluon:L2PF=1,chunked@LOCAL=gluon:L2PF=2,chunked@LOCAL=gluon:L2PF=3,chunked@LOCAL=gluon:STAGE_A=1,chunked@LOCAL=gluon:STAGE_A=1:L2PF=1" \
+  --backends "chunked@LOCAL=triton,chunked@LOCAL=gluon,chunked@LOCAL=gluon:L2PF=1,chunked@LOCAL=gluon:L2PF=4,chunked@LOCAL=gluon:L2PF=5,chunked@LOCAL=gluon:STAGE_A=1,chunked@LOCAL=gluon:STAGE_A=1:L2PF=5" \
   --json $out/bench.json > $out/bench.log 2>&1
 echo "bench exit $? at $(( $(date +%s) - start )) s"; grep -E "local " $out/bench.log | tail -8
 timeout 80 python3 docs/bench/gluon-auto-2026-11-28/launch_overhead.py > $out/launch.log 2>&1

@@ -86,6 +86,7 @@ def main():
             failed |= bad
             print(f"{name:45s} {n:10s} triton {e_t:9.2e}  gluon {e_g:9.2e}  gluon-triton {d_tg:9.2e}"
                   f"{'  FAIL' if bad else ''}", flush=True)
+    print(f"local passes run: {chunked_bwd.LOCAL_RUNS}")
     return 1 if failed else 0
 
 
