@@ -448,6 +448,25 @@ if gluon is not None:
         gl.atomic_add(dg + tok * H + i_h, s, mask=ok & ((lane & 15) == 0), sem="relaxed")
 
     @gluon.jit
+    def _staged_block_a(st, j, nb, k_next, v_next, b_next, g_next, rows, v, k, g, beta, b_ip, sc_m, sc_i, o_sc, t0,
+                        t_last, i_h, i_g, c0, o_n, o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H: gl.constexpr, G: gl.constexpr,
+                        P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
+                        RESCALE: gl.constexpr):
+        """Block ``j`` of pass A (of ``nb - 1`` from ``t0``) from its copy ``rows``: the copy of block ``j + 1``
+        (where there is one) started into the other set first, the wait for all groups but that one (or all), the
+        walk, the block's end state into slab slot ``j``."""
+        if j + 1 < nb - 1:
+            _copy_walk_inputs(k_next, v_next, b_next, g_next, v, k, g, beta, t0 + (j + 1) * BS, BS, t_last, i_h, i_g,
+                              c0, o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H, G, P, N, USE_BETA)
+            async_copy.wait_group(1)
+        else:
+            async_copy.wait_group(0)
+        st = _advance_block(st, v, k, g, beta, b_ip, t0 + j * BS, t_last, i_h, i_g, c0, o_n, H, G, P, N, BS, USE_BETA,
+                            RESCALE, rows, True)
+        _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
+        return st
+
+    @gluon.jit
     def _prefetch_block(v, k, q, g, beta, dy, tok0, t_last, i_h, i_g, c0, H: gl.constexpr, G: gl.constexpr,
                         P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
                         READOUT: gl.constexpr, STAGED: gl.constexpr = 0, L2STAGED: gl.constexpr = False,
@@ -615,27 +634,13 @@ if gluon is not None:
                         _copy_walk_inputs(k_copy, v_copy, b_copy, g_copy, v, k, g, beta, bos + t0, BS, t_last, i_h,
                                           i_g, c0, o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H, G, P, N, USE_BETA)
                     for j in range(0, nb - 1, 2):
+                        st = _staged_block_a(st, j, nb, q_copy, v_copy1, b_copy1, g_copy1, rows, v, k, g, beta, b_ip,
+                                             sc_m, sc_i, o_sc, bos + t0, t_last, i_h, i_g, c0, o_n, o_cr, o_cn, o_vr,
+                                             o_vc, o_gr, o_g1, H, G, P, N, BS, USE_BETA, RESCALE)
                         if j + 1 < nb - 1:
-                            _copy_walk_inputs(q_copy, v_copy1, b_copy1, g_copy1, v, k, g, beta,
-                                              bos + t0 + (j + 1) * BS, BS, t_last, i_h, i_g, c0, o_cr, o_cn, o_vr,
-                                              o_vc, o_gr, o_g1, H, G, P, N, USE_BETA)
-                            async_copy.wait_group(1)
-                        else:
-                            async_copy.wait_group(0)
-                        st = _advance_block(st, v, k, g, beta, b_ip, bos + t0 + j * BS, t_last, i_h, i_g, c0, o_n,
-                                            H, G, P, N, BS, USE_BETA, RESCALE, rows, True)
-                        _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
-                        if j + 1 < nb - 1:
-                            if j + 2 < nb - 1:
-                                _copy_walk_inputs(k_copy, v_copy, b_copy, g_copy, v, k, g, beta,
-                                                  bos + t0 + (j + 2) * BS, BS, t_last, i_h, i_g, c0, o_cr, o_cn, o_vr,
-                                                  o_vc, o_gr, o_g1, H, G, P, N, USE_BETA)
-                                async_copy.wait_group(1)
-                            else:
-                                async_copy.wait_group(0)
-                            st = _advance_block(st, v, k, g, beta, b_ip, bos + t0 + (j + 1) * BS, t_last, i_h, i_g,
-                                                c0, o_n, H, G, P, N, BS, USE_BETA, RESCALE, rows_a1, True)
-                            _store_state(sc_m + o_sc + (j + 1) * 4 * N, sc_i + o_sc + (j + 1) * 4 * N, o_n, st, N)
+                            st = _staged_block_a(st, j + 1, nb, k_copy, v_copy, b_copy, g_copy, rows_a1, v, k, g,
+                                                 beta, b_ip, sc_m, sc_i, o_sc, bos + t0, t_last, i_h, i_g, c0, o_n,
+                                                 o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H, G, P, N, BS, USE_BETA, RESCALE)
                 else:
                     for j in range(nb - 1):
                         if PREFETCH:
