@@ -492,7 +492,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     ran = config["LOCAL"] != "triton" and _gluon_local(
         config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li, buffers,
         cu_seqlens, offsets, length, n_states * heads, n_work, programs, chunk_size, block_size, nsplit)
-    LOCAL_RUNS[ran or "triton"] = LOCAL_RUNS.get(ran or "triton", 0) + 1
+    label = ran or "triton"
+    LOCAL_RUNS[label] = LOCAL_RUNS.get(label, 0) + 1
     if not ran:
         palimpsa_bwd_local_kernel[(programs,)](
             v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,

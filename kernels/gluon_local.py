@@ -243,6 +243,15 @@ if gluon is not None:
         return gl.sum(rows.index(r).load(LB).to(gl.float32), axis=0)
 
     @gluon.jit
+    def _log_decay(g, tok, i_h, H: gl.constexpr, rows, r, STAGED: gl.constexpr):
+        """Token ``tok``'s log decay as float32 (a whole block's token of pass A, for its rescaling test): with
+        ``STAGED`` row ``r`` of the block's staged decays ``rows[4]``, else from ``g``."""
+        if STAGED:
+            return _staged_scalar(rows[4], r)
+        else:
+            return gl.load(g + tok * H + i_h).to(gl.float32)
+
+    @gluon.jit
     def _row(rows, r, p, valid, o_n, STAGE: gl.constexpr):
         """A key or query row (``N`` values, lane ``l`` holding ``4 l .. 4 l + 3``) as float32: with ``STAGE`` row
         ``r`` of the block's copy in shared memory (zero where the token is not valid), else from ``p``."""
@@ -315,14 +324,9 @@ if gluon is not None:
         and decays read from its copy in shared memory, ``rows`` as pass B's (``rows[1]`` unread)."""
         fits = False
         if RESCALE:
-            if STAGED:
-                b_t = gl.abs(_staged_scalar(rows[4], 0))
-                for s in gl.static_range(1, BS):
-                    b_t += gl.abs(_staged_scalar(rows[4], s))
-            else:
-                b_t = gl.abs(gl.load(g + tok0 * H + i_h).to(gl.float32))
-                for s in gl.static_range(1, BS):
-                    b_t += gl.abs(gl.load(g + (tok0 + s) * H + i_h).to(gl.float32))
+            b_t = gl.abs(_log_decay(g, tok0, i_h, H, rows, 0, STAGED))
+            for s in gl.static_range(1, BS):
+                b_t += gl.abs(_log_decay(g, tok0 + s, i_h, H, rows, s, STAGED))
             fits = b_t <= TAU
         if fits:
             m0, m1, m2, m3, i0, i1, i2, i3 = st
