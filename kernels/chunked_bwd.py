@@ -36,6 +36,7 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
 import json
 import os
 import re
+import warnings
 
 import torch
 import triton
@@ -64,31 +65,29 @@ from . import fused_recurrent as fr
 # and queries (fused_recurrent._float32_keys; 12.20 ms against 12.31 at B = 1, L = 8192, docs/bench/ring-2026-11-27);
 # correct_early: the corrections load the local dv, dbeta at a sub-block's start (1: 1.25 ms against 1.51 at B = 1,
 # L = 8192), one sub-block ahead (2: 1.29) or after its products (0; docs/bench/ring-2026-11-27, call 13)
-# LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; 11.79 ms
-# against 12.22 at B = 1, L = 8192 with its defaults, docs/bench/gluon-stage-2026-11-28), the Triton pass where it
-# cannot run; "auto" is "gluon" on a Hopper GPU (where gluon_local.unsupported finds nothing against it: sm_90, a
-# Triton with Gluon, the inputs it maps) and "triton" elsewhere, unless the config names a key of the Triton pass;
-# PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that bwd_config or a caller's CHUNKED_CONFIG sets); it
-# stays "triton":
-# the Gluon pass passed every float64 check and times faster alone (forward + backward 15.33 ms against 15.87 in
-# bf16, 15.36 against 16.37 in float32), but fine-tuning ran 1.5-2.5% slower with it in two calls while its kernels
-# took 8 ms a step less (docs/bench/gluon-auto-2026-11-28); SEG: its tokens per shared-memory segment (4: 16 KB
-# of states a program); PIPE: its walks load each token's inputs a token ahead; STAGE: pass B copies each block's
-# inputs to shared memory at its start (cp.async) and reads them there: 1 the key and query rows, 2 also the values
-# and gains, 3 also the decays and output gradients, as far as gluon_local.staging_level allows (the local pass
-# 13.35 ms with 1, 13.53 with 2, 11.99 with 3 against the Triton pass's 12.20 in one run; 11.78 with 3 and PIPE
-# against 12.22 in another); L2PF (not yet timed): bit 1 asks for the next block's staged inputs in L2 (with STAGE 3
-# pass B prefetches nothing, and its ncu profile waits 570-709 cycles a block at the copies' barrier), bit 2 sends
-# every other prefetch (pass A's) to L2 instead of L1, bit 4 asks for pass B's next block start state in L2 (from
-# the slab: 8 resident programs an SM hold 258 KB of it each, ~270 MB on an H200, more than L2); STAGE_A (not yet
-# timed; with STAGE 3): pass A copies each block's keys, values, gains and decays to shared memory too, a block
-# ahead, in two sets (pass B's copies, the query copy for the keys, and three small ones), instead of prefetching
-# them into L1
+# LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; 11.46 ms
+# against 12.19 at B = 1, L = 8192 with its defaults, docs/bench/gluon-auto-2026-11-28, call 7), the Triton pass
+# where it cannot run; "auto", the default since 2026-11-28, is "gluon" on a Hopper GPU (where
+# gluon_local.unsupported finds nothing against it: sm_90, a Triton with Gluon, the inputs it maps) and "triton"
+# elsewhere, unless the config names a key of the Triton pass (fine-tuning interleaved in one process: 0.884x the
+# plain model's tokens/s against 0.875x with 8 layers upgraded, 0.529x against 0.512x with 64; call 8);
+# PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that bwd_config or a caller's CHUNKED_CONFIG sets);
+# SEG: its tokens per shared-memory segment (4: 16 KB of states a program); PIPE: its walks load each token's inputs
+# a token ahead; STAGE: pass B copies each block's inputs to shared memory at its start (cp.async) and reads them
+# there: 1 the key and query rows, 2 also the values and gains, 3 also the decays and output gradients, as far as
+# gluon_local.staging_level allows (the local pass 13.35 ms with 1, 13.53 with 2, 11.99 with 3 against the Triton
+# pass's 12.20 in one run; 11.78 with 3 and PIPE against 12.22 in another); L2PF, a bitmask: bit 4 (the default)
+# asks for pass B's next block start state in L2 (from the slab, which 8 resident programs an SM hold 258 KB of
+# each, ~270 MB on an H200, more than L2: 11.43-11.46 ms against 11.71-11.73), bit 1 for the next block's staged
+# inputs (11.66 alone, 11.40 with bit 4), bit 2 sends pass A's prefetches to L2 instead of L1; STAGE_A (with
+# STAGE 3): pass A copies each block's keys, values, gains and decays to shared memory too, a block ahead, in two
+# sets (pass B's copies, the query copy for the keys, and three small ones), instead of prefetching them into L1:
+# correct and slower (12.34 ms against 11.71, docs/bench/gluon-auto-2026-11-28, call 5), so off
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
-                  "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "triton", "SEG": 4, "PIPE": 1,
-                  "STAGE": 3, "L2PF": 0, "STAGE_A": 0}
+                  "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
+                  "STAGE": 3, "L2PF": 4, "STAGE_A": 0}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
@@ -97,6 +96,10 @@ LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
 LOCALS = ("auto", "triton", "gluon")
 # how many times each local pass has run in this process (for checks that must know which one ran)
 LOCAL_RUNS = {"triton": 0, "gluon": 0}
+# why LOCAL "auto" stopped taking the Gluon pass in this process: its compilation failed once (a Triton whose Gluon
+# differs from the versions gluon_local was compiled against), so every later call runs the Triton pass; None: it
+# has not failed
+GLUON_LOCAL_FAILED: str | None = None
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
@@ -353,8 +356,11 @@ def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_
     """The local pass in Gluon (``gluon_local``; ``LOCAL`` "gluon"), with the Triton pass's slab and outputs: the
     ``LOCAL_RUNS`` key of what ran, or None where it cannot run these inputs or settings
     (``gluon_local.unsupported``, ``BV`` other than 4), for the Triton pass to run instead. The Triton pass's own
-    keys (``TRITON_PASS_KEYS``) do not apply to it, so ``auto`` leaves a config that sets one to the Triton pass."""
-    if config["LOCAL"] == "auto" and _names_triton_pass_keys(bwd_config):
+    keys (``TRITON_PASS_KEYS``) do not apply to it, so ``auto`` leaves a config that sets one to the Triton pass.
+    Under ``auto`` a launch that raises (a compilation error) warns once and leaves this and every later call to the
+    Triton pass (``GLUON_LOCAL_FAILED``); under ``gluon`` it raises."""
+    global GLUON_LOCAL_FAILED
+    if config["LOCAL"] == "auto" and (_names_triton_pass_keys(bwd_config) or GLUON_LOCAL_FAILED is not None):
         return None
     try:
         from . import gluon_local
@@ -366,19 +372,30 @@ def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_
     if reason is not None or int(config["BV"]) != gluon_local.BV:
         return None
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
-    staged_a = gluon_local.launch(
-        v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
-        cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size, block_size=block_size,
-        seg=int(config["SEG"]), nsplit=nsplit, prefetch=bool(config["PREFETCH"]), rescale=fr._rescales(config, True),
-        pipe=bool(config["PIPE"]), stage=int(config["STAGE"]), l2_prefetch=int(config["L2PF"]),
-        stage_a=bool(config["STAGE_A"]), use_initial_state=dm0 is not None, use_initial_importance=di0 is not None)
+    try:
+        staged_a = gluon_local.launch(
+            v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+            cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size, block_size=block_size,
+            seg=int(config["SEG"]), nsplit=nsplit, prefetch=bool(config["PREFETCH"]),
+            rescale=fr._rescales(config, True), pipe=bool(config["PIPE"]), stage=int(config["STAGE"]),
+            l2_prefetch=int(config["L2PF"]), stage_a=bool(config["STAGE_A"]), use_initial_state=dm0 is not None,
+            use_initial_importance=di0 is not None)
+    except Exception as error:  # each Triton version raises its own compilation errors
+        if config["LOCAL"] != "auto":
+            raise
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        GLUON_LOCAL_FAILED = f"{type(error).__name__}: {first}"
+        warnings.warn(f"the Gluon local pass of the chunk-parallel backward failed ({GLUON_LOCAL_FAILED}); this "
+                      f"process runs the Triton pass instead (set {LOCAL_ENV}=triton to skip the attempt)",
+                      RuntimeWarning, stacklevel=2)
+        return None
     return "gluon, pass A staged" if staged_a else "gluon"
 
 
 def local_default() -> str:
     """The local pass that a ``bwd_config`` without ``LOCAL`` runs: ``CHUNKED_CONFIG``'s where a caller changed it,
-    else ``PALIMPSA_CHUNKED_LOCAL`` where set, else the shipped ``triton`` (``auto``: the Gluon pass where it can
-    run, the Triton pass elsewhere)."""
+    else ``PALIMPSA_CHUNKED_LOCAL`` where set, else the shipped ``auto`` (the Gluon pass where it can run, the Triton
+    pass elsewhere)."""
     if CHUNKED_CONFIG["LOCAL"] != _SHIPPED["LOCAL"] or not os.environ.get(LOCAL_ENV):
         local, source = CHUNKED_CONFIG["LOCAL"], "chunked_bwd.CHUNKED_CONFIG['LOCAL']"
     else:

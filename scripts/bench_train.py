@@ -286,6 +286,10 @@ def main() -> None:
             print(f"{'':>6} {'(scan recomputed)':>12} {full['tokens_per_s']:>11,.0f} "
                   f"{row['full_recompute_throughput_ratio']:>6.2f} {'':>10} {full['peak_gib']:>9.1f} "
                   f"{row['full_recompute_memory_ratio']:>6.2f}")
+    from palimpsa.kernels import chunked_bwd
+
+    scan["local_passes_run"] = {k: n for k, n in chunked_bwd.LOCAL_RUNS.items() if n}
+    print(f"local passes of the chunk-parallel backward run (chunked_bwd.LOCAL_RUNS): {scan['local_passes_run']}")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"device": device, "date": time.strftime("%Y-%m-%d"), "layers": layers, "scan": scan,

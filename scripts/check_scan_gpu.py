@@ -16,10 +16,10 @@ the message, also in the JSON) and the other cases still run.
     python scripts/check_scan_gpu.py [--backend triton|gluon|gluon-bwd] [--quick] [--json results.json]
 
 ``--without-uncertainty`` leaves the uncertainty output out (so no uncertainty gradient): the Gluon local pass of
-the chunk-parallel backward (``LOCAL=gluon``, or ``auto`` on Hopper) runs only then, e.g. ``--backend
-triton-chunked --chunked-config LOCAL=gluon:NSPLIT=2 --without-uncertainty`` (``NSPLIT=2``: the packed and one-chunk
-cases would otherwise fill the GPU unsplit and run the sequential backward). After the table, each case's line says
-which local passes ran.
+the chunk-parallel backward (``LOCAL`` "auto", the default, takes it on Hopper; ``LOCAL=gluon`` asks for it) runs
+only then, e.g. ``--backend triton-chunked --chunked-config NSPLIT=2 --without-uncertainty`` (``NSPLIT=2``: the
+packed and one-chunk cases would otherwise fill the GPU unsplit and run the sequential backward). After the table,
+each case's line says which local passes ran.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def main() -> int:
                         help="overrides of chunked_bwd.CHUNKED_CONFIG for the chunk-parallel backward, e.g. GROUP=4")
     parser.add_argument("--without-uncertainty", action="store_true",
                         help="leave the uncertainty output out (so no uncertainty gradient): the Gluon local pass "
-                             "(--chunked-config LOCAL=gluon, or LOCAL=auto on Hopper) runs only then")
+                             "(by default on Hopper; --chunked-config LOCAL=gluon asks for it) runs only then")
     args = parser.parse_args()
     backend = args.backend
     if args.chunked_config:

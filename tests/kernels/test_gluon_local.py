@@ -221,12 +221,13 @@ def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                     reason="checked on the CPU interpreter")
 @pytest.mark.parametrize(("env", "shipped", "extra", "gluon"), [
-    (None, {}, {}, False),  # the default: the Triton pass (docs/kernels.md says why)
-    (None, {}, {"LOCAL": "auto"}, True),  # the Gluon pass where it can run
-    (None, {}, {"LOCAL": "auto", "GROUP": 4}, False),  # not with a key only the Triton pass reads
-    (None, {"LOCAL": "auto", "GROUP": 4}, {}, False),  # set in CHUNKED_CONFIG too
+    (None, {}, {}, True),  # the default, auto: the Gluon pass where it can run
+    (None, {}, {"LOCAL": "auto"}, True),
+    (None, {}, {"GROUP": 4}, False),  # not with a key only the Triton pass reads
+    (None, {"GROUP": 4}, {}, False),  # set in CHUNKED_CONFIG too
     (None, {}, {"LOCAL": "gluon", "GROUP": 4}, True),  # asked for by name all the same
     (None, {}, {"LOCAL": "triton"}, False),
+    (None, {"LOCAL": "triton"}, {}, False),  # a caller's CHUNKED_CONFIG
     ("triton", {}, {}, False),  # the environment sets the default
     ("triton", {}, {"LOCAL": "gluon"}, True),  # but not over a config that names LOCAL
     ("triton", {"LOCAL": "gluon"}, {}, True),  # nor over a caller's CHUNKED_CONFIG
@@ -237,8 +238,8 @@ def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
 ])
 def test_which_local_pass_runs(monkeypatch, env, shipped, extra, gluon):
     """Where the Gluon pass could run (``unsupported`` made to find nothing, its launch recorded instead of run),
-    ``LOCAL`` "auto" takes it unless the config sets a key of the Triton pass; ``PALIMPSA_CHUNKED_LOCAL`` sets the
-    default, which is otherwise the Triton pass; the launch gets the config's staging and prefetch keys, and
+    ``LOCAL`` "auto" (the default) takes it unless the config sets a key of the Triton pass; ``PALIMPSA_CHUNKED_LOCAL``
+    sets the default; the launch gets the config's staging and prefetch keys (``L2PF`` 4 unless set), and
     ``LOCAL_RUNS`` counts what ran."""
     from palimpsa.kernels import chunked_bwd
 
@@ -263,12 +264,51 @@ def test_which_local_pass_runs(monkeypatch, env, shipped, extra, gluon):
         fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
         bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
     y.sum().backward()
-    want = {"stage": 3, "stage_a": bool(extra.get("STAGE_A")), "l2_prefetch": extra.get("L2PF", 0), "seg": 4,
+    want = {"stage": 3, "stage_a": bool(extra.get("STAGE_A")), "l2_prefetch": extra.get("L2PF", 4), "seg": 4,
             "pipe": True}
     assert launches == ([want] if gluon else [])
     ran = {k: n - before.get(k, 0) for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before.get(k, 0)}
     label = "gluon, pass A staged" if extra.get("STAGE_A") else "gluon"
     assert ran == {label if gluon else "triton": 1}
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+def test_a_gluon_pass_that_fails_to_compile_leaves_auto_to_the_triton_pass(monkeypatch):
+    """Under ``auto`` a launch that raises warns once, the Triton pass runs that call and every later one without
+    trying again; asked for by name (``gluon``), the error propagates."""
+    from palimpsa.kernels import chunked_bwd
+
+    tries = []
+
+    def launch(*args, **kwargs):
+        tries.append(1)
+        raise RuntimeError("PTXASError: ptxas fatal : unknown option\nmore")
+
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
+    monkeypatch.setattr(gluon_local, "launch", launch)
+    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    inputs = make_inputs(1, 10, 2, 1, 4, 128, requires_grad=True, device="cpu")
+
+    def backward(extra):
+        y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+            inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False,
+            None, fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+            bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
+        before = dict(chunked_bwd.LOCAL_RUNS)
+        y.sum().backward()
+        return {k: n - before.get(k, 0) for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before.get(k, 0)}
+
+    with pytest.warns(RuntimeWarning, match=r"Gluon local pass .* failed \(RuntimeError: PTXASError: ptxas fatal : "
+                                            r"unknown option\); this process runs the Triton pass instead"):
+        assert backward({}) == {"triton": 1}
+    assert chunked_bwd.GLUON_LOCAL_FAILED == "RuntimeError: PTXASError: ptxas fatal : unknown option"
+    assert backward({}) == {"triton": 1}
+    assert len(tries) == 1
+    with pytest.raises(RuntimeError, match="unknown option"):
+        backward({"LOCAL": "gluon"})
+    assert len(tries) == 2
 
 
 def test_an_unknown_default_local_pass_is_refused(monkeypatch):
@@ -277,14 +317,14 @@ def test_an_unknown_default_local_pass_is_refused(monkeypatch):
     monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "LOCAL", "cuda")
     with pytest.raises(ValueError, match=r"CHUNKED_CONFIG\['LOCAL'\] must be one of auto, triton, gluon, got 'cuda'"):
         chunked_bwd.local_default()
-    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "LOCAL", "triton")
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "LOCAL", "auto")  # as shipped, so the environment applies
     monkeypatch.setenv(chunked_bwd.LOCAL_ENV, "cuda")
     with pytest.raises(ValueError, match="PALIMPSA_CHUNKED_LOCAL must be one of auto, triton, gluon, got 'cuda'"):
         chunked_bwd.local_default()
     monkeypatch.delenv(chunked_bwd.LOCAL_ENV)
-    assert chunked_bwd.local_default() == "triton"
-    monkeypatch.setenv(chunked_bwd.LOCAL_ENV, "auto")
     assert chunked_bwd.local_default() == "auto"
+    monkeypatch.setenv(chunked_bwd.LOCAL_ENV, "triton")
+    assert chunked_bwd.local_default() == "triton"
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
