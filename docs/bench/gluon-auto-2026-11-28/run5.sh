@@ -1,5 +1,4 @@
-# Not run: the session's device time ran out before this call (docs/bench/gluon-auto-2026-11-28/README.md).
-# Fifth call (for the next session), three questions:
+# Fifth call: questions (2) and (3) below; the sixth call (run6.sh) asks (1).
 # (1) call 4's profiled steps put the scan kernels 8 ms a step faster with the Gluon local pass (121.2 ms against
 #     129.2, 8 layers) but the step 20 ms slower, the GPU idle 47 ms a step against 19. Where does the GPU wait?
 #     The host time to enqueue one forward + backward with each pass, and one profiled fine-tuning step's gaps
@@ -20,10 +19,3 @@ timeout 220 python3 scripts/bench_scan.py --no-step --shapes 1x8192 --breakdown 
   --backends "chunked@LOCAL=triton,chunked@LOCAL=gluon,chunked@LOCAL=gluon:L2PF=1,chunked@LOCAL=gluon:L2PF=4,chunked@LOCAL=gluon:L2PF=5,chunked@LOCAL=gluon:STAGE_A=1,chunked@LOCAL=gluon:STAGE_A=1:L2PF=5" \
   --json $out/bench.json > $out/bench.log 2>&1
 echo "bench exit $? at $(( $(date +%s) - start )) s"; grep -E "local " $out/bench.log | tail -8
-timeout 80 python3 docs/bench/gluon-auto-2026-11-28/launch_overhead.py > $out/launch.log 2>&1
-echo "launch exit $? at $(( $(date +%s) - start )) s"; tail -4 $out/launch.log
-for local in triton auto; do
-  PALIMPSA_CHUNKED_LOCAL=$local timeout 85 python3 docs/bench/gluon-auto-2026-11-28/step_gaps.py --upgraded 8 \
-    > $out/gaps-$local.log 2>&1
-  echo "gaps $local exit $? at $(( $(date +%s) - start )) s"; head -6 $out/gaps-$local.log
-done

@@ -1,0 +1,85 @@
+"""Fine-tuning with each local pass, interleaved in one process: bench_train.py's models (2.7b shapes, L = 8192,
+bf16, TF32, activation checkpointing; ``--upgraded`` layers trained), the plain model and the upgraded one built
+once, then ``--rounds`` rounds that each time ``--steps`` optimizer steps of the plain model and of the upgraded
+model with the Triton local pass and with the Gluon one (``CHUNKED_CONFIG`` "LOCAL" "triton", then "auto" with
+``--l2pf``), in an order that turns each round. Separate processes (bench_train.py, one per pass) put the host's
+speed between the arms: a profiled step's idle time varied from 105 to 351 ms between two processes with the same
+kernels (call 6), more than the 8 ms a step the local passes differ by. Prints each step's time, then per arm the
+median and the tokens/s ratio to the plain model, and the Gluon arm against the Triton arm per round. Run from the
+repository root: ``python3 docs/bench/gluon-auto-2026-11-28/ab_train.py --upgraded 8``."""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
+from bench_train import build, prepare  # noqa: E402
+from palimpsa.kernels import chunked_bwd  # noqa: E402
+from palimpsa.upgrade import PalimpsaConfig  # noqa: E402
+from palimpsa.upgrade.convert.surgery import spread_layers  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--upgraded", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=8192)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--l2pf", type=int, default=chunked_bwd.CHUNKED_CONFIG["L2PF"])
+    args = parser.parse_args()
+    torch.set_float32_matmul_precision("high")
+    layers = spread_layers(args.upgraded, 64)
+    shape = dict(d_model=2560, n_layer=64, vocab_size=50288, beta_init=1e-3)
+    plain = build(PalimpsaConfig(**shape, upgraded_layers=[]), "cuda", torch.bfloat16)
+    upgraded = build(PalimpsaConfig(**shape, upgraded_layers=layers), "cuda", torch.bfloat16)
+    optimizers = {id(plain): prepare(plain, layers), id(upgraded): prepare(upgraded, layers)}
+    ids = torch.randint(0, 50288, (1, args.seq_len), device="cuda")
+    shipped = dict(chunked_bwd.CHUNKED_CONFIG)
+    arms = {"plain": (plain, {}), "triton": (upgraded, {"LOCAL": "triton"}),
+            "gluon": (upgraded, {"LOCAL": "auto", "L2PF": args.l2pf})}
+
+    def step(model):
+        optimizer = optimizers[id(model)]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        model(ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) * 1e3
+
+    times = {arm: [] for arm in arms}
+    runs = {}
+    names = list(arms)
+    for round_ in range(args.rounds + 1):  # round 0 warms every arm up and is not counted
+        order = names[round_ % 3:] + names[:round_ % 3]
+        for arm in order:
+            model, config = arms[arm]
+            chunked_bwd.CHUNKED_CONFIG.clear()
+            chunked_bwd.CHUNKED_CONFIG.update(shipped, **config)
+            before = dict(chunked_bwd.LOCAL_RUNS)
+            ms = [step(model) for _ in range(args.steps if round_ else 2)]
+            ran = {k: n - before.get(k, 0) for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before.get(k, 0)}
+            runs.setdefault(arm, {}).update(ran)
+            if round_:
+                times[arm].append(ms)
+            print(f"round {round_} {arm:6s} {' '.join(f'{t:7.1f}' for t in ms)} ms  local passes {ran}", flush=True)
+    chunked_bwd.CHUNKED_CONFIG.clear()
+    chunked_bwd.CHUNKED_CONFIG.update(shipped)
+    tokens = args.seq_len
+    med = {arm: statistics.median(t for r in times[arm] for t in r) for arm in arms}
+    print(f"\n{args.upgraded} of 64 layers upgraded, L = {args.seq_len}, {args.rounds} rounds of {args.steps} steps "
+          f"(L2PF {args.l2pf} in the gluon arm), {torch.cuda.get_device_name()}")
+    for arm in arms:
+        print(f"  {arm:6s} median step {med[arm]:7.1f} ms  {tokens / med[arm] * 1e3:8,.0f} tok/s  "
+              f"ratio to plain {med['plain'] / med[arm]:.3f}  local passes {runs.get(arm, {})}")
+    per_round = [statistics.median(g) / statistics.median(t) for g, t in zip(times["gluon"], times["triton"])]
+    print("  gluon / triton step time per round: " + " ".join(f"{r:.3f}" for r in per_round))
+
+
+if __name__ == "__main__":
+    main()
