@@ -79,15 +79,14 @@ from . import fused_recurrent as fr
 # pass's 12.20 in one run; 11.78 with 3 and PIPE against 12.22 in another); L2PF, a bitmask: bit 4 (the default)
 # asks for pass B's next block start state in L2 (from the slab, which 8 resident programs an SM hold 258 KB of
 # each, ~270 MB on an H200, more than L2: 11.43-11.46 ms against 11.71-11.73), bit 1 for the next block's staged
-# inputs (11.66 alone, 11.40 with bit 4), bit 2 sends pass A's prefetches to L2 instead of L1; STAGE_A (with
-# STAGE 3): pass A copies each block's keys, values, gains and decays to shared memory too, a block ahead, in two
-# sets (pass B's copies, the query copy for the keys, and three small ones), instead of prefetching them into L1:
-# correct and slower (12.34 ms against 11.71, docs/bench/gluon-auto-2026-11-28, call 5), so off
+# inputs (11.66 alone, 11.40 with bit 4), bit 2 sends pass A's prefetches to L2 instead of L1 (with bit 4: 10.72
+# against 10.70 in float32; gluon-auto-2026-11-28, calls 5, 7 and 10). Pass A staged in shared memory as well lost
+# (12.34 ms against 11.71, call 5) and was taken out again (docs/kernels.md)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
-                  "STAGE": 3, "L2PF": 4, "STAGE_A": 0}
+                  "STAGE": 3, "L2PF": 4}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
@@ -373,12 +372,12 @@ def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_
         return None
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     try:
-        staged_a = gluon_local.launch(
+        gluon_local.launch(
             v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
             cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size, block_size=block_size,
             seg=int(config["SEG"]), nsplit=nsplit, prefetch=bool(config["PREFETCH"]),
             rescale=fr._rescales(config, True), pipe=bool(config["PIPE"]), stage=int(config["STAGE"]),
-            l2_prefetch=int(config["L2PF"]), stage_a=bool(config["STAGE_A"]), use_initial_state=dm0 is not None,
+            l2_prefetch=int(config["L2PF"]), use_initial_state=dm0 is not None,
             use_initial_importance=di0 is not None)
     except Exception as error:  # each Triton version raises its own compilation errors
         if config["LOCAL"] != "auto":
@@ -389,7 +388,7 @@ def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_
                       f"process runs the Triton pass instead (set {LOCAL_ENV}=triton to skip the attempt)",
                       RuntimeWarning, stacklevel=2)
         return None
-    return "gluon, pass A staged" if staged_a else "gluon"
+    return "gluon"
 
 
 def local_default() -> str:

@@ -243,15 +243,6 @@ if gluon is not None:
         return gl.sum(rows.index(r).load(LB).to(gl.float32), axis=0)
 
     @gluon.jit
-    def _log_decay(g, tok, i_h, H: gl.constexpr, rows, r, STAGED: gl.constexpr):
-        """Token ``tok``'s log decay as float32 (a whole block's token of pass A, for its rescaling test): with
-        ``STAGED`` row ``r`` of the block's staged decays ``rows[4]``, else from ``g``."""
-        if STAGED:
-            return _staged_scalar(rows[4], r)
-        else:
-            return gl.load(g + tok * H + i_h).to(gl.float32)
-
-    @gluon.jit
     def _row(rows, r, p, valid, o_n, STAGE: gl.constexpr):
         """A key or query row (``N`` values, lane ``l`` holding ``4 l .. 4 l + 3``) as float32: with ``STAGE`` row
         ``r`` of the block's copy in shared memory (zero where the token is not valid), else from ``p``."""
@@ -316,17 +307,16 @@ if gluon is not None:
     @gluon.jit
     def _advance_block(st, v, k, g, beta, b_ip, tok0, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
                        P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
-                       RESCALE: gl.constexpr, rows=0, STAGED: gl.constexpr = False):
+                       RESCALE: gl.constexpr):
         """The state after the ``BS`` tokens from ``tok0`` (a whole block of pass A). ``RESCALE``: where the
         block's log decays' magnitudes sum to at most ``fused_recurrent.RESCALE_TAU`` (one uniform test), in rescaled
         states as ``fused_recurrent._rescaled_block`` (``M' = M / A``, ``J' = (I - I_prior) / A``: one FFMA per
-        state and token), scaled back at the end; plainly otherwise. ``STAGED``: the block's keys, values, gains
-        and decays read from its copy in shared memory, ``rows`` as pass B's (``rows[1]`` unread)."""
+        state and token), scaled back at the end; plainly otherwise."""
         fits = False
         if RESCALE:
-            b_t = gl.abs(_log_decay(g, tok0, i_h, H, rows, 0, STAGED))
+            b_t = gl.abs(gl.load(g + tok0 * H + i_h).to(gl.float32))
             for s in gl.static_range(1, BS):
-                b_t += gl.abs(_log_decay(g, tok0 + s, i_h, H, rows, s, STAGED))
+                b_t += gl.abs(gl.load(g + (tok0 + s) * H + i_h).to(gl.float32))
             fits = b_t <= TAU
         if fits:
             m0, m1, m2, m3, i0, i1, i2, i3 = st
@@ -334,21 +324,13 @@ if gluon is not None:
             b_s = b_ip * 0
             for s in gl.static_range(BS):
                 tok = tok0 + s
-                if STAGED:
-                    b_k = rows[0].index(s).load(o_n.type.layout).to(gl.float32)
-                    b_s -= _staged_scalar(rows[4], s)
-                    vv = _staged_channels(rows[2], s)
-                else:
-                    b_k = gl.load(k + (tok * G + i_g) * N + o_n).to(gl.float32)
-                    b_s -= gl.load(g + tok * H + i_h).to(gl.float32)
-                    vv = _channels(v + (tok * H + i_h) * P + c0, True)
+                b_k = gl.load(k + (tok * G + i_g) * N + o_n).to(gl.float32)
+                b_s -= gl.load(g + tok * H + i_h).to(gl.float32)
+                vv = _channels(v + (tok * H + i_h) * P + c0, True)
                 b_ke = b_k * _ex2(b_s * LOG2E)
                 m0, m1, m2, m3 = m0 + vv[0] * b_ke, m1 + vv[1] * b_ke, m2 + vv[2] * b_ke, m3 + vv[3] * b_ke
                 if USE_BETA:
-                    if STAGED:
-                        bb = _staged_channels(rows[3], s)
-                    else:
-                        bb = _channels(beta + (tok * H + i_h) * P + c0, True)
+                    bb = _channels(beta + (tok * H + i_h) * P + c0, True)
                     b_kk = b_k * b_ke
                     i0, i1, i2, i3 = i0 + bb[0] * b_kk, i1 + bb[1] * b_kk, i2 + bb[2] * b_kk, i3 + bb[3] * b_kk
             b_w = _ex2(-b_s * LOG2E)
@@ -356,26 +338,8 @@ if gluon is not None:
                   i0 * b_w + b_ip, i1 * b_w + b_ip, i2 * b_w + b_ip, i3 * b_w + b_ip)
         else:
             for s in gl.static_range(BS):
-                st = _step(st, v, k, g, beta, b_ip, tok0 + s, True, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                           rows, s, 3 if STAGED else 0)
+                st = _step(st, v, k, g, beta, b_ip, tok0 + s, True, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
         return st
-
-    @gluon.jit
-    def _copy_walk_inputs(k_dst, v_dst, b_dst, g_dst, v, k, g, beta, tok0, ne, t_last, i_h, i_g, c0,
-                          o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
-                          N: gl.constexpr, USE_BETA: gl.constexpr):
-        """Start the asynchronous copies of what a walk reads of the ``ne`` tokens from ``tok0`` (keys, values,
-        gains, decays; the rest zeros) to shared memory, and commit them as one group."""
-        o_kq = ((gl.minimum(tok0 + o_cr, t_last) * G + i_g) * N)[:, None] + o_cn[None, :]
-        _async_load(k_dst, k + o_kq, mask=(o_cr < ne)[:, None])
-        o_v = ((gl.minimum(tok0 + o_vr, t_last) * H + i_h) * P + c0)[:, None] + o_vc[None, :]
-        v_ok = (o_vr < ne)[:, None]
-        _async_load(v_dst, v + o_v, mask=v_ok)
-        if USE_BETA:
-            _async_load(b_dst, beta + o_v, mask=v_ok)
-        o_g = (gl.minimum(tok0 + o_gr, t_last) * H + i_h)[:, None] + o_g1[None, :]
-        _async_load(g_dst, g + o_g, mask=(o_gr < ne)[:, None])
-        async_copy.commit_group()
 
     @gluon.jit
     def _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok, valid, t_last, i_h, i_g, c0, o_n,
@@ -450,25 +414,6 @@ if gluon is not None:
         s = _butterfly(l_dg1, l_dg2, BUTTERFLY16)
         s = _plus_lane(_plus_lane(_plus_lane(_plus_lane(s, XOR8), XOR4), XOR2), XOR1)
         gl.atomic_add(dg + tok * H + i_h, s, mask=ok & ((lane & 15) == 0), sem="relaxed")
-
-    @gluon.jit
-    def _staged_block_a(st, j, nb, k_next, v_next, b_next, g_next, rows, v, k, g, beta, b_ip, sc_m, sc_i, o_sc, t0,
-                        t_last, i_h, i_g, c0, o_n, o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H: gl.constexpr, G: gl.constexpr,
-                        P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr,
-                        RESCALE: gl.constexpr):
-        """Block ``j`` of pass A (of ``nb - 1`` from ``t0``) from its copy ``rows``: the copy of block ``j + 1``
-        (where there is one) started into the other set first, the wait for all groups but that one (or all), the
-        walk, the block's end state into slab slot ``j``."""
-        if j + 1 < nb - 1:
-            _copy_walk_inputs(k_next, v_next, b_next, g_next, v, k, g, beta, t0 + (j + 1) * BS, BS, t_last, i_h, i_g,
-                              c0, o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H, G, P, N, USE_BETA)
-            async_copy.wait_group(1)
-        else:
-            async_copy.wait_group(0)
-        st = _advance_block(st, v, k, g, beta, b_ip, t0 + j * BS, t_last, i_h, i_g, c0, o_n, H, G, P, N, BS, USE_BETA,
-                            RESCALE, rows, True)
-        _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
-        return st
 
     @gluon.jit
     def _prefetch_block(v, k, q, g, beta, dy, tok0, t_last, i_h, i_g, c0, H: gl.constexpr, G: gl.constexpr,
@@ -557,7 +502,6 @@ if gluon is not None:
         SEG: gl.constexpr, NSPLIT: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
         USE_INITIAL_IMPORTANCE: gl.constexpr, IS_VARLEN: gl.constexpr, PREFETCH: gl.constexpr,
         RESCALE: gl.constexpr, PIPE: gl.constexpr, STAGE: gl.constexpr, L2PF: gl.constexpr = 0,
-        STAGE_A: gl.constexpr = False,
     ):
         """Persistent, as ``chunked_bwd.palimpsa_bwd_local_kernel``: program ``p`` takes the work items ``p``,
         ``p + programs``, ... (channel block fastest, then the (sequence, head) pairs, then the split), each the
@@ -597,13 +541,6 @@ if gluon is not None:
                     o_gr = gl.arange(0, BS, layout=gl.SliceLayout(1, LG))
                     o_g1 = gl.arange(0, 1, layout=gl.SliceLayout(0, LG))
                     rows = rows + (_rows_view(g_copy, BS, 1), _rows_view(y_copy, BS, 4))
-                    if STAGE_A:  # pass A's copies in two sets, to copy a block while walking the one before:
-                        # pass B's, and the query copy (pass A reads no queries) with three small ones
-                        v_copy1 = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
-                        b_copy1 = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
-                        g_copy1 = gl.allocate_shared_memory(g.dtype.element_ty, [BS, 1], SC)
-                        rows_a1 = (_rows_view(q_copy, BS, N), 0, _rows_view(v_copy1, BS, 4),
-                                   _rows_view(b_copy1, BS, 4), _rows_view(g_copy1, BS, 1))
         else:
             rows = 0
         for work in range(pid, n_work, gl.num_programs(0)):
@@ -630,29 +567,13 @@ if gluon is not None:
                 # pass A: the chunk forward again from its checkpoint, every BS-th state into the slab (block
                 # j + 1 starts at slot j; block 0 at the checkpoint)
                 st = _load_state(ck_m + o_ck, ck_i + o_ck, o_n, N)
-                if STAGE_A and STAGE >= 3:
-                    # blocks in pairs, the even ones in pass B's copies and the odd ones in the second set, each
-                    # block's copy started while the block before it is walked (a group per block: the wait for
-                    # all but the newest is the wait for the block about to be walked)
-                    if nb > 1:
-                        _copy_walk_inputs(k_copy, v_copy, b_copy, g_copy, v, k, g, beta, bos + t0, BS, t_last, i_h,
-                                          i_g, c0, o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H, G, P, N, USE_BETA)
-                    for j in range(0, nb - 1, 2):
-                        st = _staged_block_a(st, j, nb, q_copy, v_copy1, b_copy1, g_copy1, rows, v, k, g, beta, b_ip,
-                                             sc_m, sc_i, o_sc, bos + t0, t_last, i_h, i_g, c0, o_n, o_cr, o_cn, o_vr,
-                                             o_vc, o_gr, o_g1, H, G, P, N, BS, USE_BETA, RESCALE)
-                        if j + 1 < nb - 1:
-                            st = _staged_block_a(st, j + 1, nb, k_copy, v_copy, b_copy, g_copy, rows_a1, v, k, g,
-                                                 beta, b_ip, sc_m, sc_i, o_sc, bos + t0, t_last, i_h, i_g, c0, o_n,
-                                                 o_cr, o_cn, o_vr, o_vc, o_gr, o_g1, H, G, P, N, BS, USE_BETA, RESCALE)
-                else:
-                    for j in range(nb - 1):
-                        if PREFETCH:
-                            _prefetch_block(v, k, q, g, beta, dy, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, c0,
-                                            H, G, P, N, BS, USE_BETA, False, L2ALL=(L2PF & 2) != 0)
-                        st = _advance_block(st, v, k, g, beta, b_ip, bos + t0 + j * BS, t_last, i_h, i_g, c0, o_n,
-                                            H, G, P, N, BS, USE_BETA, RESCALE)
-                        _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
+                for j in range(nb - 1):
+                    if PREFETCH:
+                        _prefetch_block(v, k, q, g, beta, dy, bos + t0 + (j + 1) * BS, t_last, i_h, i_g, c0,
+                                        H, G, P, N, BS, USE_BETA, False, L2ALL=(L2PF & 2) != 0)
+                    st = _advance_block(st, v, k, g, beta, b_ip, bos + t0 + j * BS, t_last, i_h, i_g, c0, o_n,
+                                        H, G, P, N, BS, USE_BETA, RESCALE)
+                    _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
                 # pass B: blocks in reverse; in a block, segments in reverse, each walked from the block start
                 # with the states before its tokens in shared memory, then its pairs reversed
                 zero = gl.zeros([N], gl.float32, layout=L)
@@ -721,14 +642,11 @@ POINTERS = ("v", "k", "q", "g", "beta", "ip", "ck_m", "ck_i", "dy", "sc_m", "sc_
 
 
 def shared_bytes(seg: int, state_size: int = 128, *, stage: int = 0, block: int = 8, row_bytes: int = 4,
-                 value_bytes: int = 2, decay_bytes: int = 4, use_beta: bool = True, stage_a: bool = False) -> int:
+                 value_bytes: int = 2, decay_bytes: int = 4, use_beta: bool = True) -> int:
     """Shared memory a program holds: ``seg`` slots of ``M`` and ``I`` for 4 channels, float32, and what ``STAGE``
     copies of a block of ``block`` tokens: its key and query rows (``row_bytes`` an element), from 2 its 4 channels
-    of values and gains (``value_bytes``), from 3 its decays and output gradients; with ``stage_a`` (at 3) pass A's
-    second set of values, gains and decays (its second set of keys is the query copy)."""
+    of values and gains (``value_bytes``), from 3 its decays and output gradients."""
     staged = 0
-    if stage_a and stage >= 3:
-        staged += block * 4 * value_bytes * (2 if use_beta else 1) + block * decay_bytes
     if stage >= 1:
         staged += 2 * block * state_size * row_bytes
     if stage >= 2:
@@ -754,59 +672,43 @@ def staging_level(stage: int, v: torch.Tensor, k: torch.Tensor, q: torch.Tensor,
     return stage
 
 
-# ptxas's default register heuristic caps the kernel with pass A staged at 168 registers and spills (56 bytes of
-# stack under Triton 3.5.1 and 3.6, ptxas 12.8); at level 10 it takes 167-240 and spills nothing (3.5.1 to 3.9)
-STAGE_A_PTXAS = "--register-usage-level=10"
-
-
-def _ptxas_options(stage_a: bool) -> str | None:
-    """The ``ptx_options`` of a launch: ``STAGE_A_PTXAS`` after the user's (``TRITON_PTXAS_OPTIONS`` from Triton
-    3.6) where pass A is staged, else None (Triton's default)."""
-    if not stage_a:
-        return None
-    user = getattr(getattr(getattr(triton, "knobs", None), "nvidia", None), "ptxas_options", None)
-    return " ".join(filter(None, (user, STAGE_A_PTXAS)))
+def l2_prefetch_bits(level: int, bits: int) -> int:
+    """``L2PF`` at staging level ``level``: bit 4 (pass B's next start state in L2, timed at level 3) only where
+    something is staged, since unstaged the kernel spills 8 bytes with it under Triton 3.9 (none under 3.5.1 and
+    3.6)."""
+    return int(bits) if level else int(bits) & ~4
 
 
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
-           rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0, stage_a=False):
-    """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one; whether
-    pass A was staged (``staging_options``)."""
-    options = staging_options(stage, stage_a, v, k_l, q_l, log_decay, beta, dy)
+           rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0):
+    """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one, with
+    ``stage`` lowered to what the tensors allow (``staging_level``) and ``l2_prefetch`` to what that level takes
+    (``l2_prefetch_bits``)."""
+    level = staging_level(stage, v, k_l, q_l, log_decay, beta, dy)
+    l2_prefetch = l2_prefetch_bits(level, l2_prefetch)
     palimpsa_gluon_local_kernel[(programs,)](
         v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
         cu_seqlens, offsets, length, n_nh, n_work,
         H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
-        RESCALE=rescale, PIPE=pipe, L2PF=l2_prefetch, **options, num_warps=1, **fr.FP_FUSION,
+        RESCALE=rescale, PIPE=pipe, STAGE=level, L2PF=l2_prefetch, num_warps=1, **fr.FP_FUSION,
     )
-    return options["STAGE_A"]
-
-
-def staging_options(stage: int, stage_a: bool, v, k_l, q_l, log_decay, beta, dy) -> dict:
-    """The launch's ``STAGE`` (``staging_level``), ``STAGE_A`` and ``ptx_options``: pass A staged where asked for,
-    pass B stages everything (level 3) and keys and queries share a dtype (pass A copies keys into the query
-    copy), with ptxas's register heuristic at ``STAGE_A_PTXAS``."""
-    level = staging_level(stage, v, k_l, q_l, log_decay, beta, dy)
-    staged_a = bool(stage_a) and level >= 3 and k_l.dtype == q_l.dtype
-    return {"STAGE": level, "STAGE_A": staged_a, "ptx_options": _ptxas_options(staged_a)}
 
 
 def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
                    rescale: bool = True, pipe: bool = True, stage: int = 3, use_beta: bool = True,
-                   is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 0, stage_a: bool = False):
+                   is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 4):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
-    no states in or out): the ``CompiledKernel``."""
+    no states in or out, ``chunked_bwd.CHUNKED_CONFIG``'s settings): the ``CompiledKernel``."""
     from triton.backends.compiler import GPUTarget
 
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": 128, "CT": chunk_size, "BS": block_size,
                   "SEG": seg, "NSPLIT": 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
                   "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": is_varlen, "PREFETCH": prefetch,
-                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch,
-                  "STAGE_A": stage_a}
+                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "dv", "dbeta")}
     types.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32"})
     signature = {name: types.get(name, "*fp32") for name in POINTERS}
@@ -814,7 +716,4 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
     signature.update({name: "constexpr" for name in constexprs})
     attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(POINTERS))}
     source = GluonASTSource(palimpsa_gluon_local_kernel, signature, constexprs, attrs)
-    options = {"num_warps": 1, **fr.FP_FUSION}
-    if stage_a:
-        options["ptx_options"] = _ptxas_options(True)
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": 1, **fr.FP_FUSION})

@@ -27,18 +27,17 @@ needs_gluon = pytest.mark.skipif(gluon_scan.GLUON_IMPORT_ERROR is not None,
                                  reason=f"this Triton has no Gluon: {gluon_scan.GLUON_IMPORT_ERROR}")
 
 LAUNCHES = {  # name: compile_kernel's arguments
-    "training": {},
+    "training (L2PF 4: pass B's next start state asked for in L2)": {},
     "two-token segments": {"seg": 2},
     "float32, no beta, packed": {"dtype": "fp32", "use_beta": False, "is_varlen": True},
     "fp16, two groups": {"dtype": "fp16", "groups": 2},
     "values and gains staged too, no PIPE": {"stage": 2, "pipe": False},
     "key and query rows staged alone, no PIPE": {"stage": 1, "pipe": False},
-    "nothing staged": {"stage": 0, "pipe": False},
-    "staged inputs prefetched into L2": {"l2_prefetch": 1},
+    "nothing staged (without L2PF bit 4: l2_prefetch_bits)": {"stage": 0, "pipe": False, "l2_prefetch": 0},
+    "nothing prefetched into L2": {"l2_prefetch": 0},
+    "staged inputs prefetched into L2 alone": {"l2_prefetch": 1},
     "every prefetch into L2, rows staged alone": {"l2_prefetch": 3, "stage": 1},
-    "slab states prefetched into L2": {"l2_prefetch": 4},
-    "pass A staged too": {"stage_a": True},
-    "pass A staged too, float32": {"stage_a": True, "dtype": "fp32"},
+    "every prefetch and the next start state into L2": {"l2_prefetch": 7},
 }
 CODE = r"""
 import json, re, subprocess, tempfile
@@ -90,27 +89,17 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     barrier after their wait and one before the next copy; the walk waits for the first group (keys, values, gains,
     decays), the first reverse step of a segment for the second (queries, output gradients). Prefetches: of the next
     block in L1, less what is staged; ``L2PF`` asks for the staged inputs (1), every other line (2) or pass B's next
-    start state (4) in L2.
-    ``stage_a``: pass A copies each block's walk inputs a block ahead into two sets of copies instead."""
+    start state (4, the default) in L2."""
     kwargs = LAUNCHES[launch]
-    seg, stage, stage_a = kwargs.get("seg", 4), kwargs.get("stage", 3), kwargs.get("stage_a", False)
+    seg, stage = kwargs.get("seg", 4), kwargs.get("stage", 3)
     with_beta, float32 = kwargs.get("use_beta", True), kwargs.get("dtype") == "fp32"
     r = compiled[launch]
     assert r["stack"] == 0 and r["local"] == 0 and r["STL"] == 0 and r["LDL"] == 0, r
-    # pass A staged reads its inputs without addresses: 167-240 registers under Triton 3.5.1 to 3.9
-    assert (150 if stage_a else 180) <= r["registers"] <= 255, r
+    assert 180 <= r["registers"] <= 255, r
     assert r["STS"] == 8 * seg and r["LDS.128"] >= 8 * seg, r
     assert r["dynamic_shared"] == gluon_local.shared_bytes(seg, stage=stage, value_bytes=4 if float32 else 2,
-                                                           use_beta=with_beta, stage_a=stage_a), r
-    if stage_a:
-        # pass A's copies at three places (the first block, then each block of a pair), each its keys (8 a lane),
-        # values, gains and decays; a wait for all but the newest group or for all before each block
-        walk_copies = 8 + 1 + with_beta + 1
-        assert r["LDGSTS"] == 16 + 1 + with_beta + 2 + 3 * walk_copies, r
-        assert r["waits"] == [1, 0, 1, 0, 1, 0] and r["DEPBAR"] == 6, r
-        # the 4 of pass B, one after each of pass A's 4 waits and one before each of its 3 copies
-        assert r["BAR"] == 11, r
-    elif stage:
+                                                           use_beta=with_beta), r
+    if stage:
         assert r["BAR"] == 4 and r["LDGSTS.E.BYPASS.128"] >= 16, r
         assert r["LDGSTS"] == 16 + (stage >= 2) * (1 + with_beta) + (stage >= 3) * 2, r
         assert r["waits"] == [1, 0] and r["DEPBAR"] == 2, r
@@ -122,8 +111,8 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     assert r["shuffles"] == per_pair * seg // 2, r
     # one prefetch each of pass A's next block (keys, values, gains, decays) and of pass B's (also queries and
     # output gradients), less what pass B stages, which L2PF bit 1 asks for in L2; bit 2: all the others in L2
-    l2pf = kwargs.get("l2_prefetch", 0)
-    pass_a = 0 if stage_a else 3 + with_beta  # staged, pass A prefetches nothing
+    l2pf = kwargs.get("l2_prefetch", 4)
+    pass_a = 3 + with_beta
     staged_b = (stage >= 1) * 2 + (stage >= 2) * (1 + with_beta) + (stage >= 3) * 2
     plain = pass_a + 5 + with_beta - staged_b
     states = 4 if l2pf & 4 else 0  # M and I of the next block's start state, from the slab or the checkpoint
@@ -177,23 +166,12 @@ def test_stages_what_the_tensors_allow():
     assert level(3, v, rows(1, 8, 1, 128, dtype=torch.float32, offset=2), k, g, None, v) == 3  # float32 keys
 
 
-def test_stages_pass_a_where_pass_b_stages_everything():
-    """``STAGE_A`` only at level 3 and with keys and queries of one dtype (pass A copies keys into the query copy),
-    and then with ptxas's register heuristic raised, after the user's own ptxas options."""
-    v, k, g = torch.zeros(1, 8, 2, 8), torch.zeros(1, 8, 1, 128), torch.zeros(1, 8, 2)
-    options = gluon_local.staging_options
-    assert options(3, True, v, k, k, g, v, v) == {"STAGE": 3, "STAGE_A": True,
-                                                   "ptx_options": gluon_local.STAGE_A_PTXAS}
-    assert options(3, False, v, k, k, g, v, v) == {"STAGE": 3, "STAGE_A": False, "ptx_options": None}
-    assert options(2, True, v, k, k, g, v, v)["STAGE_A"] is False
-    assert options(3, True, v, k, k, g.bfloat16(), v, v)["STAGE"] == 1  # 16-bit decays: the rows alone
-    assert options(3, True, v, k, k, g.bfloat16(), v, v)["STAGE_A"] is False
-    assert options(3, True, v, k, k.bfloat16(), g, v, v)["STAGE_A"] is False
-    knobs = getattr(__import__("triton"), "knobs", None)
-    if knobs is not None and hasattr(knobs, "nvidia"):
-        with knobs.nvidia.scope():
-            knobs.nvidia.ptxas_options = "-O2"
-            assert options(3, True, v, k, k, g, v, v)["ptx_options"] == f"-O2 {gluon_local.STAGE_A_PTXAS}"
+def test_l2_prefetch_of_the_next_start_state_needs_a_staged_level():
+    """Unstaged, the kernel with ``L2PF`` bit 4 spills under Triton 3.9, so the launch drops that bit there and
+    passes every bit at any staged level."""
+    assert [gluon_local.l2_prefetch_bits(0, bits) for bits in (0, 1, 2, 3, 4, 5, 7)] == [0, 1, 2, 3, 0, 1, 3]
+    assert [gluon_local.l2_prefetch_bits(level, 7) for level in (1, 2, 3)] == [7, 7, 7]
+    assert gluon_local.l2_prefetch_bits(3, 4) == 4
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
@@ -234,7 +212,7 @@ def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
     ("gluon", {}, {}, True),
     ("auto", {}, {}, True),
     ("auto", {}, {"PROBE": 1}, False),
-    ("auto", {}, {"STAGE_A": 1, "L2PF": 3}, True),
+    ("auto", {}, {"L2PF": 3}, True),
 ])
 def test_which_local_pass_runs(monkeypatch, env, shipped, extra, gluon):
     """Where the Gluon pass could run (``unsupported`` made to find nothing, its launch recorded instead of run),
@@ -246,8 +224,7 @@ def test_which_local_pass_runs(monkeypatch, env, shipped, extra, gluon):
     launches = []
 
     def launch(*args, **kwargs):
-        launches.append({key: kwargs[key] for key in ("stage", "stage_a", "l2_prefetch", "seg", "pipe")})
-        return kwargs["stage_a"]
+        launches.append({key: kwargs[key] for key in ("stage", "l2_prefetch", "seg", "pipe")})
 
     monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
     monkeypatch.setattr(gluon_local, "launch", launch)
@@ -264,12 +241,10 @@ def test_which_local_pass_runs(monkeypatch, env, shipped, extra, gluon):
         fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
         bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
     y.sum().backward()
-    want = {"stage": 3, "stage_a": bool(extra.get("STAGE_A")), "l2_prefetch": extra.get("L2PF", 4), "seg": 4,
-            "pipe": True}
+    want = {"stage": 3, "l2_prefetch": extra.get("L2PF", 4), "seg": 4, "pipe": True}
     assert launches == ([want] if gluon else [])
     ran = {k: n - before.get(k, 0) for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before.get(k, 0)}
-    label = "gluon, pass A staged" if extra.get("STAGE_A") else "gluon"
-    assert ran == {label if gluon else "triton": 1}
+    assert ran == {"gluon" if gluon else "triton": 1}
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),

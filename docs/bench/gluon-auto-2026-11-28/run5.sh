@@ -1,4 +1,5 @@
 # Fifth call: questions (2) and (3) below; the sixth call (run6.sh) asks (1).
+# STAGE_A was taken out of the kernel after this call: repeat its rows at commit c78be39, the last with it.
 # (1) call 4's profiled steps put the scan kernels 8 ms a step faster with the Gluon local pass (121.2 ms against
 #     129.2, 8 layers) but the step 20 ms slower, the GPU idle 47 ms a step against 19. Where does the GPU wait?
 #     The host time to enqueue one forward + backward with each pass, and one profiled fine-tuning step's gaps

@@ -4,8 +4,9 @@ uncertainty gradient and leaves such calls to the Triton one). The record's call
 split, so that case went to the sequential backward there (both columns then the same kernel). Prints one line per
 case and gradient: the error of each local pass relative to the float64 gradient's largest magnitude. Exit status 1
 if a Gluon error exceeds the tolerance (1e-5 float32, 1e-2 bf16) or is more than 4 times the Triton pass's plus
-1e-6. The environment's SEG, STAGE, PIPE, STAGE_A and L2PF set the Gluon pass's keys (default 4, 0, 0, 0 and 0:
-what this record ran; docs/bench/gluon-stage-2026-11-28 and gluon-auto-2026-11-28 ran the others). The fifth case (bf16
+1e-6. The environment's SEG, STAGE, PIPE and L2PF set the Gluon pass's keys (default 4, 0, 0 and 0: what this
+record ran; docs/bench/gluon-stage-2026-11-28 and gluon-auto-2026-11-28 ran the others; STAGE_A, which
+gluon-auto-2026-11-28's call 5 set, was taken out of the kernel after it: commit c78be39 is the last with it). The fifth case (bf16
 inputs with float32 decays, the kernel's defaults and what bench_scan.py times) was added after both records' calls
 (gluon-auto-2026-11-28's first call ran it)."""
 
@@ -69,14 +70,12 @@ def main():
     splits = {"varlen 1000/1/2002/1093 G2 f32 beta state": 2}
     failed = False
     seg, stage = int(os.environ.get("SEG", "4")), int(os.environ.get("STAGE", "0"))
-    pipe, stage_a = int(os.environ.get("PIPE", "0")), int(os.environ.get("STAGE_A", "0"))
-    l2pf = int(os.environ.get("L2PF", "0"))
+    pipe, l2pf = int(os.environ.get("PIPE", "0")), int(os.environ.get("L2PF", "0"))
     for name, x, cu, tol in cases:
         ref = grads(x, "torch", cu, torch.float64)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=splits.get(name, 0))
         tri = grads(x, "triton", cu)
-        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="gluon", SEG=seg, STAGE=stage, PIPE=pipe, STAGE_A=stage_a,
-                                     L2PF=l2pf)
+        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="gluon", SEG=seg, STAGE=stage, PIPE=pipe, L2PF=l2pf)
         glu = grads(x, "triton", cu)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=0, PIPE=0, L2PF=0)
         for n in ref:
