@@ -16,7 +16,9 @@ shared memory has shrunk. 1 copies the key and query rows (8 KB more a program i
 channels of values and gains, 3 (the default) also the decays and output gradients, so that no step of pass B
 reads global memory (:func:`staging_level` says what the tensors allow). With ``PIPE`` (the default) each walk
 token's inputs are read a token ahead. 3 beats the Triton pass, and more so with ``PIPE``; 1 and 2 do not
-(docs/bench/gluon-stage-2026-11-28).
+(docs/bench/gluon-stage-2026-11-28). ``L2PF``, a bitmask, asks for lines in L2 a block ahead: 4 (the default)
+pass B's next block start state, from the slab or the checkpoint (2.4% faster); 1 the next block's staged inputs;
+2 pass A's prefetches instead of in L1 (docs/bench/gluon-auto-2026-11-28).
 
 Mapping: one warp owns 4 channels of one head; lane ``l`` holds states ``4 l .. 4 l + 3`` of every channel. A
 state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over the channels is an FFMA chain),
