@@ -81,12 +81,16 @@ from . import fused_recurrent as fr
 # each, ~270 MB on an H200, more than L2: 11.43-11.46 ms against 11.71-11.73), bit 1 for the next block's staged
 # inputs (11.66 alone, 11.40 with bit 4), bit 2 sends pass A's prefetches to L2 instead of L1 (with bit 4: 10.72
 # against 10.70 in float32; gluon-auto-2026-11-28, calls 5, 7 and 10). Pass A staged in shared memory as well lost
-# (12.34 ms against 11.71, call 5) and was taken out again (docs/kernels.md)
+# (12.34 ms against 11.71, call 5) and was taken out again (docs/kernels.md); LOCAL_MAXNREG: a register cap for
+# the Gluon pass (0: ptxas's choice, 209-241 registers). Its one-warp programs take registers from one scheduler's
+# file each, 2 a scheduler at 169-224 and 3 at 129-168 (gluon_local.resident_programs), so a ninth program an SM
+# ran as a second wave (call 11); at 168, with no spills under Triton 3.5.1-3.9, SEG 4 fits 9 an SM in bf16 (the
+# shared memory) and SEG 2 fits 12 (not yet timed: with PROGRAMS_PER_SM to match)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
-                  "STAGE": 3, "L2PF": 4}
+                  "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
@@ -377,7 +381,7 @@ def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_
             cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size=chunk_size, block_size=block_size,
             seg=int(config["SEG"]), nsplit=nsplit, prefetch=bool(config["PREFETCH"]),
             rescale=fr._rescales(config, True), pipe=bool(config["PIPE"]), stage=int(config["STAGE"]),
-            l2_prefetch=int(config["L2PF"]), use_initial_state=dm0 is not None,
+            l2_prefetch=int(config["L2PF"]), maxnreg=int(config["LOCAL_MAXNREG"]), use_initial_state=dm0 is not None,
             use_initial_importance=di0 is not None)
     except Exception as error:  # each Triton version raises its own compilation errors
         if config["LOCAL"] != "auto":

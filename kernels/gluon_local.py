@@ -674,6 +674,17 @@ def staging_level(stage: int, v: torch.Tensor, k: torch.Tensor, q: torch.Tensor,
     return stage
 
 
+def resident_programs(registers: int, shared: int, *, sm_shared: int = 228 * 1024, reserved: int = 1024) -> int:
+    """One-warp programs of ``registers`` a thread and ``shared`` bytes of dynamic shared memory that stay resident
+    on one Hopper SM at once. Registers come from the file of one of the SM's 4 schedulers (16,384 each), in units
+    of 256 a warp, so 169-224 registers give 2 warps a scheduler (8 an SM), 129-168 give 3 (12); each program also
+    holds ``reserved`` bytes of the SM's 228 KB of shared memory. A grid of more programs than this runs the rest as
+    a second wave (docs/bench/gluon-auto-2026-11-28, call 11)."""
+    per_warp = -(-registers * 32 // 256) * 256
+    by_registers = 4 * (16384 // per_warp)
+    return min(by_registers, sm_shared // (shared + reserved), 32)
+
+
 def l2_prefetch_bits(level: int, bits: int) -> int:
     """``L2PF`` at staging level ``level``: bit 4 (pass B's next start state in L2, timed at level 3) only where
     something is staged, since unstaged the kernel spills 8 bytes with it under Triton 3.9 (none under 3.5.1 and
@@ -683,10 +694,10 @@ def l2_prefetch_bits(level: int, bits: int) -> int:
 
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
-           rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0):
+           rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0, maxnreg=0):
     """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one, with
     ``stage`` lowered to what the tensors allow (``staging_level``) and ``l2_prefetch`` to what that level takes
-    (``l2_prefetch_bits``)."""
+    (``l2_prefetch_bits``); ``maxnreg`` caps its registers (0: ptxas's choice)."""
     level = staging_level(stage, v, k_l, q_l, log_decay, beta, dy)
     l2_prefetch = l2_prefetch_bits(level, l2_prefetch)
     palimpsa_gluon_local_kernel[(programs,)](
@@ -696,15 +707,17 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
         RESCALE=rescale, PIPE=pipe, STAGE=level, L2PF=l2_prefetch, num_warps=1, **fr.FP_FUSION,
+        **({"maxnreg": int(maxnreg)} if maxnreg else {}),
     )
 
 
 def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
                    rescale: bool = True, pipe: bool = True, stage: int = 3, use_beta: bool = True,
-                   is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 4):
+                   is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 4, maxnreg: int = 0):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
-    no states in or out, ``chunked_bwd.CHUNKED_CONFIG``'s settings): the ``CompiledKernel``."""
+    no states in or out, ``chunked_bwd.CHUNKED_CONFIG``'s settings; ``maxnreg``: a register cap, 0 none): the
+    ``CompiledKernel``."""
     from triton.backends.compiler import GPUTarget
 
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": 128, "CT": chunk_size, "BS": block_size,
@@ -718,4 +731,5 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
     signature.update({name: "constexpr" for name in constexprs})
     attrs = {(index,): [["tt.divisibility", 16]] for index in range(len(POINTERS))}
     source = GluonASTSource(palimpsa_gluon_local_kernel, signature, constexprs, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": 1, **fr.FP_FUSION})
+    options = {"num_warps": 1, **fr.FP_FUSION, **({"maxnreg": int(maxnreg)} if maxnreg else {})}
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)

@@ -162,13 +162,15 @@ def chunked_config(backend: str) -> dict:
 
 def breakdown(backends, batch=1, length=8192, rounds=5) -> list:
     """The chunk-parallel backward's three launches timed with CUDA events (median of ``rounds`` fwd+bwd), for the
-    ``chunked`` backends of ``backends``."""
+    ``chunked`` backends of ``backends``, with the local passes that ran (``chunked_bwd.LOCAL_RUNS``: a Gluon pass
+    that failed under ``LOCAL`` "auto" shows as "triton")."""
     from palimpsa.kernels import chunked_bwd
 
     rows = []
     inputs = scan_inputs(batch, length)
     for backend in (b for b in backends if b.rpartition("]:")[2].split("@")[0] == "chunked"):  # fwd[...]: too
         _, fwd_bwd = ours(inputs, backend=backend)
+        before = dict(chunked_bwd.LOCAL_RUNS)
         fwd_bwd()
         times = {}
         for _ in range(rounds):
@@ -178,11 +180,12 @@ def breakdown(backends, batch=1, length=8192, rounds=5) -> list:
             for name, start, end in chunked_bwd.TIMINGS:
                 times.setdefault(name, []).append(start.elapsed_time(end))
         chunked_bwd.TIMINGS = None
-        row = {"backend": backend, "B": batch, "L": length,
+        ran = sorted(k for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before.get(k, 0))
+        row = {"backend": backend, "B": batch, "L": length, "local_passes": ran,
                **{f"{name}_ms": sorted(v)[len(v) // 2] for name, v in times.items()}}
         rows.append(row)
-        print(f"  {backend} B={batch} L={length}: " + ", ".join(f"{n} {row[f'{n}_ms']:.2f} ms" for n in times),
-              flush=True)
+        print(f"  {backend} B={batch} L={length}: " + ", ".join(f"{n} {row[f'{n}_ms']:.2f} ms" for n in times)
+              + f" (local pass: {', '.join(ran) or 'none, the sequential backward'})", flush=True)
     return rows
 
 

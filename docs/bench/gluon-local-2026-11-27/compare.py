@@ -4,10 +4,11 @@ uncertainty gradient and leaves such calls to the Triton one). The record's call
 split, so that case went to the sequential backward there (both columns then the same kernel). Prints one line per
 case and gradient: the error of each local pass relative to the float64 gradient's largest magnitude. Exit status 1
 if a Gluon error exceeds the tolerance (1e-5 float32, 1e-2 bf16) or is more than 4 times the Triton pass's plus
-1e-6. The environment's SEG, STAGE, PIPE and L2PF set the Gluon pass's keys (default 4, 0, 0 and 0: what this
-record ran; docs/bench/gluon-stage-2026-11-28 and gluon-auto-2026-11-28 ran the others; STAGE_A, which
-gluon-auto-2026-11-28's call 5 set, was taken out of the kernel after it: commit c78be39 is the last with it). The fifth case (bf16
-inputs with float32 decays, the kernel's defaults and what bench_scan.py times) was added after both records' calls
+1e-6. The environment's SEG, STAGE, PIPE, L2PF, MAXNREG and PROGRAMS set the Gluon pass's SEG, STAGE, PIPE, L2PF,
+LOCAL_MAXNREG and PROGRAMS_PER_SM (default 4, 0, 0, 0, 0 and 8: what this record ran; docs/bench/gluon-stage-2026-11-28
+and gluon-auto-2026-11-28 ran the others; STAGE_A, which gluon-auto-2026-11-28's call 5 set, was taken out of the
+kernel after it: commit c78be39 is the last with it). The fifth case (bf16 inputs with float32 decays, the kernel's
+defaults and what bench_scan.py times) was added after both records' calls
 (gluon-auto-2026-11-28's first call ran it)."""
 
 import os
@@ -71,13 +72,16 @@ def main():
     failed = False
     seg, stage = int(os.environ.get("SEG", "4")), int(os.environ.get("STAGE", "0"))
     pipe, l2pf = int(os.environ.get("PIPE", "0")), int(os.environ.get("L2PF", "0"))
+    cap, programs = int(os.environ.get("MAXNREG", "0")), int(os.environ.get("PROGRAMS", "8"))
     for name, x, cu, tol in cases:
         ref = grads(x, "torch", cu, torch.float64)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=splits.get(name, 0))
         tri = grads(x, "triton", cu)
-        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="gluon", SEG=seg, STAGE=stage, PIPE=pipe, L2PF=l2pf)
+        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="gluon", SEG=seg, STAGE=stage, PIPE=pipe, L2PF=l2pf,
+                                     LOCAL_MAXNREG=cap, PROGRAMS_PER_SM=programs)
         glu = grads(x, "triton", cu)
-        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=0, PIPE=0, L2PF=0)
+        chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=0, PIPE=0, L2PF=0, LOCAL_MAXNREG=0,
+                                          PROGRAMS_PER_SM=8)
         for n in ref:
             scale = ref[n].abs().max().item() or 1.0
             e_t = (tri[n] - ref[n]).abs().max().item() / scale
