@@ -52,7 +52,8 @@ from . import fused_recurrent as fr
 # ones (whose FMA form spills with more channels or fewer warps)
 # PROGRAMS_PER_SM: the local pass's persistent programs per SM (one-warp programs of ~220 registers: 8 fit an SM),
 # each with one scratch slab; 0: one program per work item, each with its own slab (NSPLIT times the scratch)
-# maxnreg: a register cap for the local pass (ptxas's own choice where 0), so that more programs fit an SM
+# maxnreg: a register cap for the Triton local pass (ptxas's own choice where 0; a key of the Triton pass alone, so
+# naming it leaves LOCAL "auto" to the Triton pass)
 # GROUP: tokens recomputed together from a block start, 2 or 4 (quads: fewer state updates, measured slower); GAUGE:
 # the decay gradient from each token's own state (always so with quads); RELOAD (default: with quads) loads a quad's
 # inputs again for its reverse steps; PREFETCH: the next block's inputs prefetched into L1 (on a GPU;
@@ -82,10 +83,11 @@ from . import fused_recurrent as fr
 # inputs (11.66 alone, 11.40 with bit 4), bit 2 sends pass A's prefetches to L2 instead of L1 (with bit 4: 10.72
 # against 10.70 in float32; gluon-auto-2026-11-28, calls 5, 7 and 10). Pass A staged in shared memory as well lost
 # (12.34 ms against 11.71, call 5) and was taken out again (docs/kernels.md); LOCAL_MAXNREG: a register cap for
-# the Gluon pass (0: ptxas's choice, 209-241 registers). Its one-warp programs take registers from one scheduler's
-# file each, 2 a scheduler at 169-224 and 3 at 129-168 (gluon_local.resident_programs), so a ninth program an SM
-# ran as a second wave (call 11); at 168, with no spills under Triton 3.5.1-3.9, SEG 4 fits 9 an SM in bf16 (the
-# shared memory) and SEG 2 fits 12 (not yet timed: with PROGRAMS_PER_SM to match)
+# the Gluon pass (0: ptxas's choice, 209-241 registers under Triton 3.5.1-3.9). Its one-warp programs likely take
+# registers from one scheduler's file each, 2 a scheduler at 169-224 and 3 at 129-168 (CUDA's occupancy rule,
+# gluon_local.resident_programs), which would explain why a ninth program an SM ran as a second wave (call 11); at
+# 168, with no spills under Triton 3.5.1-3.9, SEG 4 fits 9 an SM in bf16 (the shared memory) and SEG 2 fits 12 (not
+# yet timed: with PROGRAMS_PER_SM to match; SEG 2 in float32 keeps 16-32 bytes of stack)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,

@@ -678,11 +678,13 @@ def resident_programs(registers: int, shared: int, *, sm_shared: int = 228 * 102
     """One-warp programs of ``registers`` a thread and ``shared`` bytes of dynamic shared memory that stay resident
     on one Hopper SM at once. Registers come from the file of one of the SM's 4 schedulers (16,384 each), in units
     of 256 a warp, so 169-224 registers give 2 warps a scheduler (8 an SM), 129-168 give 3 (12); each program also
-    holds ``reserved`` bytes of the SM's 228 KB of shared memory. A grid of more programs than this runs the rest as
-    a second wave (docs/bench/gluon-auto-2026-11-28, call 11)."""
+    holds ``reserved`` bytes of the SM's 228 KB of shared memory, in units of 128 bytes. This is CUDA's occupancy
+    rule for compute capability 9.0; that it is why call 11's ninth program ran as a second wave
+    (docs/bench/gluon-auto-2026-11-28) is likely, not measured."""
     per_warp = -(-registers * 32 // 256) * 256
     by_registers = 4 * (16384 // per_warp)
-    return min(by_registers, sm_shared // (shared + reserved), 32)
+    per_program = -(-(shared + reserved) // 128) * 128
+    return min(by_registers, sm_shared // per_program, 32)
 
 
 def l2_prefetch_bits(level: int, bits: int) -> int:
@@ -717,13 +719,13 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
                    is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 4, maxnreg: int = 0):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
     no states in or out, ``chunked_bwd.CHUNKED_CONFIG``'s settings; ``maxnreg``: a register cap, 0 none): the
-    ``CompiledKernel``."""
+    ``CompiledKernel``. ``l2_prefetch`` goes through ``l2_prefetch_bits`` as ``launch`` passes it."""
     from triton.backends.compiler import GPUTarget
 
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": 128, "CT": chunk_size, "BS": block_size,
                   "SEG": seg, "NSPLIT": 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
                   "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": is_varlen, "PREFETCH": prefetch,
-                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch}
+                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch_bits(stage, l2_prefetch)}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "dv", "dbeta")}
     types.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32"})
     signature = {name: types.get(name, "*fp32") for name in POINTERS}

@@ -290,6 +290,9 @@ def main() -> None:
 
     scan["local_passes_run"] = {k: n for k, n in chunked_bwd.LOCAL_RUNS.items() if n}
     print(f"local passes of the chunk-parallel backward run (chunked_bwd.LOCAL_RUNS): {scan['local_passes_run']}")
+    if chunked_bwd.GLUON_LOCAL_FAILED:
+        scan["gluon_local_failed"] = chunked_bwd.GLUON_LOCAL_FAILED
+        print(f"the Gluon local pass failed and the Triton pass ran instead: {chunked_bwd.GLUON_LOCAL_FAILED}")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"device": device, "date": time.strftime("%Y-%m-%d"), "layers": layers, "scan": scan,

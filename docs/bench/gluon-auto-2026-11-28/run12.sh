@@ -1,8 +1,8 @@
 # Not run yet: written after call 11, when this session's device time had run out. Twelfth call: more programs an
 # SM for the Gluon local pass. Call 11's ninth program ran as a second wave because a one-warp program's registers
 # come from one scheduler's file (gluon_local.resident_programs: 2 a scheduler at 169-224 registers, 3 at 129-168).
-# Capped at 168 (LOCAL_MAXNREG; no spills under Triton 3.5.1-3.9), SEG 4 fits 9 an SM in bf16 (shared memory) and
-# SEG 2 fits 12 in bf16 and float32. Their gradients (compare.py), then the local pass timed beside the default:
+# Capped at 168 (LOCAL_MAXNREG; no spills under Triton 3.5.1-3.9 at SEG 4, nor at SEG 2 in bf16; SEG 2 in float32
+# keeps 16-32 bytes of stack), SEG 4 fits 9 an SM in bf16 (shared memory) and SEG 2 fits 12 in bf16 and float32. Their gradients (compare.py), then the local pass timed beside the default:
 # the cap alone (8 an SM), 9 an SM, and SEG 2 at 12 an SM with two NSPLITs; the memory column shows the slab's
 # growth (one slab a resident program).
 # Run from the repository root with .bench_deps and .whl beside it: OUT=dir bash docs/bench/gluon-auto-2026-11-28/run12.sh

@@ -78,7 +78,7 @@ def main():
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=splits.get(name, 0))
         tri = grads(x, "triton", cu)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="gluon", SEG=seg, STAGE=stage, PIPE=pipe, L2PF=l2pf,
-                                     LOCAL_MAXNREG=cap, PROGRAMS_PER_SM=programs)
+                                          LOCAL_MAXNREG=cap, PROGRAMS_PER_SM=programs)
         glu = grads(x, "triton", cu)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=0, PIPE=0, L2PF=0, LOCAL_MAXNREG=0,
                                           PROGRAMS_PER_SM=8)
