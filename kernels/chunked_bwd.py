@@ -397,6 +397,11 @@ def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_
     return "gluon"
 
 
+def local_runs_since(before: dict) -> dict:
+    """The local passes that ran since ``before`` (a copy of ``LOCAL_RUNS``) and how many times each."""
+    return {k: n - before.get(k, 0) for k, n in LOCAL_RUNS.items() if n > before.get(k, 0)}
+
+
 def local_default() -> str:
     """The local pass that a ``bwd_config`` without ``LOCAL`` runs: ``CHUNKED_CONFIG``'s where a caller changed it,
     else ``PALIMPSA_CHUNKED_LOCAL`` where set, else the shipped ``auto`` (the Gluon pass where it can run, the Triton

@@ -180,7 +180,7 @@ def breakdown(backends, batch=1, length=8192, rounds=5) -> list:
             for name, start, end in chunked_bwd.TIMINGS:
                 times.setdefault(name, []).append(start.elapsed_time(end))
         chunked_bwd.TIMINGS = None
-        ran = sorted(k for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before.get(k, 0))
+        ran = sorted(chunked_bwd.local_runs_since(before))
         row = {"backend": backend, "B": batch, "L": length, "local_passes": ran,
                **{f"{name}_ms": sorted(v)[len(v) // 2] for name, v in times.items()}}
         rows.append(row)

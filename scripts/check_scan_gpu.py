@@ -225,8 +225,7 @@ def main() -> int:
             traceback.print_exc()
             errors[name] = f"{type(error).__name__}: {error}"
             rows.append((name, "error", args.backend, float("inf"), tol, False))
-        local_runs[name] = {k: n - before.get(k, 0) for k, n in chunked_bwd.LOCAL_RUNS.items()
-                            if n > before.get(k, 0)}
+        local_runs[name] = chunked_bwd.local_runs_since(before)
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
           f"{args.backend}, forward {os.environ.get(fused_recurrent.FORWARD_ENV) or 'auto'}, chunked "
