@@ -86,18 +86,29 @@ from . import fused_recurrent as fr
 # the Gluon pass (0: ptxas's choice, 209-241 registers under Triton 3.5.1-3.9). Its one-warp programs likely take
 # registers from one scheduler's file each, 2 a scheduler at 169-224 and 3 at 129-168 (CUDA's occupancy rule,
 # gluon_local.resident_programs), which would explain why a ninth program an SM ran as a second wave (call 11); at
-# 168, with no spills under Triton 3.5.1-3.9, SEG 4 fits 9 an SM in bf16 (the shared memory) and SEG 2 fits 12 (not
-# yet timed: with PROGRAMS_PER_SM to match; SEG 2 in float32 keeps 16-32 bytes of stack)
+# 168, with no spills under Triton 3.5.1-3.9, SEG 4 fits 9 an SM in bf16 (the shared memory) and SEG 2 fits 12 (SEG
+# 2 in float32 keeps 16-32 bytes of stack). LOCAL_PROGRAMS_PER_SM: the Gluon pass's programs per SM where it runs
+# (0: PROGRAMS_PER_SM). 9 lost (13.15 ms: 3 warps on one scheduler, 2 on the others); SEG 2 at 12 won (10.88-10.90
+# against 11.36-11.44, bf16; 10.37 against 10.79 in float32) for 0.13 GiB more scratch at 2.7b shapes
+# (gluon-auto-2026-11-28, calls 12-14), so it is the opt-in preset PALIMPSA_GLUON_LOCAL_PROGRAMS=12 (OCCUPANCY)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
-                  "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0}
+                  "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0, "LOCAL_PROGRAMS_PER_SM": 0}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
 TRITON_PASS_KEYS = ("GROUP", "GAUGE", "RELOAD", "PROBE", "TRANS", "maxnreg", "num_warps", "PAIRSUM", "CHAIN")
 LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
+# the Gluon local pass's occupancy presets, by programs an SM (PALIMPSA_GLUON_LOCAL_PROGRAMS): 8, the default (SEG
+# 4, each program's registers as ptxas chooses: 2 one-warp programs a scheduler), and 12 (SEG 2, registers capped at
+# 168: 3 a scheduler). 12 is faster (B = 1, L = 8192: the backward 12.21 ms against 12.70; fine-tuning 2.7b shapes
+# with 64 layers upgraded 0.537x the plain model's tokens/s against 0.522x, the same peak) but each resident program
+# keeps a scratch slab (258 KB at 2.7b shapes), so a lone scan's peak memory grows from 1.92x SSD's to 2.31x
+# (docs/bench/gluon-auto-2026-11-28, calls 12-14)
+PROGRAMS_ENV = "PALIMPSA_GLUON_LOCAL_PROGRAMS"
+OCCUPANCY = {8: {}, 12: {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}}
 LOCALS = ("auto", "triton", "gluon")
 # how many times each local pass has run in this process (for checks that must know which one ran)
 LOCAL_RUNS = {"triton": 0, "gluon": 0}
@@ -107,7 +118,7 @@ LOCAL_RUNS = {"triton": 0, "gluon": 0}
 GLUON_LOCAL_FAILED: str | None = None
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
-WAVES = 4  # NSPLIT = 0: enough splits for this many waves of eight one-warp programs per SM (capped at the chunks)
+WAVES = 4  # NSPLIT = 0: split where one split gives fewer than this many waves of eight one-warp programs per SM
 
 
 @triton.jit
@@ -330,12 +341,29 @@ def palimpsa_bwd_correct_kernel(
         b_run = tl.exp(tl.sum(b_g, 0)) * b_run + tl.sum(tl.exp(b_rest) * b_add, 0)
 
 
-def _splits(config: dict, programs: int, max_chunks: int, device: torch.device) -> int:
-    """``NSPLIT``: the config's, or (0) the least that gives ``WAVES`` waves of eight programs per SM."""
+def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device) -> int:
+    """``NSPLIT``: the config's, or (0) on a GPU the one that leaves the fewest chunk times in the last round.
+
+    ``per_split`` work items come with each split. The least split count that gives ``WAVES`` waves of eight
+    programs per SM decides whether to split at all (1: the sequential kernel runs). From there, each candidate (it,
+    its doublings, the chunks) is costed as rounds of work over the resident programs times the chunks an item
+    walks, and the cheapest wins, the fewer splits on a tie: at B = 1, L = 16384 NSPLIT 32 takes 39 rounds of one
+    chunk and NSPLIT 4 takes 5 of eight (40), 29.33 against 30.28 ms forward + backward; at L = 8192, 8 an SM, every
+    candidate costs 20 and 4 stays (docs/bench/gluon-auto-2026-11-28, call 13). On the CPU (the interpreter) the
+    least split count stands."""
     if config.get("NSPLIT", 0):
         return max(1, min(int(config["NSPLIT"]), max_chunks))
     sms = fr._sm_count(device) if device.type == "cuda" else 1
-    return max(1, min(max_chunks, triton.cdiv(WAVES * 8 * sms, programs)))
+    least = max(1, min(max_chunks, triton.cdiv(WAVES * 8 * sms, per_split)))
+    if least == 1 or device.type != "cuda":
+        return least
+    per_sm = int(config.get("PROGRAMS_PER_SM", 8))
+    resident = (per_sm if per_sm > 0 else 8) * sms
+    candidates, n = {least, max_chunks}, least
+    while n * 2 < max_chunks:
+        n *= 2
+        candidates.add(n)
+    return min(candidates, key=lambda n: (triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n), n))
 
 
 def _programs(config: dict, n_work: int, device: torch.device) -> int:
@@ -351,31 +379,53 @@ def _programs(config: dict, n_work: int, device: torch.device) -> int:
     return triton.cdiv(n_work, triton.cdiv(n_work, resident))
 
 
+def _program_time(config: dict, per_split: int, max_chunks: int, device: torch.device) -> float:
+    """The Gluon local pass's time under ``config`` in chunk walks of one program, times its programs an SM: the
+    rounds of work items over the resident programs, times the chunks an item walks (``_splits``'s cost), times the
+    programs an SM, as an SM shares its issue slots among them (measured: 12 an SM with SEG 2 take 0.837 ms a
+    round of one chunk at 2.7b shapes, 8 with SEG 4 take 0.568; gluon-auto-2026-11-28, call 13). Infinite where
+    nothing splits (the sequential kernel runs)."""
+    per_sm = int(config["LOCAL_PROGRAMS_PER_SM"]) or int(config["PROGRAMS_PER_SM"])
+    config = {**config, "PROGRAMS_PER_SM": per_sm}
+    nsplit = _splits(config, per_split, max_chunks, device)
+    if nsplit == 1 and not config.get("NSPLIT"):
+        return float("inf")
+    resident = max(1, per_sm) * (fr._sm_count(device) if device.type == "cuda" else 1)
+    return triton.cdiv(nsplit * per_split, resident) * triton.cdiv(max_chunks, nsplit) * per_sm
+
+
 def _names_triton_pass_keys(bwd_config: dict) -> bool:
     """Whether ``bwd_config``, or ``CHUNKED_CONFIG`` as changed since import, sets a key of the Triton pass alone."""
     return any(key in bwd_config or CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in TRITON_PASS_KEYS)
 
 
-def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
-                 buffers, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit):
-    """The local pass in Gluon (``gluon_local``; ``LOCAL`` "gluon"), with the Triton pass's slab and outputs: the
-    ``LOCAL_RUNS`` key of what ran, or None where it cannot run these inputs or settings
-    (``gluon_local.unsupported``, ``BV`` other than 4), for the Triton pass to run instead. The Triton pass's own
-    keys (``TRITON_PASS_KEYS``) do not apply to it, so ``auto`` leaves a config that sets one to the Triton pass.
-    Under ``auto`` a launch that raises (a compilation error) warns once and leaves this and every later call to the
-    Triton pass (``GLUON_LOCAL_FAILED``); under ``gluon`` it raises."""
-    global GLUON_LOCAL_FAILED
+def _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size):
+    """The ``gluon_local`` module where the local pass will run in Gluon (``LOCAL`` "gluon" or "auto"), None where
+    it cannot run these inputs or settings (``gluon_local.unsupported``, ``BV`` other than 4) and the Triton pass
+    runs instead. The Triton pass's own keys (``TRITON_PASS_KEYS``) do not apply to it, so ``auto`` leaves a config
+    that sets one to the Triton pass, as it does every call after a failed launch (``GLUON_LOCAL_FAILED``)."""
+    if config["LOCAL"] == "triton":
+        return None
     if config["LOCAL"] == "auto" and (_names_triton_pass_keys(bwd_config) or GLUON_LOCAL_FAILED is not None):
         return None
     try:
         from . import gluon_local
     except ImportError:  # a Triton whose Gluon differs from every version gluon_local knows
         return None
-
-    reason = gluon_local.unsupported(v, k_l, beta, du, dy, block_size=block_size, seg=int(config["SEG"]),
+    reason = gluon_local.unsupported(v, k, beta, du, dy, block_size=block_size, seg=int(config["SEG"]),
                                     fast_exp=fr._fast_exp(v, config))
     if reason is not None or int(config["BV"]) != gluon_local.BV:
         return None
+    return gluon_local
+
+
+def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
+                 buffers, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit):
+    """The local pass in Gluon (``gluon_local``, as ``_gluon_plan`` found it), with the Triton pass's slab and
+    outputs: the ``LOCAL_RUNS`` key of what ran, or None where its launch raised (a compilation error) under
+    ``auto``, which warns once and leaves this and every later call to the Triton pass (``GLUON_LOCAL_FAILED``);
+    under ``gluon`` the error propagates."""
+    global GLUON_LOCAL_FAILED
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     try:
         gluon_local.launch(
@@ -400,6 +450,18 @@ def _gluon_local(config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_
 def local_runs_since(before: dict) -> dict:
     """The local passes that ran since ``before`` (a copy of ``LOCAL_RUNS``) and how many times each."""
     return {k: n - before.get(k, 0) for k, n in LOCAL_RUNS.items() if n > before.get(k, 0)}
+
+
+def occupancy_preset() -> dict:
+    """The ``OCCUPANCY`` preset that ``PALIMPSA_GLUON_LOCAL_PROGRAMS`` names (none where unset), less the keys a
+    caller changed in ``CHUNKED_CONFIG`` (a ``bwd_config``'s keys override it too)."""
+    value = os.environ.get(PROGRAMS_ENV, "").strip()
+    if not value:
+        return {}
+    if value not in {str(n) for n in OCCUPANCY}:
+        raise ValueError(f"{PROGRAMS_ENV} must be {' or '.join(map(str, OCCUPANCY))} (programs an SM of the Gluon "
+                         f"local pass), got {value!r}")
+    return {k: v for k, v in OCCUPANCY[int(value)].items() if CHUNKED_CONFIG.get(k) == _SHIPPED.get(k)}
 
 
 def local_default() -> str:
@@ -489,7 +551,19 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     n_blocks_v = triton.cdiv(head_dim, sizes["BV"])
     # the longest sequence's chunks bound the useful splits
     max_chunks = triton.cdiv(length, chunk_size) if cu_seqlens is None else n_chunks
-    nsplit = _splits(config, n_blocks_v * n_states * heads, max_chunks, device)
+    if config["LOCAL"] not in LOCALS:
+        raise ValueError(f"bwd_config LOCAL is 'auto', 'triton' or 'gluon', not {config['LOCAL']!r}")
+    per_split = n_blocks_v * n_states * heads
+    gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
+    if gluon_local is not None:
+        preset = {key: val for key, val in occupancy_preset().items() if key not in bwd_config}
+        trial = {**config, **preset}
+        if preset and _gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None and (
+                _program_time(trial, per_split, max_chunks, device)
+                <= _program_time(config, per_split, max_chunks, device)):
+            config = trial
+        config["PROGRAMS_PER_SM"] = int(config["LOCAL_PROGRAMS_PER_SM"]) or int(config["PROGRAMS_PER_SM"])
+    nsplit = _splits(config, per_split, max_chunks, device)
     if nsplit == 1 and not config.get("NSPLIT"):
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
         # the corrections to the sequential kernel's work
@@ -514,10 +588,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
     mark("local")
     k_l, q_l = fr._float32_keys(k, q, bool(config["KQ32"]))
-    if config["LOCAL"] not in LOCALS:
-        raise ValueError(f"bwd_config LOCAL is 'auto', 'triton' or 'gluon', not {config['LOCAL']!r}")
-    ran = config["LOCAL"] != "triton" and _gluon_local(
-        config, bwd_config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li, buffers,
+    ran = gluon_local is not None and _gluon_local(
+        gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, buffers,
         cu_seqlens, offsets, length, n_states * heads, n_work, programs, chunk_size, block_size, nsplit)
     label = ran or "triton"
     LOCAL_RUNS[label] = LOCAL_RUNS.get(label, 0) + 1

@@ -267,6 +267,27 @@ def test_splits_fill_the_waves_and_stop_at_the_chunks():
     assert chunked_bwd._splits({"NSPLIT": 0}, 10_000, 100, cpu) == 1
 
 
+def test_splits_on_a_gpu_leave_the_fewest_chunk_times_in_the_last_round(monkeypatch):
+    """2.7b shapes on a 132-SM GPU: 1,280 work items a split (16 channel blocks x 80 heads). Splitting starts at
+    the least split count giving WAVES waves (4); from there the cost is rounds over the resident programs times
+    the chunks an item walks."""
+    gpu = torch.device("cuda")  # only its type is read: _sm_count is faked
+    monkeypatch.setattr(chunked_bwd.fr, "_sm_count", lambda device: 132)
+    eight, twelve = {"NSPLIT": 0, "PROGRAMS_PER_SM": 8}, {"NSPLIT": 0, "PROGRAMS_PER_SM": 12}
+    # L = 8192 (16 chunks), 8 an SM: 4, 8 and 16 splits all cost 20 chunk times (5 x 4, 10 x 2, 20 x 1): 4 stays
+    assert chunked_bwd._splits(eight, 1280, 16, gpu) == 4
+    # L = 16384 (32 chunks): 39 rounds of one chunk beat 5 rounds of 8 (40)
+    assert chunked_bwd._splits(eight, 1280, 32, gpu) == 32
+    # 12 an SM (1,584 programs), L = 8192: 13 rounds of one chunk against 7 of two (14) and 4 of four (16)
+    assert chunked_bwd._splits(twelve, 1280, 16, gpu) == 16
+    # a full grid without splits: B = 4 gives 5,120 items, WAVES waves already
+    assert chunked_bwd._splits(eight, 4 * 1280, 16, gpu) == 1
+    # L = 2048 (4 chunks): capped at the chunks
+    assert chunked_bwd._splits(eight, 1280, 4, gpu) == 4
+    # a set NSPLIT is kept (capped at the chunks)
+    assert chunked_bwd._splits({**eight, "NSPLIT": 2}, 1280, 32, gpu) == 2
+
+
 def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_splits(monkeypatch):
     """The local pass's programs are persistent: at most as many as stay resident (8 per SM here one, on the CPU),
     and no more than their rounds of work items need, each taking work items in turn with one scratch slab, so
@@ -408,3 +429,17 @@ def test_a_full_grid_without_splits_runs_the_sequential_kernel(monkeypatch):
     monkeypatch.setattr(chunked_bwd, "WAVES", 0)
     check(inputs_for(1, 12, 1), {"NSPLIT": 0})
     assert seen == [{"kernel": "chunked", "NSPLIT": 0}, fused_recurrent.BWD_CONFIG]
+
+
+def test_the_gluon_pass_program_time_weighs_rounds_by_the_programs_an_sm(monkeypatch):
+    """2.7b shapes on 132 SMs (1,280 work items a split): 12 programs an SM cost no more than 8 at L = 8192 (13
+    rounds of one chunk x 12 against 20 x 8) and L = 16384 (26 x 12 against 39 x 8, a tie), more at L = 2048 (4
+    rounds x 12 against 5 x 8), which is where the preset measured slower (call 15: 4.22 ms against 3.77)."""
+    gpu = torch.device("cuda")
+    monkeypatch.setattr(chunked_bwd.fr, "_sm_count", lambda device: 132)
+    eight = {"NSPLIT": 0, "PROGRAMS_PER_SM": 8, "LOCAL_PROGRAMS_PER_SM": 0}
+    twelve = {**eight, "LOCAL_PROGRAMS_PER_SM": 12}
+    assert [chunked_bwd._program_time(c, 1280, 16, gpu) for c in (eight, twelve)] == [160, 156]
+    assert [chunked_bwd._program_time(c, 1280, 32, gpu) for c in (eight, twelve)] == [312, 312]
+    assert [chunked_bwd._program_time(c, 1280, 4, gpu) for c in (eight, twelve)] == [40, 48]
+    assert chunked_bwd._program_time(eight, 4 * 1280, 16, gpu) == float("inf")  # B = 4: the sequential kernel

@@ -336,3 +336,74 @@ def test_an_unknown_local_pass_is_refused():
         bwd_config={"kernel": "chunked", "NSPLIT": 2, "LOCAL": "glu"}, chunk_size=8, block_size=4)
     with pytest.raises(ValueError, match="LOCAL is 'auto', 'triton' or 'gluon', not 'glu'"):
         y.sum().backward()
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+@pytest.mark.parametrize(("env", "shipped", "extra", "heads", "want"), [
+    (None, {}, {}, 12, ("gluon", 8, 4, 0)),  # the default: 8 an SM, SEG 4, no register cap
+    ("8", {}, {}, 12, ("gluon", 8, 4, 0)),
+    ("12", {}, {}, 12, ("gluon", 12, 2, 168)),  # the preset
+    ("12", {}, {}, 16, ("gluon", 8, 4, 0)),  # not where its rounds cost more
+    ("12", {}, {"LOCAL": "triton"}, 12, ("triton", 8, None, None)),  # the Triton pass keeps its 8 an SM
+    ("12", {"LOCAL_MAXNREG": 200}, {}, 12, ("gluon", 12, 2, 200)),  # a caller's CHUNKED_CONFIG wins
+    ("12", {}, {"SEG": 4}, 12, ("gluon", 12, 4, 168)),  # and so does a bwd_config
+])
+def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, shipped, extra, heads, want):
+    """``PALIMPSA_GLUON_LOCAL_PROGRAMS=12`` gives the Gluon local pass 12 programs an SM, ``SEG`` 2 and 168
+    registers (keys a caller set stay), and sizes its launch and scratch slab for them, where its rounds cost no
+    more program time than the default's; where the Triton pass runs, its programs an SM stay
+    ``PROGRAMS_PER_SM``. On the CPU one SM, two splits of two channel blocks a head: with 12 heads, 48 work items
+    take 6 rounds over 8 programs and 4 over 12 (48 program rounds each way: the preset); with 16 heads 8 rounds
+    over 8 and 6 over 11 (64 against 72: the default)."""
+    from palimpsa.kernels import chunked_bwd
+
+    launches, per_sm = [], []
+    programs = chunked_bwd._programs
+
+    def launch(*args, **kwargs):
+        launches.append((args[25], args[9].shape[0], kwargs["seg"], kwargs["maxnreg"]))
+
+    def record(config, n_work, device):
+        per_sm.append(config["PROGRAMS_PER_SM"])
+        return programs(config, n_work, device)
+
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
+    monkeypatch.setattr(gluon_local, "launch", launch)
+    monkeypatch.setattr(chunked_bwd, "_programs", record)
+    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    for key, value in shipped.items():
+        monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, value)
+    if env is None:
+        monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, env)
+    inputs = make_inputs(1, 10, heads, 1, 8, 128, requires_grad=True, device="cpu")
+    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
+        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+        bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
+    before = dict(chunked_bwd.LOCAL_RUNS)
+    y.sum().backward()
+    ran, sm, seg, maxnreg = want
+    assert chunked_bwd.local_runs_since(before) == {ran: 1}
+    assert per_sm == [sm]
+    n_programs = sm
+    slab = fused_recurrent.slab_states(8, 4, from_checkpoint=True)
+    assert launches == ([(n_programs, n_programs * slab, seg, maxnreg)] if ran == "gluon" else [])
+
+
+def test_an_unknown_occupancy_preset_is_refused(monkeypatch):
+    from palimpsa.kernels import chunked_bwd
+
+    monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, "10")
+    with pytest.raises(ValueError, match=r"PALIMPSA_GLUON_LOCAL_PROGRAMS must be 8 or 12 \(programs an SM of the "
+                                         r"Gluon local pass\), got '10'"):
+        chunked_bwd.occupancy_preset()
+    monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, "12")
+    assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "SEG", 8)
+    assert chunked_bwd.occupancy_preset() == {"LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}
+    monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV)
+    assert chunked_bwd.occupancy_preset() == {}

@@ -6,7 +6,11 @@ model with the Triton local pass and with the Gluon one (``CHUNKED_CONFIG`` "LOC
 speed between the arms: a profiled step's idle time varied from 105 to 351 ms between two processes with the same
 kernels (call 6), more than the 8 ms a step the local passes differ by. Prints each step's time, then per arm the
 median and the tokens/s ratio to the plain model, and the Gluon arm against the Triton arm per round. Run from the
-repository root: ``python3 docs/bench/gluon-auto-2026-11-28/ab_train.py --upgraded 8``."""
+repository root: ``python3 docs/bench/gluon-auto-2026-11-28/ab_train.py --upgraded 8``.
+
+``--arm NAME=KEY=VAL:KEY=VAL`` (repeatable; added for call 14) replaces the Triton and Gluon arms with upgraded-model
+arms of those ``CHUNKED_CONFIG`` settings (``NAME=`` alone: the shipped config), each also reporting its peak
+memory; the per-round line then compares every arm with the first."""
 
 import argparse
 import os
@@ -30,6 +34,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--l2pf", type=int, default=chunked_bwd.CHUNKED_CONFIG["L2PF"])
+    parser.add_argument("--arm", action="append", default=[], metavar="NAME=KEY=VAL:KEY=VAL")
     args = parser.parse_args()
     torch.set_float32_matmul_precision("high")
     layers = spread_layers(args.upgraded, 64)
@@ -41,6 +46,12 @@ def main():
     shipped = dict(chunked_bwd.CHUNKED_CONFIG)
     arms = {"plain": (plain, {}), "triton": (upgraded, {"LOCAL": "triton"}),
             "gluon": (upgraded, {"LOCAL": "auto", "L2PF": args.l2pf})}
+    if args.arm:
+        arms = {"plain": (plain, {})}
+        for spec in args.arm:
+            name, _, settings = spec.partition("=")
+            pairs = (item.split("=", 1) for item in settings.split(":") if item)
+            arms[name] = (upgraded, {k: (v if k == "LOCAL" else int(v)) for k, v in pairs})
 
     def step(model):
         optimizer = optimizers[id(model)]
@@ -53,16 +64,19 @@ def main():
         return (time.perf_counter() - start) * 1e3
 
     times = {arm: [] for arm in arms}
+    peaks = {arm: 0 for arm in arms}
     runs = {}
     names = list(arms)
     for round_ in range(args.rounds + 1):  # round 0 warms every arm up and is not counted
-        order = names[round_ % 3:] + names[:round_ % 3]
+        order = names[round_ % len(names):] + names[:round_ % len(names)]
         for arm in order:
             model, config = arms[arm]
             chunked_bwd.CHUNKED_CONFIG.clear()
             chunked_bwd.CHUNKED_CONFIG.update(shipped, **config)
             before = dict(chunked_bwd.LOCAL_RUNS)
+            torch.cuda.reset_peak_memory_stats()
             ms = [step(model) for _ in range(args.steps if round_ else 2)]
+            peaks[arm] = max(peaks[arm], torch.cuda.max_memory_allocated())
             ran = {k: n - before.get(k, 0) for k, n in chunked_bwd.LOCAL_RUNS.items() if n > before.get(k, 0)}
             runs.setdefault(arm, {}).update(ran)
             if round_:
@@ -76,9 +90,12 @@ def main():
           f"(L2PF {args.l2pf} in the gluon arm), {torch.cuda.get_device_name()}")
     for arm in arms:
         print(f"  {arm:6s} median step {med[arm]:7.1f} ms  {tokens / med[arm] * 1e3:8,.0f} tok/s  "
-              f"ratio to plain {med['plain'] / med[arm]:.3f}  local passes {runs.get(arm, {})}")
-    per_round = [statistics.median(g) / statistics.median(t) for g, t in zip(times["gluon"], times["triton"])]
-    print("  gluon / triton step time per round: " + " ".join(f"{r:.3f}" for r in per_round))
+              f"ratio to plain {med['plain'] / med[arm]:.3f}  peak {peaks[arm] / 2**30:.2f} GiB  "
+              f"local passes {runs.get(arm, {})}")
+    first, *others = [arm for arm in arms if arm != "plain"]
+    for other in others:
+        per_round = [statistics.median(o) / statistics.median(f) for o, f in zip(times[other], times[first])]
+        print(f"  {other} / {first} step time per round: " + " ".join(f"{r:.3f}" for r in per_round))
 
 
 if __name__ == "__main__":
