@@ -88,9 +88,9 @@ from . import fused_recurrent as fr
 # gluon_local.resident_programs), which would explain why a ninth program an SM ran as a second wave (call 11); at
 # 168, with no spills under Triton 3.5.1-3.9, SEG 4 fits 9 an SM in bf16 (the shared memory) and SEG 2 fits 12 (SEG
 # 2 in float32 keeps 16-32 bytes of stack). LOCAL_PROGRAMS_PER_SM: the Gluon pass's programs per SM where it runs
-# (0: PROGRAMS_PER_SM). 9 lost (13.15 ms: 3 warps on one scheduler, 2 on the others); SEG 2 at 12 won (10.88-10.90
-# against 11.36-11.44, bf16; 10.37 against 10.79 in float32) for 0.13 GiB more scratch at 2.7b shapes
-# (gluon-auto-2026-11-28, calls 12-14), so it is the opt-in preset PALIMPSA_GLUON_LOCAL_PROGRAMS=12 (OCCUPANCY)
+# (0: PROGRAMS_PER_SM). 9 lost (13.15 ms; likely 3 warps on one scheduler, 2 on the others); SEG 2 at 12 won
+# (10.88-10.90 against 11.36-11.44, bf16; 10.37 against 10.79 in float32) for 0.13 GiB more scratch at 2.7b shapes
+# (gluon-auto-2026-11-28, calls 12-16), so it is the opt-in preset PALIMPSA_GLUON_LOCAL_PROGRAMS=12 (OCCUPANCY)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
@@ -105,8 +105,9 @@ LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
 # 4, each program's registers as ptxas chooses: 2 one-warp programs a scheduler), and 12 (SEG 2, registers capped at
 # 168: 3 a scheduler). 12 is faster (B = 1, L = 8192: the backward 12.21 ms against 12.70; fine-tuning 2.7b shapes
 # with 64 layers upgraded 0.537x the plain model's tokens/s against 0.522x, the same peak) but each resident program
-# keeps a scratch slab (258 KB at 2.7b shapes), so a lone scan's peak memory grows from 1.92x SSD's to 2.31x
-# (docs/bench/gluon-auto-2026-11-28, calls 12-14)
+# keeps a scratch slab (258 KB at 2.7b shapes), so a lone scan's peak memory grows from 1.92x SSD's to 2.31-2.32x
+# (docs/bench/gluon-auto-2026-11-28, calls 12-16). Its keys go together (occupancy_preset), and it applies where the
+# Gluon pass runs and its rounds cost no more program time than the default's (_program_time; not at L = 2048)
 PROGRAMS_ENV = "PALIMPSA_GLUON_LOCAL_PROGRAMS"
 OCCUPANCY = {8: {}, 12: {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}}
 LOCALS = ("auto", "triton", "gluon")
@@ -384,7 +385,7 @@ def _program_time(config: dict, per_split: int, max_chunks: int, device: torch.d
     rounds of work items over the resident programs, times the chunks an item walks (``_splits``'s cost), times the
     programs an SM, as an SM shares its issue slots among them (measured: 12 an SM with SEG 2 take 0.837 ms a
     round of one chunk at 2.7b shapes, 8 with SEG 4 take 0.568; gluon-auto-2026-11-28, call 13). Infinite where
-    nothing splits (the sequential kernel runs)."""
+    nothing splits (the sequential kernel runs; ``chunked_backward`` has returned before it compares)."""
     per_sm = int(config["LOCAL_PROGRAMS_PER_SM"]) or int(config["PROGRAMS_PER_SM"])
     config = {**config, "PROGRAMS_PER_SM": per_sm}
     nsplit = _splits(config, per_split, max_chunks, device)
@@ -453,15 +454,21 @@ def local_runs_since(before: dict) -> dict:
 
 
 def occupancy_preset() -> dict:
-    """The ``OCCUPANCY`` preset that ``PALIMPSA_GLUON_LOCAL_PROGRAMS`` names (none where unset), less the keys a
-    caller changed in ``CHUNKED_CONFIG`` (a ``bwd_config``'s keys override it too)."""
+    """The ``OCCUPANCY`` preset that ``PALIMPSA_GLUON_LOCAL_PROGRAMS`` names: none where unset, or where a caller
+    changed one of its keys or ``PROGRAMS_PER_SM`` in ``CHUNKED_CONFIG`` (``chunked_backward`` also leaves it out
+    where the ``bwd_config`` names one): its keys go together, since a program count fits an SM only with the
+    segment length and register cap it was measured with (12 programs of ``SEG`` 4 need more shared memory than an
+    SM has)."""
     value = os.environ.get(PROGRAMS_ENV, "").strip()
     if not value:
         return {}
     if value not in {str(n) for n in OCCUPANCY}:
         raise ValueError(f"{PROGRAMS_ENV} must be {' or '.join(map(str, OCCUPANCY))} (programs an SM of the Gluon "
                          f"local pass), got {value!r}")
-    return {k: v for k, v in OCCUPANCY[int(value)].items() if CHUNKED_CONFIG.get(k) == _SHIPPED.get(k)}
+    preset = OCCUPANCY[int(value)]
+    if any(CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in (*preset, "PROGRAMS_PER_SM")):
+        return {}
+    return dict(preset)
 
 
 def local_default() -> str:
@@ -549,20 +556,13 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     acc = fr._acc_dtype(v.dtype)
     sizes = _sizes(config, v.dtype, head_dim, state_size, chunk_size, v.is_cuda)
     n_blocks_v = triton.cdiv(head_dim, sizes["BV"])
-    # the longest sequence's chunks bound the useful splits
+    # the longest sequence's chunks bound the useful splits (a packed batch's: all its chunks, an overestimate, so
+    # that some splits of the shorter sequences' work items find no chunk)
     max_chunks = triton.cdiv(length, chunk_size) if cu_seqlens is None else n_chunks
     if config["LOCAL"] not in LOCALS:
         raise ValueError(f"bwd_config LOCAL is 'auto', 'triton' or 'gluon', not {config['LOCAL']!r}")
+    preset = occupancy_preset()  # read (and a bad value refused) on every call
     per_split = n_blocks_v * n_states * heads
-    gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
-    if gluon_local is not None:
-        preset = {key: val for key, val in occupancy_preset().items() if key not in bwd_config}
-        trial = {**config, **preset}
-        if preset and _gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None and (
-                _program_time(trial, per_split, max_chunks, device)
-                <= _program_time(config, per_split, max_chunks, device)):
-            config = trial
-        config["PROGRAMS_PER_SM"] = int(config["LOCAL_PROGRAMS_PER_SM"]) or int(config["PROGRAMS_PER_SM"])
     nsplit = _splits(config, per_split, max_chunks, device)
     if nsplit == 1 and not config.get("NSPLIT"):
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
@@ -570,6 +570,17 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         return fr._backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
                             fr._backward_config(n_states, heads, head_dim, device), chunk_size, block_size)
     use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
+    triton_per_sm = int(config["PROGRAMS_PER_SM"])
+    gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
+    if gluon_local is not None:
+        trial = {**config, **preset}
+        if (preset and not any(key in bwd_config for key in (*preset, "PROGRAMS_PER_SM"))
+                and _gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None
+                and _program_time(trial, per_split, max_chunks, device)
+                <= _program_time(config, per_split, max_chunks, device)):
+            config = trial
+        config["PROGRAMS_PER_SM"] = int(config["LOCAL_PROGRAMS_PER_SM"]) or triton_per_sm
+        nsplit = _splits(config, per_split, max_chunks, device)  # splitting still (the same least count)
     n_work = nsplit * n_blocks_v * n_states * heads
     programs = _programs(config, n_work, device)
     scratch = (programs * fr.slab_states(chunk_size, block_size, from_checkpoint=True), sizes["BV"], state_size)
@@ -594,6 +605,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     label = ran or "triton"
     LOCAL_RUNS[label] = LOCAL_RUNS.get(label, 0) + 1
     if not ran:
+        if int(config["PROGRAMS_PER_SM"]) != triton_per_sm:  # a Gluon launch failed: the Triton pass's own count
+            programs = min(programs, _programs({**config, "PROGRAMS_PER_SM": triton_per_sm}, n_work, device))
         palimpsa_bwd_local_kernel[(programs,)](
             v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, du, sc_m, sc_i, lm, li,
             dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets, length, n_states * heads, n_work,

@@ -282,10 +282,12 @@ def test_splits_on_a_gpu_leave_the_fewest_chunk_times_in_the_last_round(monkeypa
     assert chunked_bwd._splits(twelve, 1280, 16, gpu) == 16
     # a full grid without splits: B = 4 gives 5,120 items, WAVES waves already
     assert chunked_bwd._splits(eight, 4 * 1280, 16, gpu) == 1
-    # L = 2048 (4 chunks): capped at the chunks
+    # L = 2048 (4 chunks): the least count, 4, is all the chunks; with 2 chunks it is capped at 2
     assert chunked_bwd._splits(eight, 1280, 4, gpu) == 4
-    # a set NSPLIT is kept (capped at the chunks)
+    assert chunked_bwd._splits(eight, 1280, 2, gpu) == 2
+    # a set NSPLIT is kept, capped at the chunks
     assert chunked_bwd._splits({**eight, "NSPLIT": 2}, 1280, 32, gpu) == 2
+    assert chunked_bwd._splits({**eight, "NSPLIT": 8}, 1280, 4, gpu) == 4
 
 
 def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_splits(monkeypatch):

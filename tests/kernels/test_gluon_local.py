@@ -340,22 +340,26 @@ def test_an_unknown_local_pass_is_refused():
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                     reason="checked on the CPU interpreter")
-@pytest.mark.parametrize(("env", "shipped", "extra", "heads", "want"), [
-    (None, {}, {}, 12, ("gluon", 8, 4, 0)),  # the default: 8 an SM, SEG 4, no register cap
-    ("8", {}, {}, 12, ("gluon", 8, 4, 0)),
-    ("12", {}, {}, 12, ("gluon", 12, 2, 168)),  # the preset
-    ("12", {}, {}, 16, ("gluon", 8, 4, 0)),  # not where its rounds cost more
-    ("12", {}, {"LOCAL": "triton"}, 12, ("triton", 8, None, None)),  # the Triton pass keeps its 8 an SM
-    ("12", {"LOCAL_MAXNREG": 200}, {}, 12, ("gluon", 12, 2, 200)),  # a caller's CHUNKED_CONFIG wins
-    ("12", {}, {"SEG": 4}, 12, ("gluon", 12, 4, 168)),  # and so does a bwd_config
+@pytest.mark.parametrize(("env", "shipped", "extra", "heads", "refused", "want"), [
+    (None, {}, {}, 12, None, ("gluon", [8], 4, 0)),  # the default: 8 an SM, SEG 4, no register cap
+    ("8", {}, {}, 12, None, ("gluon", [8], 4, 0)),
+    ("12", {}, {}, 12, None, ("gluon", [12], 2, 168)),  # the preset
+    ("12", {}, {}, 16, None, ("gluon", [8], 4, 0)),  # not where its rounds cost more
+    ("12", {}, {}, 12, 2, ("gluon", [8], 4, 0)),  # nor where the Gluon pass cannot run SEG 2
+    ("12", {}, {"LOCAL": "triton"}, 12, None, ("triton", [8], None, None)),  # the Triton pass keeps its 8 an SM
+    # all or nothing: not where a caller set one of its keys (or PROGRAMS_PER_SM), in CHUNKED_CONFIG or bwd_config
+    ("12", {"LOCAL_MAXNREG": 200}, {}, 12, None, ("gluon", [8], 4, 200)),
+    ("12", {}, {"SEG": 4}, 12, None, ("gluon", [8], 4, 0)),
+    ("12", {}, {"PROGRAMS_PER_SM": 8}, 12, None, ("gluon", [8], 4, 0)),
 ])
-def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, shipped, extra, heads, want):
+def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, shipped, extra, heads, refused,
+                                                               want):
     """``PALIMPSA_GLUON_LOCAL_PROGRAMS=12`` gives the Gluon local pass 12 programs an SM, ``SEG`` 2 and 168
     registers (keys a caller set stay), and sizes its launch and scratch slab for them, where its rounds cost no
     more program time than the default's; where the Triton pass runs, its programs an SM stay
     ``PROGRAMS_PER_SM``. On the CPU one SM, two splits of two channel blocks a head: with 12 heads, 48 work items
     take 6 rounds over 8 programs and 4 over 12 (48 program rounds each way: the preset); with 16 heads 8 rounds
-    over 8 and 6 over 11 (64 against 72: the default)."""
+    of 8 programs against 6 of 12 (64 against 72: the default)."""
     from palimpsa.kernels import chunked_bwd
 
     launches, per_sm = [], []
@@ -368,7 +372,8 @@ def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, 
         per_sm.append(config["PROGRAMS_PER_SM"])
         return programs(config, n_work, device)
 
-    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
+    monkeypatch.setattr(gluon_local, "unsupported",
+                        lambda *args, seg, **kwargs: "refused" if seg == refused else None)
     monkeypatch.setattr(gluon_local, "launch", launch)
     monkeypatch.setattr(chunked_bwd, "_programs", record)
     monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
@@ -386,10 +391,10 @@ def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, 
         bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
     before = dict(chunked_bwd.LOCAL_RUNS)
     y.sum().backward()
-    ran, sm, seg, maxnreg = want
+    ran, sms, seg, maxnreg = want
     assert chunked_bwd.local_runs_since(before) == {ran: 1}
-    assert per_sm == [sm]
-    n_programs = sm
+    assert per_sm == sms
+    n_programs = sms[0]
     slab = fused_recurrent.slab_states(8, 4, from_checkpoint=True)
     assert launches == ([(n_programs, n_programs * slab, seg, maxnreg)] if ran == "gluon" else [])
 
@@ -403,7 +408,49 @@ def test_an_unknown_occupancy_preset_is_refused(monkeypatch):
         chunked_bwd.occupancy_preset()
     monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, "12")
     assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}
-    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "SEG", 8)
-    assert chunked_bwd.occupancy_preset() == {"LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}
+    for key, value in (("SEG", 8), ("PROGRAMS_PER_SM", 6)):  # a key a caller changed: none of it
+        monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, value)
+        assert chunked_bwd.occupancy_preset() == {}
+        monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, chunked_bwd._SHIPPED[key])
+    assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}
     monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV)
     assert chunked_bwd.occupancy_preset() == {}
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+def test_a_failed_gluon_launch_under_the_preset_gives_the_triton_pass_its_own_programs(monkeypatch):
+    """The slab is sized for the preset's 12 programs an SM; when the Gluon launch raises under ``auto``, the
+    Triton pass runs with its own 8 (12 would run partly as a second wave), and its gradients are the Triton
+    pass's."""
+    from palimpsa.kernels import chunked_bwd
+
+    counts, programs = [], chunked_bwd._programs
+
+    def record(config, n_work, device):
+        counts.append((config["PROGRAMS_PER_SM"], programs(config, n_work, device)))
+        return counts[-1][1]
+
+    def launch(*args, **kwargs):
+        raise RuntimeError("PTXASError: out of registers")
+
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
+    monkeypatch.setattr(gluon_local, "launch", launch)
+    monkeypatch.setattr(chunked_bwd, "_programs", record)
+    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, "12")
+    inputs = make_inputs(1, 10, 12, 1, 8, 128, requires_grad=True, device="cpu")
+    leaves = [inputs[n] for n in ("v", "k", "q", "log_decay", "beta")]
+
+    def grads(extra):
+        y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+            *leaves, 0.7, None, False, False, None, fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+            bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
+        return torch.autograd.grad(y.sum(), leaves)
+
+    with pytest.warns(RuntimeWarning, match="runs the Triton pass instead"):
+        got = grads({})
+    assert counts == [(12, 12), (8, 8)]  # 48 work items: the slab for 12 programs, the Triton pass on 8
+    for w, g in zip(grads({"LOCAL": "triton"}), got, strict=True):
+        assert torch.equal(w, g)

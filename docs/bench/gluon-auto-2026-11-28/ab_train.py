@@ -86,8 +86,9 @@ def main():
     chunked_bwd.CHUNKED_CONFIG.update(shipped)
     tokens = args.seq_len
     med = {arm: statistics.median(t for r in times[arm] for t in r) for arm in arms}
+    arms_note = f"arms {', '.join(args.arm)}" if args.arm else f"L2PF {args.l2pf} in the gluon arm"
     print(f"\n{args.upgraded} of 64 layers upgraded, L = {args.seq_len}, {args.rounds} rounds of {args.steps} steps "
-          f"(L2PF {args.l2pf} in the gluon arm), {torch.cuda.get_device_name()}")
+          f"({arms_note}), {torch.cuda.get_device_name()}")
     for arm in arms:
         print(f"  {arm:6s} median step {med[arm]:7.1f} ms  {tokens / med[arm] * 1e3:8,.0f} tok/s  "
               f"ratio to plain {med['plain'] / med[arm]:.3f}  peak {peaks[arm] / 2**30:.2f} GiB  "

@@ -1,4 +1,4 @@
-# Not run yet: written after call 11, when this session's device time had run out. Twelfth call: more programs an
+# Written after call 11, when that session's device time had run out; run as call 12 in the next session. Twelfth call: more programs an
 # SM for the Gluon local pass. Call 11's ninth program ran as a second wave because a one-warp program's registers
 # come from one scheduler's file (gluon_local.resident_programs: 2 a scheduler at 169-224 registers, 3 at 129-168).
 # Capped at 168 (LOCAL_MAXNREG; no spills under Triton 3.5.1-3.9 at SEG 4, nor at SEG 2 in bf16; SEG 2 in float32
