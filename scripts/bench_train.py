@@ -9,8 +9,11 @@ model's tokens/s and <= 1.2x its peak memory; with all 64 >= 0.70x and <= 1.6x. 
 path for their plain layers; the Palimpsa layers use palimpsa_scan's "auto" backend (Triton on CUDA), or the one
 that PALIMPSA_SCAN_BACKEND names. The layers feed the scan float32 inputs, so PALIMPSA_TRITON_BACKWARD's default
 (auto) takes the chunk-parallel backward under ``--tf32`` and the sequential one without it.
+PALIMPSA_GLUON_LOCAL_PROGRAMS=12 runs that backward's Gluon local pass as 12 programs an SM (opt-in: faster, more
+scratch; docs/kernels.md).
 
     python scripts/bench_train.py --json bench_train.json
+    PALIMPSA_GLUON_LOCAL_PROGRAMS=12 python scripts/bench_train.py --upgraded 64 --seq-lens 8192 --tf32
     python scripts/bench_train.py --d-model 768 --n-layer 24 --upgraded 4 --seq-lens 2048   # a quick look
     python scripts/bench_train.py --upgraded 8 --seq-lens 8192 --tf32 --profile 25   # where a step's time goes
 
@@ -290,6 +293,9 @@ def main() -> None:
 
     scan["local_passes_run"] = {k: n for k, n in chunked_bwd.LOCAL_RUNS.items() if n}
     print(f"local passes of the chunk-parallel backward run (chunked_bwd.LOCAL_RUNS): {scan['local_passes_run']}")
+    if os.environ.get(chunked_bwd.PROGRAMS_ENV):
+        scan["gluon_local_programs"] = os.environ[chunked_bwd.PROGRAMS_ENV]
+        print(f"{chunked_bwd.PROGRAMS_ENV}={scan['gluon_local_programs']} (where its rounds cost no more)")
     if chunked_bwd.GLUON_LOCAL_FAILED:
         scan["gluon_local_failed"] = chunked_bwd.GLUON_LOCAL_FAILED
         print(f"the Gluon local pass failed and the Triton pass ran instead: {chunked_bwd.GLUON_LOCAL_FAILED}")

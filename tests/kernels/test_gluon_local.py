@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -20,7 +21,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from palimpsa.kernels import fused_recurrent, gluon_local, gluon_scan  # noqa: E402
+from palimpsa.kernels import chunked_bwd, fused_recurrent, gluon_local, gluon_scan  # noqa: E402
 from scan_inputs import make_inputs  # noqa: E402
 
 needs_gluon = pytest.mark.skipif(gluon_scan.GLUON_IMPORT_ERROR is not None,
@@ -75,6 +76,19 @@ def compiled() -> dict:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@needs_gluon
+@pytest.mark.parametrize("launch", [name for name in LAUNCHES if "programs an SM" in name])
+def test_the_register_capped_launches_fit_the_programs_an_sm_they_are_for(compiled, launch):
+    """The 168-register cap is what lets a ninth program an SM (``SEG`` 4) or the ``OCCUPANCY`` preset's twelfth
+    (``SEG`` 2) stay resident: by the registers (3 one-warp programs a scheduler) and by the shared memory."""
+    r = compiled[launch]
+    want = int(re.search(r"\((\d+) programs an SM\)", launch).group(1))
+    assert gluon_local.resident_programs(r["registers"], r["dynamic_shared"]) >= want, r
+    if LAUNCHES[launch].get("seg") == 2:
+        preset = chunked_bwd.OCCUPANCY[want]
+        assert (preset["SEG"], preset["LOCAL_MAXNREG"]) == (2, LAUNCHES[launch]["maxnreg"])
 
 
 @needs_gluon
