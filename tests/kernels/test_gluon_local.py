@@ -232,6 +232,17 @@ def test_where_it_cannot_run_the_triton_local_pass_runs_instead():
             assert torch.equal(w, got), extra
 
 
+def _configure(monkeypatch, shipped: dict, env_name: str, env: str | None) -> None:
+    """``CHUNKED_CONFIG``'s keys in ``shipped`` set as a caller would, and ``env_name`` set to ``env`` (unset
+    where None)."""
+    for key, value in shipped.items():
+        monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, value)
+    if env is None:
+        monkeypatch.delenv(env_name, raising=False)
+    else:
+        monkeypatch.setenv(env_name, env)
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                     reason="checked on the CPU interpreter")
 @pytest.mark.parametrize(("env", "shipped", "extra", "gluon"), [
@@ -266,12 +277,7 @@ def test_which_local_pass_runs(monkeypatch, env, shipped, extra, gluon):
     monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
     monkeypatch.setattr(gluon_local, "launch", launch)
     monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
-    for key, value in shipped.items():
-        monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, value)
-    if env is None:
-        monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
-    else:
-        monkeypatch.setenv(chunked_bwd.LOCAL_ENV, env)
+    _configure(monkeypatch, shipped, chunked_bwd.LOCAL_ENV, env)
     before = dict(chunked_bwd.LOCAL_RUNS)
     inputs = make_inputs(1, 10, 2, 1, 4, 128, requires_grad=True, device="cpu")
     y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
@@ -392,12 +398,7 @@ def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, 
     monkeypatch.setattr(chunked_bwd, "_programs", record)
     monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
     monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
-    for key, value in shipped.items():
-        monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, value)
-    if env is None:
-        monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV, raising=False)
-    else:
-        monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, env)
+    _configure(monkeypatch, shipped, chunked_bwd.PROGRAMS_ENV, env)
     inputs = make_inputs(1, 10, heads, 1, 8, 128, requires_grad=True, device="cpu")
     y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
         inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
