@@ -343,7 +343,7 @@ def palimpsa_bwd_correct_kernel(
 
 
 def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device) -> int:
-    """``NSPLIT``: the config's, or (0) on a GPU the one that leaves the fewest chunk times in the last round.
+    """``NSPLIT``: the config's, or (0) on a GPU the one that costs the fewest chunk walks a program.
 
     ``per_split`` work items come with each split. The least split count that gives ``WAVES`` waves of eight
     programs per SM decides whether to split at all (1: the sequential kernel runs). From there, each candidate (it,
@@ -358,13 +358,19 @@ def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device)
     least = max(1, min(max_chunks, triton.cdiv(WAVES * 8 * sms, per_split)))
     if least == 1 or device.type != "cuda":
         return least
-    per_sm = int(config.get("PROGRAMS_PER_SM", 8))
-    resident = (per_sm if per_sm > 0 else 8) * sms
+    resident = _per_sm(config) * sms
     candidates, n = {least, max_chunks}, least
     while n * 2 < max_chunks:
         n *= 2
         candidates.add(n)
     return min(candidates, key=lambda n: (triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n), n))
+
+
+def _per_sm(config: dict) -> int:
+    """The resident programs an SM that the split choice and the program time count with: ``PROGRAMS_PER_SM``, or
+    8 where it is 0 (a program a work item, which the GPU still runs 8 an SM at a time)."""
+    per_sm = int(config.get("PROGRAMS_PER_SM", 8))
+    return per_sm if per_sm > 0 else 8
 
 
 def _programs(config: dict, n_work: int, device: torch.device) -> int:
@@ -386,12 +392,12 @@ def _program_time(config: dict, per_split: int, max_chunks: int, device: torch.d
     programs an SM, as an SM shares its issue slots among them (measured: 12 an SM with SEG 2 take 0.837 ms a
     round of one chunk at 2.7b shapes, 8 with SEG 4 take 0.568; gluon-auto-2026-11-28, call 13). Infinite where
     nothing splits (the sequential kernel runs; ``chunked_backward`` has returned before it compares)."""
-    per_sm = int(config["LOCAL_PROGRAMS_PER_SM"]) or int(config["PROGRAMS_PER_SM"])
-    config = {**config, "PROGRAMS_PER_SM": per_sm}
+    config = {**config, "PROGRAMS_PER_SM": int(config["LOCAL_PROGRAMS_PER_SM"]) or int(config["PROGRAMS_PER_SM"])}
     nsplit = _splits(config, per_split, max_chunks, device)
     if nsplit == 1 and not config.get("NSPLIT"):
         return float("inf")
-    resident = max(1, per_sm) * (fr._sm_count(device) if device.type == "cuda" else 1)
+    per_sm = _per_sm(config)
+    resident = per_sm * (fr._sm_count(device) if device.type == "cuda" else 1)
     return triton.cdiv(nsplit * per_split, resident) * triton.cdiv(max_chunks, nsplit) * per_sm
 
 

@@ -295,7 +295,8 @@ def main() -> None:
     print(f"local passes of the chunk-parallel backward run (chunked_bwd.LOCAL_RUNS): {scan['local_passes_run']}")
     if os.environ.get(chunked_bwd.PROGRAMS_ENV):
         scan["gluon_local_programs"] = os.environ[chunked_bwd.PROGRAMS_ENV]
-        print(f"{chunked_bwd.PROGRAMS_ENV}={scan['gluon_local_programs']} (where its rounds cost no more)")
+        print(f"{chunked_bwd.PROGRAMS_ENV}={scan['gluon_local_programs']} (applied to the Gluon local pass where "
+              f"it costs no more program time than the default)")
     if chunked_bwd.GLUON_LOCAL_FAILED:
         scan["gluon_local_failed"] = chunked_bwd.GLUON_LOCAL_FAILED
         print(f"the Gluon local pass failed and the Triton pass ran instead: {chunked_bwd.GLUON_LOCAL_FAILED}")
