@@ -267,14 +267,14 @@ def test_splits_fill_the_waves_and_stop_at_the_chunks():
     assert chunked_bwd._splits({"NSPLIT": 0}, 10_000, 100, cpu) == 1
 
 
-def test_splits_on_a_gpu_leave_the_fewest_chunk_times_in_the_last_round(monkeypatch):
+def test_splits_on_a_gpu_cost_the_fewest_chunk_walks_a_program(monkeypatch):
     """2.7b shapes on a 132-SM GPU: 1,280 work items a split (16 channel blocks x 80 heads). Splitting starts at
     the least split count giving WAVES waves (4); from there the cost is rounds over the resident programs times
     the chunks an item walks."""
     gpu = torch.device("cuda")  # only its type is read: _sm_count is faked
     monkeypatch.setattr(chunked_bwd.fr, "_sm_count", lambda device: 132)
     eight, twelve = {"NSPLIT": 0, "PROGRAMS_PER_SM": 8}, {"NSPLIT": 0, "PROGRAMS_PER_SM": 12}
-    # L = 8192 (16 chunks), 8 an SM: 4, 8 and 16 splits all cost 20 chunk times (5 x 4, 10 x 2, 20 x 1): 4 stays
+    # L = 8192 (16 chunks), 8 an SM: 4, 8 and 16 splits all cost 20 chunk walks (5 x 4, 10 x 2, 20 x 1): 4 stays
     assert chunked_bwd._splits(eight, 1280, 16, gpu) == 4
     # L = 16384 (32 chunks): 39 rounds of one chunk beat 5 rounds of 8 (40)
     assert chunked_bwd._splits(eight, 1280, 32, gpu) == 32

@@ -375,13 +375,11 @@ def test_an_unknown_local_pass_is_refused():
 def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, shipped, extra, heads, refused,
                                                                want):
     """``PALIMPSA_GLUON_LOCAL_PROGRAMS=12`` gives the Gluon local pass 12 programs an SM, ``SEG`` 2 and 168
-    registers (keys a caller set stay), and sizes its launch and scratch slab for them, where its rounds cost no
-    more program time than the default's; where the Triton pass runs, its programs an SM stay
+    registers (none of it where a caller set one of them) and sizes its launch and scratch slab for them, where its
+    rounds cost no more program time than the default's; where the Triton pass runs, its programs an SM stay
     ``PROGRAMS_PER_SM``. On the CPU one SM, two splits of two channel blocks a head: with 12 heads, 48 work items
     take 6 rounds over 8 programs and 4 over 12 (48 program rounds each way: the preset); with 16 heads 8 rounds
     of 8 programs against 6 of 12 (64 against 72: the default)."""
-    from palimpsa.kernels import chunked_bwd
-
     launches, per_sm = [], []
     programs = chunked_bwd._programs
 
@@ -438,8 +436,6 @@ def test_a_failed_gluon_launch_under_the_preset_gives_the_triton_pass_its_own_pr
     """The slab is sized for the preset's 12 programs an SM; when the Gluon launch raises under ``auto``, the
     Triton pass runs with its own 8 (12 would run partly as a second wave), and its gradients are the Triton
     pass's."""
-    from palimpsa.kernels import chunked_bwd
-
     counts, programs = [], chunked_bwd._programs
 
     def record(config, n_work, device):
