@@ -354,7 +354,7 @@ def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device)
     least split count stands."""
     if config.get("NSPLIT", 0):
         return max(1, min(int(config["NSPLIT"]), max_chunks))
-    sms = fr._sm_count(device) if device.type == "cuda" else 1
+    sms = _sms(device)
     least = max(1, min(max_chunks, triton.cdiv(WAVES * 8 * sms, per_split)))
     if least == 1 or device.type != "cuda":
         return least
@@ -364,6 +364,11 @@ def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device)
         n *= 2
         candidates.add(n)
     return min(candidates, key=lambda n: (triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n), n))
+
+
+def _sms(device: torch.device) -> int:
+    """The SMs that the persistent programs are counted over: the GPU's, or one on the CPU (the interpreter)."""
+    return fr._sm_count(device) if device.type == "cuda" else 1
 
 
 def _per_sm(config: dict) -> int:
@@ -381,7 +386,7 @@ def _programs(config: dict, n_work: int, device: torch.device) -> int:
     per_sm = int(config["PROGRAMS_PER_SM"])
     if per_sm <= 0:
         return n_work
-    resident = max(1, per_sm * (fr._sm_count(device) if device.type == "cuda" else 1))
+    resident = max(1, per_sm * _sms(device))
     n_work = max(1, n_work)
     return triton.cdiv(n_work, triton.cdiv(n_work, resident))
 
@@ -397,7 +402,7 @@ def _program_time(config: dict, per_split: int, max_chunks: int, device: torch.d
     if nsplit == 1 and not config.get("NSPLIT"):
         return float("inf")
     per_sm = _per_sm(config)
-    resident = per_sm * (fr._sm_count(device) if device.type == "cuda" else 1)
+    resident = per_sm * _sms(device)
     return triton.cdiv(nsplit * per_split, resident) * triton.cdiv(max_chunks, nsplit) * per_sm
 
 
