@@ -90,12 +90,18 @@ from . import fused_recurrent as fr
 # 2 in float32 keeps 16-32 bytes of stack). LOCAL_PROGRAMS_PER_SM: the Gluon pass's programs per SM where it runs
 # (0: PROGRAMS_PER_SM). 9 lost (13.15 ms; likely 3 warps on one scheduler, 2 on the others); SEG 2 at 12 won
 # (10.88-10.90 against 11.36-11.44, bf16; 10.37 against 10.79 in float32) for 0.13 GiB more scratch at 2.7b shapes
-# (gluon-auto-2026-11-28, calls 12-16), so it is the opt-in preset PALIMPSA_GLUON_LOCAL_PROGRAMS=12 (OCCUPANCY)
+# (gluon-auto-2026-11-28, calls 12-16), so it is the opt-in preset PALIMPSA_GLUON_LOCAL_PROGRAMS=12 (OCCUPANCY).
+# WALK_RESCALE: the Gluon pass's pass B walks in rescaled states where a block's decays allow it (one FFMA per state
+# and token instead of two: 34.8 instructions an element-token against 35.6): a gain at 12 programs an SM (10.22 ms
+# against 10.42 in float32), a loss at 8 (10.79 against 10.73), so on in the preset only; WIDEN: it widens 16-bit
+# staged values, gains and output gradients to float32 once a block (bf16: 11.18 against 11.27; off in the preset,
+# where it would spill under the 168-register cap: 10.58 against 10.82); docs/bench/rescaled-walk-2026-11-28
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
-                  "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0, "LOCAL_PROGRAMS_PER_SM": 0}
+                  "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0, "LOCAL_PROGRAMS_PER_SM": 0, "WALK_RESCALE": 0,
+                  "WIDEN": 1}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
@@ -103,13 +109,16 @@ TRITON_PASS_KEYS = ("GROUP", "GAUGE", "RELOAD", "PROBE", "TRANS", "maxnreg", "nu
 LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
 # the Gluon local pass's occupancy presets, by programs an SM (PALIMPSA_GLUON_LOCAL_PROGRAMS): 8, the default (SEG
 # 4, each program's registers as ptxas chooses: 2 one-warp programs a scheduler), and 12 (SEG 2, registers capped at
-# 168: 3 a scheduler). 12 is faster (B = 1, L = 8192: the backward 12.21 ms against 12.70; fine-tuning 2.7b shapes
-# with 64 layers upgraded 0.537x the plain model's tokens/s against 0.522x, the same peak) but each resident program
-# keeps a scratch slab (258 KB at 2.7b shapes), so a lone scan's peak memory grows from 1.92x SSD's to 2.31-2.32x
-# (docs/bench/gluon-auto-2026-11-28, calls 12-16). Its keys go together (occupancy_preset), and it applies where the
+# 168: 3 a scheduler, rescaled walks, 16-bit values read unwidened). 12 is faster (B = 1, L = 8192: the local pass
+# 10.58 ms against 11.18 in bf16, 10.23 against 10.72 in float32, rescaled-walk-2026-11-28 call 4; fine-tuning 2.7b
+# shapes with 64 layers upgraded 0.537x the plain model's tokens/s against 0.522x, the same peak, gluon-auto call 14,
+# but 0.513x against 0.530x in call 5 of rescaled-walk-2026-11-28, whose steps varied by up to 20%) but each
+# resident program keeps a scratch slab (258 KB at 2.7b shapes), so a lone scan's peak memory grows from 1.92x SSD's
+# to 2.31-2.32x (docs/bench/gluon-auto-2026-11-28, calls 12-16). Its keys go together (occupancy_preset), and it applies where the
 # Gluon pass runs and its rounds cost no more program time than the default's (_program_time; not at L = 2048)
 PROGRAMS_ENV = "PALIMPSA_GLUON_LOCAL_PROGRAMS"
-OCCUPANCY = {8: {}, 12: {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}}
+OCCUPANCY = {8: {}, 12: {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12, "WALK_RESCALE": 1,
+                         "WIDEN": 0}}
 LOCALS = ("auto", "triton", "gluon")
 # how many times each local pass has run in this process (for checks that must know which one ran)
 LOCAL_RUNS = {"triton": 0, "gluon": 0}
@@ -446,7 +455,8 @@ def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck
             seg=int(config["SEG"]), nsplit=nsplit, prefetch=bool(config["PREFETCH"]),
             rescale=fr._rescales(config, True), pipe=bool(config["PIPE"]), stage=int(config["STAGE"]),
             l2_prefetch=int(config["L2PF"]), maxnreg=int(config["LOCAL_MAXNREG"]), use_initial_state=dm0 is not None,
-            use_initial_importance=di0 is not None)
+            use_initial_importance=di0 is not None, walk_rescale=bool(config["WALK_RESCALE"]),
+            widen=bool(config["WIDEN"]))
     except Exception as error:  # each Triton version raises its own compilation errors
         if config["LOCAL"] != "auto":
             raise

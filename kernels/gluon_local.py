@@ -3,22 +3,33 @@
 The Triton local pass (``chunked_bwd.palimpsa_bwd_local_kernel``, ``fused_recurrent._reverse_chunk``) keeps
 every state in registers, so pass B recomputes each pair of tokens from its block's start: 3.5 state updates a
 token, and three states of a pair live at once. Plain Triton cannot place a tensor in shared memory; Gluon can.
-This kernel computes the same gradients (the reverse step's operations in the same order, but for the decay
-gradient's sum, in two chains instead of one) with pass B split into segments of ``SEG`` tokens: a segment is
+This kernel computes the same gradients (the reverse step's operations, but for the decay gradient's sum, in two
+chains instead of one, and the states' form below) with pass B split into segments of ``SEG`` tokens: a segment is
 walked once from the block start, each state before one of its tokens stored in shared memory (one buffer per
 state, channel and slot, so that the stores need no barrier between them), and its reverse steps read them back.
 ``SEG = BS`` walks a block once in pass B (2 updates a token in all, ``BS`` slots: 4 KB each); ``SEG = BS / 2``
-walks the first half again (2.5 a token, half the slots).
+walks the first half again (2.5 a token, half the slots). Pass B's walks keep ``(M, J)``, ``J = I - I_prior``;
+with ``WALK_RESCALE``, over a block whose log decays' magnitudes sum to at most ``fused_recurrent.RESCALE_TAU``
+(pass A's test), in rescaled states ``M / A``, ``J / A`` (``A`` the decay since the block start): one FFMA per
+state and token instead of two. Each slot's scale is kept (a scalar), and the reverse step works on the rescaled
+states directly: ``M / I = M' / (J' + I_prior / A)``, the output gradient scaled by ``1 / A``, and the decay
+gradient's sum over the previous state scaled back once. It is a gain where more programs an SM hide the latencies
+(the 12-an-SM preset: 10.22 ms against 10.42), a small loss at the default 8 (10.79 against 10.73;
+docs/bench/rescaled-walk-2026-11-28), so it is on in the preset only.
 
 ``STAGE``: pass B also copies each block's inputs to shared memory at the block's start (``cp.async``, masked
 tokens zero-filled), and the walks and reverse steps read them there instead of through an L1 that the states'
 shared memory has shrunk. 1 copies the key and query rows (8 KB more a program in float32), 2 also the program's 4
 channels of values and gains, 3 (the default) also the decays and output gradients, so that no step of pass B
-reads global memory (:func:`staging_level` says what the tensors allow). With ``PIPE`` (the default) each walk
-token's inputs are read a token ahead. 3 beats the Triton pass, and more so with ``PIPE``; 1 and 2 do not
-(docs/bench/gluon-stage-2026-11-28). ``L2PF``, a bitmask, asks for lines in L2 a block ahead: 4 (the default)
-pass B's next block start state, from the slab or the checkpoint (2.4% faster); 1 the next block's staged inputs;
-2 pass A's prefetches instead of in L1 (docs/bench/gluon-auto-2026-11-28).
+reads global memory (:func:`staging_level` says what the tensors allow). ``WIDEN`` (the default): 16-bit values,
+gains and output gradients are widened once a block into float32 copies, so that each of a token's ~6 reads of them
+is one 16-byte load instead of a load and 4 unpacking instructions (they cost 2.7 instructions an element-token; the
+local pass 11.18 ms against 11.27 in bf16). With ``PIPE`` (the default) each walk token's inputs are read a token
+ahead. 3 beats the Triton pass, and more so with ``PIPE``; 1 and 2 do not (docs/bench/gluon-stage-2026-11-28).
+``L2PF``, a bitmask, asks for lines in L2 a block ahead: 4 (the default) pass B's next block start state, from the
+slab or the checkpoint (2.4% faster); 1 the next block's staged inputs; 2 pass A's prefetches instead of in L1
+(docs/bench/gluon-auto-2026-11-28). Asking for the next start state in L1 as a block's last segment starts lost
+(docs/bench/rescaled-walk-2026-11-28, call 3).
 
 Mapping: one warp owns 4 channels of one head; lane ``l`` holds states ``4 l .. 4 l + 3`` of every channel. A
 state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over the channels is an FFMA chain),
@@ -228,8 +239,8 @@ if gluon is not None:
 
     @gluon.jit
     def _staged_channels(rows, r):
-        """The program's 4 channels of row ``r`` of ``[BS, 4]`` staged values or gains, as float32 scalars (every
-        lane reads the same 8 or 16 bytes)."""
+        """The program's 4 channels of row ``r`` of ``[BS, 4]`` staged values, gains or output gradients, as float32
+        scalars (every lane reads the same 16 bytes: the kernel widens 16-bit copies to float32 once a block)."""
         LB: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
         x = rows.index(r).load(LB).to(gl.float32)
         a, b = gl.split(gl.reshape(x, [1, 2, 2]))  # [1, 2] each: (x0, x2), (x1, x3)
@@ -257,14 +268,15 @@ if gluon is not None:
     @gluon.jit
     def _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr,
                N: gl.constexpr, USE_BETA: gl.constexpr, rows=0, r=0, STAGE: gl.constexpr = 0):
-        """Key, decay, values and gains of token ``tok`` (the identity update where not ``valid``); with ``STAGE``
-        its key is row ``r`` of the block's staged rows ``rows`` (from ``STAGE`` 2 its values and gains, from 3 its
-        decay)."""
+        """Key, decay, values, gains and log2 decay of token ``tok`` (the identity update where not ``valid``); with
+        ``STAGE`` its key is row ``r`` of the block's staged rows ``rows`` (from ``STAGE`` 2 its values and gains,
+        from 3 its decay)."""
         b_k = _row(rows[0] if STAGE else 0, r, k + (tok * G + i_g) * N, valid, o_n, STAGE)
         if STAGE >= 3:
-            b_a = _ex2(_staged_scalar(rows[4], r) * LOG2E)
+            b_l = _staged_scalar(rows[4], r) * LOG2E
         else:
-            b_a = _ex2(gl.load(g + tok * H + i_h, mask=valid, other=0).to(gl.float32) * LOG2E)
+            b_l = gl.load(g + tok * H + i_h, mask=valid, other=0).to(gl.float32) * LOG2E
+        b_a = _ex2(b_l)
         if STAGE >= 2:
             vv = _staged_channels(rows[2], r)
             if USE_BETA:
@@ -278,7 +290,7 @@ if gluon is not None:
                 bb = _channels(beta + o_c, valid)
             else:
                 bb = vv
-        return b_k, b_a, vv, bb
+        return b_k, b_a, vv, bb, b_l
 
     @gluon.jit
     def _update(st, b_k, b_a, vv, bb, b_ip, USE_BETA: gl.constexpr):
@@ -302,9 +314,93 @@ if gluon is not None:
     @gluon.jit
     def _step(st, v, k, g, beta, b_ip, tok, valid, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
               P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, rows=0, r=0, STAGE: gl.constexpr = 0):
-        b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                  rows, r, STAGE)
+        b_k, b_a, vv, bb, b_l = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                                       rows, r, STAGE)
         return _update(st, b_k, b_a, vv, bb, b_ip, USE_BETA)
+
+    @gluon.jit
+    def _walk_update(st, x, b_e, RESC: gl.constexpr, USE_BETA: gl.constexpr):
+        """Pass B's update of the state ``st = (M, J)`` (``J = I - I_prior``) by token ``x`` (:func:`_token`'s
+        tuple). ``RESC``: in rescaled states, ``M' = M / A`` and ``J' = J / A`` with ``A = 1 / b_e`` the decay from
+        the block start to this token, one FFMA per state (``M' += v (k / A)``, ``J' += beta (k^2 / A)``); plainly
+        otherwise (two per state)."""
+        b_k, b_a, vv, bb, b_l = x
+        m0, m1, m2, m3, j0, j1, j2, j3 = st
+        if RESC:
+            b_ke = b_k * b_e
+            m0, m1, m2, m3 = m0 + vv[0] * b_ke, m1 + vv[1] * b_ke, m2 + vv[2] * b_ke, m3 + vv[3] * b_ke
+            if USE_BETA:
+                b_kk = b_k * b_ke
+                j0, j1, j2, j3 = j0 + bb[0] * b_kk, j1 + bb[1] * b_kk, j2 + bb[2] * b_kk, j3 + bb[3] * b_kk
+        else:
+            m0 = m0 * b_a + vv[0] * b_k
+            m1 = m1 * b_a + vv[1] * b_k
+            m2 = m2 * b_a + vv[2] * b_k
+            m3 = m3 * b_a + vv[3] * b_k
+            if USE_BETA:
+                b_kk = b_k * b_k
+                j0, j1, j2, j3 = j0 * b_a + bb[0] * b_kk, j1 * b_a + bb[1] * b_kk, j2 * b_a + bb[2] * b_kk, \
+                    j3 * b_a + bb[3] * b_kk
+            else:
+                j0, j1, j2, j3 = j0 * b_a, j1 * b_a, j2 * b_a, j3 * b_a
+        return (m0, m1, m2, m3, j0, j1, j2, j3)
+
+    @gluon.jit
+    def _scale_after(b_s, x, RESC: gl.constexpr):
+        """The log2 scale after token ``x`` from the one before it (``RESC``; it stays 0 in plain walks) and its
+        ``2^s``, computed as the token's inputs arrive, so that the exponential is off the states' chain."""
+        if RESC:
+            b_s = b_s - x[4]
+        return b_s, _ex2(b_s)
+
+    @gluon.jit
+    def _walk(slots, st, b_s, v, k, g, beta, t_b, ne, t_last, i_h, i_g, c0, o_n, x0, rows, SEG: gl.constexpr,
+              H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr,
+              PIPE: gl.constexpr, STAGE: gl.constexpr, RESC: gl.constexpr):
+        """Pass B's walk from the block start ``st = (M, J)`` (log2 scale ``b_s``, 0) over the ``x0`` tokens before a
+        segment, then over the segment's ``SEG`` tokens, the state before each stored in ``slots`` (rescaled with
+        ``RESC``). Returns the state after the segment and the ``SEG + 1`` log2 scales of the slots' states and of
+        it."""
+        if PIPE:  # each token's inputs (and its scale) loaded while the token before it is computed
+            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, rows, 0, STAGE)
+            b_n, b_e = _scale_after(b_s, x, RESC)
+            for s in range(x0):
+                xn = _token(v, k, g, beta, t_b + s + 1, s + 1 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                            rows, s + 1, STAGE)
+                b_nn, b_en = _scale_after(b_n, xn, RESC)
+                st = _walk_update(st, x, b_e, RESC, USE_BETA)
+                b_s = b_n
+                x, b_n, b_e = xn, b_nn, b_en
+            scales = (b_s,)
+            _store_shared(slots[0], st)
+            for s in gl.static_range(SEG):
+                if s + 1 < SEG:
+                    xn = _token(v, k, g, beta, t_b + x0 + s + 1, x0 + s + 1 < ne, t_last, i_h, i_g, c0, o_n,
+                                H, G, P, N, USE_BETA, rows, x0 + s + 1, STAGE)
+                    b_nn, b_en = _scale_after(b_n, xn, RESC)
+                st = _walk_update(st, x, b_e, RESC, USE_BETA)
+                b_s = b_n
+                scales = scales + (b_s,)
+                if s + 1 < SEG:
+                    _store_shared(slots[s + 1], st)
+                    x, b_n, b_e = xn, b_nn, b_en
+        else:
+            for s in range(x0):
+                x = _token(v, k, g, beta, t_b + s, s < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, rows, s,
+                           STAGE)
+                b_s, b_e = _scale_after(b_s, x, RESC)
+                st = _walk_update(st, x, b_e, RESC, USE_BETA)
+            scales = (b_s,)
+            _store_shared(slots[0], st)
+            for s in gl.static_range(SEG):
+                x = _token(v, k, g, beta, t_b + x0 + s, x0 + s < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                           rows, x0 + s, STAGE)
+                b_s, b_e = _scale_after(b_s, x, RESC)
+                st = _walk_update(st, x, b_e, RESC, USE_BETA)
+                scales = scales + (b_s,)
+                if s + 1 < SEG:
+                    _store_shared(slots[s + 1], st)
+        return st, scales
 
     @gluon.jit
     def _advance_block(st, v, k, g, beta, b_ip, tok0, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
@@ -314,60 +410,71 @@ if gluon is not None:
         block's log decays' magnitudes sum to at most ``fused_recurrent.RESCALE_TAU`` (one uniform test), in rescaled
         states as ``fused_recurrent._rescaled_block`` (``M' = M / A``, ``J' = (I - I_prior) / A``: one FFMA per
         state and token), scaled back at the end; plainly otherwise."""
-        fits = False
-        if RESCALE:
+        if RESCALE:  # a constexpr test first (Triton 3.6 fails to compile a branch on a constant False here)
             b_t = gl.abs(gl.load(g + tok0 * H + i_h).to(gl.float32))
             for s in gl.static_range(1, BS):
                 b_t += gl.abs(gl.load(g + (tok0 + s) * H + i_h).to(gl.float32))
-            fits = b_t <= TAU
-        if fits:
-            m0, m1, m2, m3, i0, i1, i2, i3 = st
-            i0, i1, i2, i3 = i0 - b_ip, i1 - b_ip, i2 - b_ip, i3 - b_ip
-            b_s = b_ip * 0
-            for s in gl.static_range(BS):
-                tok = tok0 + s
-                b_k = gl.load(k + (tok * G + i_g) * N + o_n).to(gl.float32)
-                b_s -= gl.load(g + tok * H + i_h).to(gl.float32)
-                vv = _channels(v + (tok * H + i_h) * P + c0, True)
-                b_ke = b_k * _ex2(b_s * LOG2E)
-                m0, m1, m2, m3 = m0 + vv[0] * b_ke, m1 + vv[1] * b_ke, m2 + vv[2] * b_ke, m3 + vv[3] * b_ke
-                if USE_BETA:
-                    bb = _channels(beta + (tok * H + i_h) * P + c0, True)
-                    b_kk = b_k * b_ke
-                    i0, i1, i2, i3 = i0 + bb[0] * b_kk, i1 + bb[1] * b_kk, i2 + bb[2] * b_kk, i3 + bb[3] * b_kk
-            b_w = _ex2(-b_s * LOG2E)
-            st = (m0 * b_w, m1 * b_w, m2 * b_w, m3 * b_w,
-                  i0 * b_w + b_ip, i1 * b_w + b_ip, i2 * b_w + b_ip, i3 * b_w + b_ip)
+            if b_t <= TAU:
+                m0, m1, m2, m3, i0, i1, i2, i3 = st
+                i0, i1, i2, i3 = i0 - b_ip, i1 - b_ip, i2 - b_ip, i3 - b_ip
+                b_s = b_ip * 0
+                for s in gl.static_range(BS):
+                    tok = tok0 + s
+                    b_k = gl.load(k + (tok * G + i_g) * N + o_n).to(gl.float32)
+                    b_s -= gl.load(g + tok * H + i_h).to(gl.float32)
+                    vv = _channels(v + (tok * H + i_h) * P + c0, True)
+                    b_ke = b_k * _ex2(b_s * LOG2E)
+                    m0, m1, m2, m3 = m0 + vv[0] * b_ke, m1 + vv[1] * b_ke, m2 + vv[2] * b_ke, m3 + vv[3] * b_ke
+                    if USE_BETA:
+                        bb = _channels(beta + (tok * H + i_h) * P + c0, True)
+                        b_kk = b_k * b_ke
+                        i0, i1, i2, i3 = i0 + bb[0] * b_kk, i1 + bb[1] * b_kk, i2 + bb[2] * b_kk, i3 + bb[3] * b_kk
+                b_w = _ex2(-b_s * LOG2E)
+                st = (m0 * b_w, m1 * b_w, m2 * b_w, m3 * b_w,
+                      i0 * b_w + b_ip, i1 * b_w + b_ip, i2 * b_w + b_ip, i3 * b_w + b_ip)
+            else:
+                st = _plain_block(st, v, k, g, beta, b_ip, tok0, t_last, i_h, i_g, c0, o_n, H, G, P, N, BS, USE_BETA)
         else:
-            for s in gl.static_range(BS):
-                st = _step(st, v, k, g, beta, b_ip, tok0 + s, True, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+            st = _plain_block(st, v, k, g, beta, b_ip, tok0, t_last, i_h, i_g, c0, o_n, H, G, P, N, BS, USE_BETA)
         return st
 
     @gluon.jit
-    def _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok, valid, t_last, i_h, i_g, c0, o_n,
-                 H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr,
+    def _plain_block(st, v, k, g, beta, b_ip, tok0, t_last, i_h, i_g, c0, o_n, H: gl.constexpr, G: gl.constexpr,
+                     P: gl.constexpr, N: gl.constexpr, BS: gl.constexpr, USE_BETA: gl.constexpr):
+        """Pass A's block of ``BS`` tokens from ``tok0`` in plain states (:func:`_update`)."""
+        for s in gl.static_range(BS):
+            st = _step(st, v, k, g, beta, b_ip, tok0 + s, True, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA)
+        return st
+
+    @gluon.jit
+    def _reverse(st, s_t, sp, s_p, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok, valid, t_last, i_h, i_g, c0,
+                 o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr,
                  rows, r, STAGE: gl.constexpr):
-        """The reverse step of token ``tok`` from the state after it ``st``, the state before it ``sp`` and the
-        adjoints ``ad = (dM, dI)`` of the step after (decay ``b_an``): ``fused_recurrent._chained_step``'s
-        operations. Adds ``dq``, ``dk``; returns the adjoints, ``a_t`` and the lane partials of ``dv``, ``dbeta``
-        (4 channels each) and of the decay gradient."""
-        b_k, b_a, vv, bb = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                  rows, r, STAGE)
+        """The reverse step of token ``tok`` from the state after it ``st``, the state before it ``sp`` (each
+        ``(M, J)`` rescaled by ``2^s``, ``s_t`` and ``s_p``: :func:`_walk`) and the adjoints ``ad = (dM, dI)`` of
+        the step after (decay ``b_an``): ``fused_recurrent._chained_step``'s operations. ``M / I = M' / D`` with
+        ``D = J' + 2^s I_prior``, so the output gradient enters scaled by ``2^s``, and the decay gradient's sum over
+        the rescaled previous state is scaled back once. Adds ``dq``, ``dk``; returns the adjoints, ``a_t`` and the
+        lane partials of ``dv``, ``dbeta`` (4 channels each) and of the decay gradient."""
+        b_k, b_a, vv, bb, b_l = _token(v, k, g, beta, tok, valid, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
+                                       rows, r, STAGE)
         b_q = _row(rows[1] if STAGE else 0, r, q + (tok * G + i_g) * N, valid, o_n, STAGE)
         tc = gl.minimum(tok, t_last)
         if STAGE >= 3:
             yy = _staged_channels(rows[5], r)
         else:
             yy = _channels(dy + (tc * H + i_h) * P + c0, valid)
+        b_e = _ex2(s_t)
+        b_pe = b_ip * b_e
         m0, m1, m2, m3, i0, i1, i2, i3 = st
         p0, p1, p2, p3, j0, j1, j2, j3 = sp
         dm0, dm1, dm2, dm3, di0, di1, di2, di3 = ad
-        r0, r1, r2, r3 = _rcp(i0), _rcp(i1), _rcp(i2), _rcp(i3)
+        r0, r1, r2, r3 = _rcp(i0 + b_pe), _rcp(i1 + b_pe), _rcp(i2 + b_pe), _rcp(i3 + b_pe)
         u0, u1, u2, u3 = m0 * r0, m1 * r1, m2 * r2, m3 * r3
-        g0 = yy[0] * b_q * r0
-        g1 = yy[1] * b_q * r1
-        g2 = yy[2] * b_q * r2
-        g3 = yy[3] * b_q * r3
+        g0 = (yy[0] * b_e) * b_q * r0
+        g1 = (yy[1] * b_e) * b_q * r1
+        g2 = (yy[2] * b_e) * b_q * r2
+        g3 = (yy[3] * b_e) * b_q * r3
         dm0, dm1, dm2, dm3 = dm0 * b_an + g0, dm1 * b_an + g1, dm2 * b_an + g2, dm3 * b_an + g3
         di0, di1, di2, di3 = di0 * b_an - g0 * u0, di1 * b_an - g1 * u1, di2 * b_an - g2 * u2, di3 * b_an - g3 * u3
         b_dq = u0 * yy[0] + u1 * yy[1] + u2 * yy[2] + u3 * yy[3]
@@ -375,9 +482,9 @@ if gluon is not None:
         l_dv = (_lane_dot(dm0, b_k), _lane_dot(dm1, b_k), _lane_dot(dm2, b_k), _lane_dot(dm3, b_k))
         # the decay gradient's sum as two chains of four products (_row_dot2 runs one of eight: the same terms,
         # rounded in another order; the kernel as timed)
-        b_g = dm0 * p0 + di0 * (j0 - b_ip) + dm1 * p1 + di1 * (j1 - b_ip)
-        b_g += dm2 * p2 + di2 * (j2 - b_ip) + dm3 * p3 + di3 * (j3 - b_ip)
-        l_dg = b_a * _lane_sum(b_g)
+        b_g = dm0 * p0 + di0 * j0 + dm1 * p1 + di1 * j1
+        b_g += dm2 * p2 + di2 * j2 + dm3 * p3 + di3 * j3
+        l_dg = (b_a * _ex2(-s_p)) * _lane_sum(b_g)
         if USE_BETA:
             b_kk = b_k * b_k
             l_db = (_lane_dot(di0, b_kk), _lane_dot(di1, b_kk), _lane_dot(di2, b_kk), _lane_dot(di3, b_kk))
@@ -443,41 +550,35 @@ if gluon is not None:
             _prefetch_to(dy + o_c, STAGED >= 3, L2STAGED, L2ALL)
 
     @gluon.jit
-    def _segment(slots, ad, b_an, p_m0, p_i0, t_b, ne, t_last, b_ip, v, k, q, g, beta, dy, dv, dk, dq, dg, dbeta,
-                 i_h, i_g, c0, o_n, x0, rows, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
+    def _segment(slots, ad, b_an, p_m0, p_i0, t_b, ne, t_last, b_ip, fits, v, k, q, g, beta, dy, dv, dk, dq, dg,
+                 dbeta, i_h, i_g, c0, o_n, x0, rows, widen_y, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
                  G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, PIPE: gl.constexpr,
-                 STAGE: gl.constexpr):
+                 STAGE: gl.constexpr, WIDEN: gl.constexpr, WALK_RESCALE: gl.constexpr):
         """Pass B over the ``SEG`` tokens from ``x0`` of the block whose start is at ``p_m0``, ``p_i0`` and first
-        token ``t_b`` (``ne`` of its tokens valid): the block start walked to the segment, the state before each of
-        the segment's tokens stored in ``slots``, then its pairs reversed from the adjoints ``ad`` (decay ``b_an``)
-        of the token after it. Returns the adjoints and decay of the segment's first token. With ``STAGE`` the
-        block's staged inputs are read from ``rows`` in shared memory (the second copy group, queries and output
-        gradients, waited for before the first reverse step)."""
-        st = _load_state(p_m0, p_i0, o_n, N)
-        if PIPE:  # each token's inputs loaded while the token before it is computed
-            x = _token(v, k, g, beta, t_b, 0 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, rows, 0, STAGE)
-            for s in range(x0):
-                xn = _token(v, k, g, beta, t_b + s + 1, s + 1 < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                            rows, s + 1, STAGE)
-                st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
-                x = xn
-            for s in gl.static_range(SEG):
-                _store_shared(slots[s], st)
-                if s + 1 < SEG:
-                    xn = _token(v, k, g, beta, t_b + x0 + s + 1, x0 + s + 1 < ne, t_last, i_h, i_g, c0, o_n,
-                                H, G, P, N, USE_BETA, rows, x0 + s + 1, STAGE)
-                st = _update(st, x[0], x[1], x[2], x[3], b_ip, USE_BETA)
-                x = xn
+        token ``t_b`` (``ne`` of its tokens valid): the block start walked to the segment (rescaled where ``fits``),
+        the state before each of the segment's tokens stored in ``slots``, then its pairs reversed from the adjoints
+        ``ad`` (decay ``b_an``) of the token after it. Returns the adjoints and decay of the segment's first token.
+        With ``STAGE`` the block's staged inputs are read from ``rows`` in shared memory (the second copy group,
+        queries and output gradients, waited for before the first reverse step)."""
+        m0, m1, m2, m3, i0, i1, i2, i3 = _load_state(p_m0, p_i0, o_n, N)
+        st = (m0, m1, m2, m3, i0 - b_ip, i1 - b_ip, i2 - b_ip, i3 - b_ip)
+        if WALK_RESCALE:  # a constexpr test first (Triton 3.6 fails to compile some kernels that branch on a
+            # constant False)
+            if fits:
+                st, sc = _walk(slots, st, b_ip * 0, v, k, g, beta, t_b, ne, t_last, i_h, i_g, c0, o_n, x0, rows, SEG,
+                               H, G, P, N, USE_BETA, PIPE, STAGE, True)
+            else:
+                st, sc = _walk(slots, st, b_ip * 0, v, k, g, beta, t_b, ne, t_last, i_h, i_g, c0, o_n, x0, rows, SEG,
+                               H, G, P, N, USE_BETA, PIPE, STAGE, False)
         else:
-            for s in range(x0):
-                st = _step(st, v, k, g, beta, b_ip, t_b + s, s < ne, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                           rows, s, STAGE)
-            for s in gl.static_range(SEG):
-                _store_shared(slots[s], st)
-                st = _step(st, v, k, g, beta, b_ip, t_b + x0 + s, x0 + s < ne, t_last, i_h, i_g, c0, o_n,
-                           H, G, P, N, USE_BETA, rows, x0 + s, STAGE)
+            st, sc = _walk(slots, st, b_ip * 0, v, k, g, beta, t_b, ne, t_last, i_h, i_g, c0, o_n, x0, rows, SEG, H, G,
+                           P, N, USE_BETA, PIPE, STAGE, False)
         if STAGE:
             async_copy.wait_group(0)
+            if STAGE >= 3:
+                if WIDEN and dy.dtype.element_ty != gl.float32:  # the kernel's widen_y: (16-bit copy, float32 copy)
+                    LV: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [1, 1], [1, 0])
+                    widen_y[1].store(widen_y[0].load(LV).to(gl.float32))
         for pr in gl.static_range(SEG // 2):  # the pair (tok2 - 1, tok2), from the segment's end
             tok2 = t_b + x0 + SEG - 1 - 2 * pr
             valid1 = x0 + SEG - 2 - 2 * pr < ne
@@ -485,16 +586,32 @@ if gluon is not None:
             if pr > 0:
                 st = _load_shared(slots[SEG - 2 * pr], L)
             sp = _load_shared(slots[SEG - 1 - 2 * pr], L)
-            ad, b_an, l_dv2, l_db2, l_dg2 = _reverse(st, sp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2,
-                                                     valid2, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                                     rows, x0 + SEG - 1 - 2 * pr, STAGE)
+            ad, b_an, l_dv2, l_db2, l_dg2 = _reverse(st, sc[SEG - 2 * pr], sp, sc[SEG - 1 - 2 * pr], ad, b_an, b_ip,
+                                                     v, k, q, g, beta, dy, dk, dq, tok2, valid2, t_last, i_h, i_g,
+                                                     c0, o_n, H, G, P, N, USE_BETA, rows, x0 + SEG - 1 - 2 * pr, STAGE)
             spp = _load_shared(slots[SEG - 2 - 2 * pr], L)
-            ad, b_an, l_dv1, l_db1, l_dg1 = _reverse(sp, spp, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok2 - 1,
-                                                     valid1, t_last, i_h, i_g, c0, o_n, H, G, P, N, USE_BETA,
-                                                     rows, x0 + SEG - 2 - 2 * pr, STAGE)
+            ad, b_an, l_dv1, l_db1, l_dg1 = _reverse(sp, sc[SEG - 1 - 2 * pr], spp, sc[SEG - 2 - 2 * pr], ad, b_an,
+                                                     b_ip, v, k, q, g, beta, dy, dk, dq, tok2 - 1, valid1, t_last,
+                                                     i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, rows,
+                                                     x0 + SEG - 2 - 2 * pr, STAGE)
             _pair_outputs(dv, dbeta, dg, l_dv1, l_db1, l_dg1, l_dv2, l_db2, l_dg2, tok2 - 1, valid1, valid2, i_h, c0,
                           H, P, USE_BETA)
         return ad, b_an
+
+    @gluon.jit
+    def _block_fits(g, rows, tok0, ne, i_h, H: gl.constexpr, BS: gl.constexpr, STAGE: gl.constexpr):
+        """Whether pass B can walk the block of ``BS`` tokens from ``tok0`` (``ne`` valid) in rescaled states: its
+        log decays' magnitudes sum to at most ``fused_recurrent.RESCALE_TAU`` (pass A's test; from the staged
+        decays with ``STAGE`` 3)."""
+        if STAGE >= 3:
+            b_t = gl.abs(_staged_scalar(rows[4], 0))
+            for s in gl.static_range(1, BS):
+                b_t += gl.abs(_staged_scalar(rows[4], s))
+        else:
+            b_t = gl.abs(gl.load(g + tok0 * H + i_h).to(gl.float32))
+            for s in gl.static_range(1, BS):
+                b_t += gl.abs(gl.load(g + (tok0 + s) * H + i_h, mask=s < ne, other=0).to(gl.float32))
+        return b_t <= TAU
 
     @gluon.jit
     def palimpsa_gluon_local_kernel(
@@ -504,6 +621,7 @@ if gluon is not None:
         SEG: gl.constexpr, NSPLIT: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
         USE_INITIAL_IMPORTANCE: gl.constexpr, IS_VARLEN: gl.constexpr, PREFETCH: gl.constexpr,
         RESCALE: gl.constexpr, PIPE: gl.constexpr, STAGE: gl.constexpr, L2PF: gl.constexpr = 0,
+        WALK_RESCALE: gl.constexpr = False, WIDEN: gl.constexpr = True,
     ):
         """Persistent, as ``chunked_bwd.palimpsa_bwd_local_kernel``: program ``p`` takes the work items ``p``,
         ``p + programs``, ... (channel block fastest, then the (sequence, head) pairs, then the split), each the
@@ -535,16 +653,34 @@ if gluon is not None:
                 b_copy = gl.allocate_shared_memory(v.dtype.element_ty, [BS, 4], SC)
                 o_vr = gl.arange(0, BS, layout=gl.SliceLayout(1, LV))
                 o_vc = gl.arange(0, 4, layout=gl.SliceLayout(0, LV))
-                rows = rows + (_rows_view(v_copy, BS, 4), _rows_view(b_copy, BS, 4))
+                if WIDEN and v.dtype.element_ty != gl.float32:  # 16-bit: widened once a block into float32 copies,
+                    # so that each of the ~6 reads a token is one 16-byte load (call 1 of
+                    # docs/bench/rescaled-walk-2026-11-28: unpacked at every read they cost 2.7 an element-token)
+                    v_wide = gl.allocate_shared_memory(gl.float32, [BS, 4], SC)
+                    b_wide = gl.allocate_shared_memory(gl.float32, [BS, 4], SC)
+                    rows = rows + (_rows_view(v_wide, BS, 4), _rows_view(b_wide, BS, 4))
+                else:
+                    rows = rows + (_rows_view(v_copy, BS, 4), _rows_view(b_copy, BS, 4))
                 if STAGE >= 3:  # and its decays ([BS, 1]) and output gradients ([BS, 4])
                     LG: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 1], [1, 0])
                     g_copy = gl.allocate_shared_memory(g.dtype.element_ty, [BS, 1], SC)
                     y_copy = gl.allocate_shared_memory(dy.dtype.element_ty, [BS, 4], SC)
                     o_gr = gl.arange(0, BS, layout=gl.SliceLayout(1, LG))
                     o_g1 = gl.arange(0, 1, layout=gl.SliceLayout(0, LG))
-                    rows = rows + (_rows_view(g_copy, BS, 1), _rows_view(y_copy, BS, 4))
+                    if WIDEN and dy.dtype.element_ty != gl.float32:
+                        y_wide = gl.allocate_shared_memory(gl.float32, [BS, 4], SC)
+                        rows = rows + (_rows_view(g_copy, BS, 1), _rows_view(y_wide, BS, 4))
+                        widen_y = (y_copy, y_wide)
+                    else:
+                        rows = rows + (_rows_view(g_copy, BS, 1), _rows_view(y_copy, BS, 4))
+                        widen_y = 0
+                else:
+                    widen_y = 0
+            else:
+                widen_y = 0
         else:
             rows = 0
+            widen_y = 0
         for work in range(pid, n_work, gl.num_programs(0)):
             i_sp = work // (NV * n_nh)
             i_v = work % NV
@@ -620,10 +756,19 @@ if gluon is not None:
                                             L2ALL=(L2PF & 2) != 0)
                     if STAGE:
                         async_copy.wait_group(1)
+                        if STAGE >= 2:
+                            if WIDEN and v.dtype.element_ty != gl.float32:
+                                v_wide.store(v_copy.load(LV).to(gl.float32))
+                                if USE_BETA:
+                                    b_wide.store(b_copy.load(LV).to(gl.float32))
+                    fits = False  # read only with WALK_RESCALE
+                    if WALK_RESCALE:
+                        fits = _block_fits(g, rows, bos + tb, ne, i_h, H, BS, STAGE)
                     for i_gr in range(NSEG):  # a loop (unrolled, the segments measured slower: call 4)
-                        ad, b_an = _segment(slots, ad, b_an, p_m0, p_i0, bos + tb, ne, t_last, b_ip, v, k, q, g, beta,
-                                            dy, dv, dk, dq, dg, dbeta, i_h, i_g, c0, o_n, (NSEG - 1 - i_gr) * SEG,
-                                            rows, L, SEG, H, G, P, N, USE_BETA, PIPE, STAGE)
+                        ad, b_an = _segment(slots, ad, b_an, p_m0, p_i0, bos + tb, ne, t_last, b_ip, fits, v, k, q, g,
+                                            beta, dy, dv, dk, dq, dg, dbeta, i_h, i_g, c0, o_n,
+                                            (NSEG - 1 - i_gr) * SEG, rows, widen_y, L, SEG, H, G, P, N, USE_BETA,
+                                            PIPE, STAGE, WIDEN, WALK_RESCALE)
                 # the chunk's local adjoint of the state before its first token (chunked_bwd's local kernel)
                 if i_c > 0:
                     o_l = (((gl.maximum(boc - i_n, 0) + i_c - 1) * H + i_h) * P + c0) * N
@@ -644,17 +789,19 @@ POINTERS = ("v", "k", "q", "g", "beta", "ip", "ck_m", "ck_i", "dy", "sc_m", "sc_
 
 
 def shared_bytes(seg: int, state_size: int = 128, *, stage: int = 0, block: int = 8, row_bytes: int = 4,
-                 value_bytes: int = 2, decay_bytes: int = 4, use_beta: bool = True) -> int:
+                 value_bytes: int = 2, decay_bytes: int = 4, use_beta: bool = True, widen: bool = True) -> int:
     """Shared memory a program holds: ``seg`` slots of ``M`` and ``I`` for 4 channels, float32, and what ``STAGE``
     copies of a block of ``block`` tokens: its key and query rows (``row_bytes`` an element), from 2 its 4 channels
-    of values and gains (``value_bytes``), from 3 its decays and output gradients."""
+    of values and gains (``value_bytes``), from 3 its decays and output gradients; with ``widen`` 16-bit values,
+    gains and output gradients also have float32 copies (``WIDEN``; allocated for the gains with or without beta)."""
     staged = 0
+    wide = widen and value_bytes < 4
     if stage >= 1:
         staged += 2 * block * state_size * row_bytes
     if stage >= 2:
-        staged += block * 4 * value_bytes * (2 if use_beta else 1)
+        staged += block * 4 * value_bytes * (2 if use_beta else 1) + wide * 2 * block * 4 * 4
     if stage >= 3:
-        staged += block * decay_bytes + block * 4 * value_bytes
+        staged += block * decay_bytes + block * 4 * value_bytes + wide * block * 4 * 4
     return seg * 8 * state_size * 4 + staged
 
 
@@ -696,10 +843,13 @@ def l2_prefetch_bits(level: int, bits: int) -> int:
 
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
-           rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0, maxnreg=0):
+           rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0, maxnreg=0,
+           walk_rescale=False, widen=True):
     """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one, with
     ``stage`` lowered to what the tensors allow (``staging_level``) and ``l2_prefetch`` to what that level takes
-    (``l2_prefetch_bits``); ``maxnreg`` caps its registers (0: ptxas's choice)."""
+    (``l2_prefetch_bits``); ``maxnreg`` caps its registers (0: ptxas's choice); ``walk_rescale``: pass B's walks in
+    rescaled states where a block allows (``WALK_RESCALE``); ``widen``: 16-bit staged values, gains and output
+    gradients widened to float32 once a block (``WIDEN``)."""
     level = staging_level(stage, v, k_l, q_l, log_decay, beta, dy)
     l2_prefetch = l2_prefetch_bits(level, l2_prefetch)
     palimpsa_gluon_local_kernel[(programs,)](
@@ -708,7 +858,8 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
         H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
-        RESCALE=rescale, PIPE=pipe, STAGE=level, L2PF=l2_prefetch, num_warps=1, **fr.FP_FUSION,
+        RESCALE=rescale, PIPE=pipe, STAGE=level, L2PF=l2_prefetch, WALK_RESCALE=bool(walk_rescale),
+        WIDEN=bool(widen), num_warps=1, **fr.FP_FUSION,
         **({"maxnreg": int(maxnreg)} if maxnreg else {}),
     )
 
@@ -716,7 +867,8 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
 def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
                    rescale: bool = True, pipe: bool = True, stage: int = 3, use_beta: bool = True,
-                   is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 4, maxnreg: int = 0):
+                   is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 4, maxnreg: int = 0,
+                   walk_rescale: bool = False, widen: bool = True):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
     no states in or out, ``chunked_bwd.CHUNKED_CONFIG``'s settings; ``maxnreg``: a register cap, 0 none): the
     ``CompiledKernel``. ``l2_prefetch`` goes through ``l2_prefetch_bits`` as ``launch`` passes it."""
@@ -725,7 +877,8 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": 128, "CT": chunk_size, "BS": block_size,
                   "SEG": seg, "NSPLIT": 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
                   "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": is_varlen, "PREFETCH": prefetch,
-                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch_bits(stage, l2_prefetch)}
+                  "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch_bits(stage, l2_prefetch),
+                  "WALK_RESCALE": walk_rescale, "WIDEN": widen}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "dv", "dbeta")}
     types.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32"})
     signature = {name: types.get(name, "*fp32") for name in POINTERS}

@@ -39,9 +39,20 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "staged inputs prefetched into L2 alone": {"l2_prefetch": 1},
     "every prefetch into L2, rows staged alone": {"l2_prefetch": 3, "stage": 1},
     "every prefetch and the next start state into L2": {"l2_prefetch": 7},
-    "capped at 168 registers (9 programs an SM)": {"maxnreg": 168},
-    "two-token segments capped at 168 registers (12 programs an SM)": {"seg": 2, "maxnreg": 168},
+    "capped at 168 registers, unwidened (9 programs an SM)": {"maxnreg": 168, "widen": False},
+    "the preset: two-token segments, rescaled walks, unwidened, 168 registers (12 programs an SM)":
+        {"seg": 2, "maxnreg": 168, "walk_rescale": True, "widen": False},
+    "the preset in float32 (12 programs an SM)": {"dtype": "fp32", "seg": 2, "maxnreg": 168, "walk_rescale": True,
+                                                  "widen": False},
+    "rescaled walks at 8 an SM": {"walk_rescale": True},
+    "rescaled walks, nothing staged": {"stage": 0, "pipe": False, "walk_rescale": True},
+    "float32 without beta, rescaled walks": {"dtype": "fp32", "use_beta": False, "walk_rescale": True},
+    "16-bit values, gains and output gradients read unwidened": {"widen": False},
 }
+# the one launch allowed a spill: the preset in float32 keeps 8 bytes of stack under Triton 3.6 and 3.9 (its local
+# pass is still the fastest measured in float32, 10.22 ms against 10.42 without rescaled walks in call 3, 10.23
+# against 10.72 at the defaults in call 4: docs/bench/rescaled-walk-2026-11-28)
+SPILL_BYTES = {"the preset in float32 (12 programs an SM)": 8}
 CODE = r"""
 import json, re, subprocess, tempfile
 from palimpsa.kernels import chunked_bwd, gluon_local, gluon_scan
@@ -96,8 +107,10 @@ def test_the_register_capped_launches_fit_the_programs_an_sm_they_are_for(compil
 def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, launch):
     """One warp of four channels keeps a state, the state before it and the adjoints in registers (201-255 measured
     under Triton 3.5.1 to 3.9; 180-255 allowed: three states of 32 registers a lane and their addressing), no
-    spill; a segment's states live in ``SEG`` shared slots of 4 KB, stored and loaded as 128-bit vectors (8 of each
-    a slot), with one barrier before the segment's loads and one before the next segment's stores; a pair's
+    spill (but ``SPILL_BYTES``); a segment's states live in ``SEG`` shared slots of 4 KB, stored and loaded as
+    128-bit vectors (8 of each a slot; the stores twice over with rescaled walks, whose plain and rescaled forms are
+    separate code), with barriers between the stores and the loads (2 to 8, as the compiler places them); with
+    ``WIDEN``, 16-bit values, gains and output gradients copied once more as float32 (one 16-byte store each); a pair's
     ``dv``, ``dbeta`` (4 channels x 6 shuffles, 5 without beta) and decay gradients (5) take one butterfly each, 29
     shuffles a pair, on lane partials whose element ``l`` lane ``l`` holds. ``STAGE``: a block's 8 key and 8 query
     rows copied to 8 KB more shared memory as 16-byte ``cp.async`` (``LDGSTS``) a lane and row, from 2 one more copy
@@ -111,19 +124,24 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     seg, stage = kwargs.get("seg", 4), kwargs.get("stage", 3)
     with_beta, float32 = kwargs.get("use_beta", True), kwargs.get("dtype") == "fp32"
     r = compiled[launch]
-    assert r["stack"] == 0 and r["local"] == 0 and r["STL"] == 0 and r["LDL"] == 0, r
+    spill = SPILL_BYTES.get(launch, 0)
+    assert r["stack"] <= spill and r["local"] == 0, r
+    assert spill or (r["STL"] == 0 and r["LDL"] == 0), r
     cap = kwargs.get("maxnreg", 0)
     assert (140 if cap else 180) <= r["registers"] <= (cap or 255), r
-    assert r["STS"] == 8 * seg and r["LDS.128"] >= 8 * seg, r
+    widened = kwargs.get("widen", True) and not float32 and stage >= 2
+    wide_stores = widened * ((1 + with_beta) + (stage >= 3))
+    assert r["STS"] == 8 * seg * (1 + kwargs.get("walk_rescale", False)) + wide_stores, r
+    assert r["LDS.128"] >= 8 * seg, r
     assert r["dynamic_shared"] == gluon_local.shared_bytes(seg, stage=stage, value_bytes=4 if float32 else 2,
-                                                           use_beta=with_beta), r
+                                                           use_beta=with_beta, widen=widened), r
     if stage:
-        assert r["BAR"] == 4 and r["LDGSTS.E.BYPASS.128"] >= 16, r
+        assert 2 <= r["BAR"] <= 8 and r["LDGSTS.E.BYPASS.128"] >= 16, r
         assert r["LDGSTS"] == 16 + (stage >= 2) * (1 + with_beta) + (stage >= 3) * 2, r
         assert r["waits"] == [1, 0] and r["DEPBAR"] == 2, r
     else:
         assert r["dynamic_shared"] == seg * 4096, r
-        assert r["BAR"] == 2 and r["LDGSTS"] == 0 and r["waits"] == [], r
+        assert 2 <= r["BAR"] <= 3 and r["LDGSTS"] == 0 and r["waits"] == [], r
         assert r["LDS"] == r["LDS.128"] == 8 * seg, r
     per_pair = 4 * (6 if with_beta else 5) + 5
     assert r["shuffles"] == per_pair * seg // 2, r
@@ -188,15 +206,16 @@ def test_resident_programs_follow_the_schedulers_register_files_and_the_shared_m
     """A Hopper SM's registers are 4 files of 16,384, one a scheduler, allocated 256 a warp: 215 registers (the bf16
     launch under Triton 3.6) leave room for 2 one-warp programs a scheduler, so 8 an SM although 9 x 215 x 32 fit
     the 65,536 (call 11's ninth program ran as a second wave); 168 for 3 a scheduler, where the shared memory
-    (228 KB, 1 KB reserved a program) decides: 9 for two 4-token segments in bf16, 8 in float32, 12 for 2-token
-    segments."""
-    resident = gluon_local.resident_programs
-    bf16, fp32 = gluon_local.shared_bytes(4, stage=3), gluon_local.shared_bytes(4, stage=3, value_bytes=4)
-    assert (bf16, fp32) == (24800, 24992)
+    (228 KB, 1 KB reserved a program) decides: 9 for two 4-token segments in bf16 read unwidened, 8 widened (384
+    bytes more) and in float32, 12 for 2-token segments."""
+    resident, shared = gluon_local.resident_programs, gluon_local.shared_bytes
+    bf16, fp32 = shared(4, stage=3, widen=False), shared(4, stage=3, value_bytes=4)
+    assert (bf16, fp32, shared(4, stage=3)) == (24800, 24992, 25184)
+    assert shared(4, stage=3, value_bytes=4, widen=True) == fp32  # float32 values need no second copy
     assert [resident(r, bf16) for r in (255, 224, 215, 169, 168, 149, 129, 128)] == [8, 8, 8, 8, 9, 9, 9, 9]
-    assert resident(241, fp32) == 8 and resident(168, fp32) == 8
-    assert resident(168, gluon_local.shared_bytes(2, stage=3)) == 12
-    assert resident(128, gluon_local.shared_bytes(2, stage=3)) == 13
+    assert resident(241, fp32) == 8 and resident(168, fp32) == 8 and resident(168, shared(4, stage=3)) == 8
+    assert resident(168, shared(2, stage=3, widen=False)) == resident(168, shared(2, stage=3)) == 12
+    assert resident(128, shared(2, stage=3, widen=False)) == 13
     assert resident(32, 0) == 32  # the most blocks an SM holds (registers alone would allow 64)
     # 16,926 + 1,024 bytes is 13 programs' worth of 228 KB, but shared memory comes in units of 128 bytes: 18,048
     assert resident(128, 16926) == 12 and resident(128, 16928 - 128) == 13
@@ -420,12 +439,14 @@ def test_an_unknown_occupancy_preset_is_refused(monkeypatch):
                                          r"Gluon local pass\), got '10'"):
         chunked_bwd.occupancy_preset()
     monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, "12")
-    assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}
+    assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12,
+                                              "WALK_RESCALE": 1, "WIDEN": 0}
     for key, value in (("SEG", 8), ("PROGRAMS_PER_SM", 6)):  # a key a caller changed: none of it
         monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, value)
         assert chunked_bwd.occupancy_preset() == {}
         monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, chunked_bwd._SHIPPED[key])
-    assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12}
+    assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12,
+                                              "WALK_RESCALE": 1, "WIDEN": 0}
     monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV)
     assert chunked_bwd.occupancy_preset() == {}
 

@@ -5,7 +5,8 @@ split, so that case went to the sequential backward there (both columns then the
 case and gradient: the error of each local pass relative to the float64 gradient's largest magnitude. Exit status 1
 if a Gluon error exceeds the tolerance (1e-5 float32, 1e-2 bf16) or is more than 4 times the Triton pass's plus
 1e-6. The environment's SEG, STAGE, PIPE, L2PF, MAXNREG and PROGRAMS set the Gluon pass's SEG, STAGE, PIPE, L2PF,
-LOCAL_MAXNREG and PROGRAMS_PER_SM (default 4, 0, 0, 0, 0 and 8: what this record ran; docs/bench/gluon-stage-2026-11-28
+LOCAL_MAXNREG and PROGRAMS_PER_SM (default 4, 0, 0, 0, 0 and 8: what this record ran; WALK_RESCALE and WIDEN, added
+by docs/bench/rescaled-walk-2026-11-28 with its three slow-decay cases, default to 1; docs/bench/gluon-stage-2026-11-28
 and gluon-auto-2026-11-28 ran the others; STAGE_A, which gluon-auto-2026-11-28's call 5 set, was taken out of the
 kernel after it: commit c78be39 is the last with it). The fifth case (bf16 inputs with float32 decays, the kernel's
 defaults and what bench_scan.py times) was added after both records' calls
@@ -22,7 +23,7 @@ from palimpsa.kernels import chunked_bwd, palimpsa_scan  # noqa: E402
 H, P, N = 80, 64, 128
 
 
-def inputs(batch, length, groups, dtype, seed, beta=True, state=False, n_states=None, decays32=False):
+def inputs(batch, length, groups, dtype, seed, beta=True, state=False, n_states=None, decays32=False, slow=0.0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     rand = lambda *s: torch.rand(*s, generator=gen, device="cuda", dtype=torch.float64)  # noqa: E731
     randn = lambda *s: torch.randn(*s, generator=gen, device="cuda", dtype=torch.float64)  # noqa: E731
@@ -30,6 +31,8 @@ def inputs(batch, length, groups, dtype, seed, beta=True, state=False, n_states=
     pick = rand(batch, length, H)
     log_decay = torch.where(pick < 0.3, -1e-4 * (1 + 9 * rand(batch, length, H)), log_decay)
     log_decay = torch.where(pick > 0.85, -8.0 - rand(batch, length, H), log_decay)
+    if slow:  # log decays uniform in [-slow, 0]: blocks of 8 whose magnitudes sum to at most 20 walk rescaled
+        log_decay = -slow * rand(batch, length, H)
     n_states = batch if n_states is None else n_states
     x = {"v": randn(batch, length, H, P) * 0.5, "k": randn(batch, length, groups, N),
          "q": randn(batch, length, groups, N), "log_decay": log_decay,
@@ -64,6 +67,14 @@ def main():
         # (the bf16 case above has bf16 decays, so STAGE 3 runs it as 1)
         ("B1 L2048 G1 bf16 beta, f32 decays, state", inputs(1, 2048, 1, torch.bfloat16, 5, state=True, decays32=True),
          None, 1e-2),
+        # added 2026-11-28 (docs/bench/rescaled-walk-2026-11-28): slow decays, where pass B walks rescaled: every
+        # block (decays down to e^-0.5 a token), and about half of them (e^-5)
+        ("B1 L2048 G1 bf16 beta, f32 slow decays 0.5", inputs(1, 2048, 1, torch.bfloat16, 6, state=True,
+                                                             decays32=True, slow=0.5), None, 1e-2),
+        ("B1 L3000 G2 f32 beta state, slow decays 5", inputs(1, 3000, 2, torch.float32, 7, state=True, slow=5.0),
+         None, 1e-5),
+        ("B2 L1100 G1 f32 no-beta, slow decays 0.5", inputs(2, 1100, 1, torch.float32, 8, beta=False, slow=0.5),
+         None, 1e-5),
     ]
     # four packed sequences give 5120 work items, which fill the GPU unsplit: the chunked backward would hand them to
     # the sequential kernel (chunked_bwd.chunked_backward), so the packed case splits them in two (its last blocks
@@ -73,12 +84,14 @@ def main():
     seg, stage = int(os.environ.get("SEG", "4")), int(os.environ.get("STAGE", "0"))
     pipe, l2pf = int(os.environ.get("PIPE", "0")), int(os.environ.get("L2PF", "0"))
     cap, programs = int(os.environ.get("MAXNREG", "0")), int(os.environ.get("PROGRAMS", "8"))
+    walk, widen = int(os.environ.get("WALK_RESCALE", "1")), int(os.environ.get("WIDEN", "1"))
     for name, x, cu, tol in cases:
         ref = grads(x, "torch", cu, torch.float64)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=splits.get(name, 0))
         tri = grads(x, "triton", cu)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="gluon", SEG=seg, STAGE=stage, PIPE=pipe, L2PF=l2pf,
-                                          LOCAL_MAXNREG=cap, PROGRAMS_PER_SM=programs)
+                                          LOCAL_MAXNREG=cap, PROGRAMS_PER_SM=programs, WALK_RESCALE=walk,
+                                          WIDEN=widen)
         glu = grads(x, "triton", cu)
         chunked_bwd.CHUNKED_CONFIG.update(LOCAL="triton", NSPLIT=0, PIPE=0, L2PF=0, LOCAL_MAXNREG=0,
                                           PROGRAMS_PER_SM=8)
