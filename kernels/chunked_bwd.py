@@ -114,8 +114,9 @@ LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
 # shapes with 64 layers upgraded 0.537x the plain model's tokens/s against 0.522x, the same peak, gluon-auto call 14,
 # but 0.513x against 0.530x in call 5 of rescaled-walk-2026-11-28, whose steps varied by up to 20%) but each
 # resident program keeps a scratch slab (258 KB at 2.7b shapes), so a lone scan's peak memory grows from 1.92x SSD's
-# to 2.31-2.32x (docs/bench/gluon-auto-2026-11-28, calls 12-16). Its keys go together (occupancy_preset), and it applies where the
-# Gluon pass runs and its rounds cost no more program time than the default's (_program_time; not at L = 2048)
+# to 2.31-2.32x (docs/bench/gluon-auto-2026-11-28, calls 12-16). Its keys go together (occupancy_preset), and it
+# applies where the Gluon pass runs and its rounds cost no more program time than the default's (_program_time; not
+# at L = 2048)
 PROGRAMS_ENV = "PALIMPSA_GLUON_LOCAL_PROGRAMS"
 OCCUPANCY = {8: {}, 12: {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12, "WALK_RESCALE": 1,
                          "WIDEN": 0}}

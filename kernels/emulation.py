@@ -38,12 +38,18 @@ checkpoints every ``CT`` tokens (written by the forward), a slab of every ``slab
 block of four tokens a two-slot schedule: walk to the middle and keep it, walk on to the last token, reverse it,
 walk from the middle to the one before, reverse it and the middle, then walk from the block start to the first.
 
+**The Gluon local pass's pass B** (:func:`local_pass_block`): one block of ``kernels/gluon_local.py``'s recompute,
+its walk in ``(M, J)`` form rescaled from the block start (``WALK_RESCALE``) or plainly, and its reverse steps on
+the kept states with their scales, as the kernel computes them.
+
 **Chunks in parallel** (:func:`chunk_parallel_forward`, :func:`chunk_parallel_backward`: the next kernel step,
 proven here first): the states and the adjoints are linear with a per-head scalar carry, so the chunks' walks need
 not wait for one another; only a small scan over chunks connects them.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -475,3 +481,48 @@ def chunk_parallel_forward(v, k, q, log_decay, beta, importance_prior, initial_s
             u[:, t] = (qh[:, t, :, None, :] * w).sum(-1)
     checkpoints = [(fm, fj + ip) for fm, fj in firsts]
     return y, (m, j + ip), u, checkpoints
+
+
+def local_pass_block(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, dm_end, di_end, *, rescaled=True):
+    """Pass B of the Gluon local pass (``kernels/gluon_local.py``) over one block of one head, as the kernel computes
+    it: ``[T, P]`` values, gains and output gradients, ``[T, N]`` keys and queries, ``[T]`` log decays, the block's
+    start state ``m0``, ``i0`` (``[P, N]``) and the adjoints of its end state. The walk keeps ``(M, J)``, ``J = I -
+    I_prior``, rescaled by ``2^s`` (``s`` the log2 decays since the block start, negated: one multiply-add a state and
+    token, ``WALK_RESCALE``) or plainly (``s = 0``), each state with its scale; the reverse steps read them as they
+    are: ``r = 1 / (J' + 2^s I_prior)`` (``1 / I`` scaled), ``u = M' r`` (``M / I``), the output gradient scaled by
+    ``2^s``, and the decay gradient's sum over the previous state scaled back by ``2^-s``. Returns the gradients of
+    ``v``, ``k``, ``q``, ``log_decay``, ``beta`` and of the start state."""
+    tokens = v.shape[0]
+    log2_decay = log_decay / math.log(2.0)
+    m, j, s = m0.clone(), i0 - importance_prior, torch.zeros((), dtype=v.dtype)
+    kept = [(m, j, s)]  # kept[t + 1]: the state after token t, with its log2 scale
+    for t in range(tokens):
+        if rescaled:
+            s = s - log2_decay[t]
+            ke = k[t] * 2.0 ** s
+            m = m + v[t][:, None] * ke[None, :]
+            j = j + beta[t][:, None] * (k[t] * ke)[None, :]
+        else:
+            a = log_decay[t].exp()
+            m = m * a + v[t][:, None] * k[t][None, :]
+            j = j * a + beta[t][:, None] * (k[t] * k[t])[None, :]
+        kept.append((m, j, s))
+    dm, di, a_next = dm_end.clone(), di_end.clone(), torch.ones((), dtype=v.dtype)
+    grads = {name: torch.zeros_like(x) for name, x in (("v", v), ("k", k), ("q", q), ("log_decay", log_decay),
+                                                        ("beta", beta))}
+    for t in range(tokens - 1, -1, -1):
+        (m_t, j_t, s_t), (m_p, j_p, s_p) = kept[t + 1], kept[t]
+        a = log_decay[t].exp()
+        e = 2.0 ** s_t
+        r = 1 / (j_t + importance_prior * e)
+        u = m_t * r
+        w = (dy[t] * e)[:, None] * q[t][None, :] * r
+        dm = dm * a_next + w
+        di = di * a_next - w * u
+        grads["q"][t] = (u * dy[t][:, None]).sum(0)
+        grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
+        grads["v"][t] = (dm * k[t][None, :]).sum(1)
+        grads["beta"][t] = (di * (k[t] * k[t])[None, :]).sum(1)
+        grads["log_decay"][t] = a * 2.0 ** (-s_p) * (dm * m_p + di * j_p).sum()
+        a_next = a
+    return grads, dm * a_next, di * a_next

@@ -198,3 +198,35 @@ def test_chunk_parallel_forward_matches_naive_at_any_chunk_size(length, groups, 
                                          backend="naive")
         assert_close(fm, m_s, F64_TOL, f"M at chunk {index}")
         assert_close(fi, i_s, F64_TOL, f"I at chunk {index}")
+
+
+@pytest.mark.parametrize("rescaled", [True, False])
+@pytest.mark.parametrize("decay_scale", [0.05, 2.4, 9.0])
+def test_the_gluon_local_pass_block_walks_rescaled_or_plainly_to_the_reference_gradients(rescaled, decay_scale):
+    """Pass B of the Gluon local pass over one 8-token block (``emulation.local_pass_block``: the kernel's walk in
+    ``(M, J)`` form, rescaled or plainly, and its reverse steps reading the kept states with their scales) gives the
+    reference scan's float64 gradients of the block's inputs and start state, for slow decays, decays whose block sums
+    near ``RESCALE_TAU`` and fast ones (which the kernel walks plainly, but whose algebra holds either way)."""
+    gen = torch.Generator().manual_seed(int(10 * decay_scale) + rescaled)
+    f64 = {"dtype": torch.float64}
+    tokens, p, n, prior = 8, 4, 8, 0.7
+    x = {"v": torch.randn(1, tokens, 1, p, generator=gen, **f64),
+         "k": torch.randn(1, tokens, 1, n, generator=gen, **f64),
+         "q": torch.randn(1, tokens, 1, n, generator=gen, **f64),
+         "log_decay": -decay_scale * torch.rand(1, tokens, 1, generator=gen, **f64),
+         "beta": 3 * torch.rand(1, tokens, 1, p, generator=gen, **f64),
+         "M0": torch.randn(1, 1, p, n, generator=gen, **f64), "I0": 0.5 + torch.rand(1, 1, p, n, generator=gen, **f64)}
+    dy = torch.randn(1, tokens, 1, p, generator=gen, **f64)
+    dm_end, di_end = torch.randn(1, 1, p, n, generator=gen, **f64), torch.randn(1, 1, p, n, generator=gen, **f64)
+    leaves = {name: t.clone().requires_grad_(True) for name, t in x.items()}
+    y, (m, i), _ = palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], leaves["beta"],
+                                 importance_prior=prior, initial_state=(leaves["M0"], leaves["I0"]),
+                                 output_final_state=True, backend="torch")
+    ((y * dy).sum() + (m * dm_end).sum() + (i * di_end).sum()).backward()
+    one = {name: t[0, :, 0] if name not in ("M0", "I0") else t[0, 0] for name, t in x.items()}
+    grads, d_m0, d_i0 = emulation.local_pass_block(
+        one["v"], one["k"], one["q"], one["log_decay"], one["beta"], one["M0"], one["I0"], prior, dy[0, :, 0],
+        dm_end[0, 0], di_end[0, 0], rescaled=rescaled)
+    for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items():
+        want = leaves[name].grad[0, :, 0] if name not in ("M0", "I0") else leaves[name].grad[0, 0]
+        assert torch.allclose(got, want, rtol=1e-9, atol=1e-9 * want.abs().max().item()), name
