@@ -92,10 +92,11 @@ from . import fused_recurrent as fr
 # (10.88-10.90 against 11.36-11.44, bf16; 10.37 against 10.79 in float32) for 0.13 GiB more scratch at 2.7b shapes
 # (gluon-auto-2026-11-28, calls 12-16), so it is the opt-in preset PALIMPSA_GLUON_LOCAL_PROGRAMS=12 (OCCUPANCY).
 # WALK_RESCALE: the Gluon pass's pass B walks in rescaled states where a block's decays allow it (one FFMA per state
-# and token instead of two: 34.8 instructions an element-token against 35.6): a gain at 12 programs an SM (10.22 ms
-# against 10.42 in float32), a loss at 8 (10.79 against 10.73), so on in the preset only; WIDEN: it widens 16-bit
-# staged values, gains and output gradients to float32 once a block (bf16: 11.18 against 11.27; off in the preset,
-# where it would spill under the 168-register cap: 10.58 against 10.82); docs/bench/rescaled-walk-2026-11-28
+# and token instead of two: 34.8 instructions an element-token executed, against 35.6 before this and WIDEN): a gain
+# at 12 programs an SM (10.22 ms against 10.42 in float32), a loss at 8 (10.79 against 10.73), so on in the preset
+# only; WIDEN: it widens 16-bit staged values, gains and output gradients to float32 once a block (bf16: 11.18 against
+# 11.27; off in the preset, where it would spill under the 168-register cap: 10.58 against 10.82);
+# docs/bench/rescaled-walk-2026-11-28
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
@@ -112,7 +113,7 @@ LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
 # 168: 3 a scheduler, rescaled walks, 16-bit values read unwidened). 12 is faster (B = 1, L = 8192: the local pass
 # 10.58 ms against 11.18 in bf16, 10.23 against 10.72 in float32, rescaled-walk-2026-11-28 call 4; fine-tuning 2.7b
 # shapes with 64 layers upgraded 0.537x the plain model's tokens/s against 0.522x, the same peak, gluon-auto call 14,
-# but 0.513x against 0.530x in call 5 of rescaled-walk-2026-11-28, whose steps varied by up to 20%) but each
+# but 0.513x against 0.530x in call 5 of rescaled-walk-2026-11-28, whose steps varied by up to a quarter) but each
 # resident program keeps a scratch slab (258 KB at 2.7b shapes), so a lone scan's peak memory grows from 1.92x SSD's
 # to 2.31-2.32x (docs/bench/gluon-auto-2026-11-28, calls 12-16). Its keys go together (occupancy_preset), and it
 # applies where the Gluon pass runs and its rounds cost no more program time than the default's (_program_time; not
@@ -120,6 +121,9 @@ LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
 PROGRAMS_ENV = "PALIMPSA_GLUON_LOCAL_PROGRAMS"
 OCCUPANCY = {8: {}, 12: {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12, "WALK_RESCALE": 1,
                          "WIDEN": 0}}
+# a preset's keys that decide whether its programs fit an SM (all or none of the preset applies where a caller set
+# one); its others tune the kernel at that occupancy and give way one by one to a caller's own
+OCCUPANCY_FIT_KEYS = ("SEG", "LOCAL_MAXNREG", "LOCAL_PROGRAMS_PER_SM", "PROGRAMS_PER_SM")
 LOCALS = ("auto", "triton", "gluon")
 # how many times each local pass has run in this process (for checks that must know which one ran)
 LOCAL_RUNS = {"triton": 0, "gluon": 0}
@@ -477,10 +481,10 @@ def local_runs_since(before: dict) -> dict:
 
 def occupancy_preset() -> dict:
     """The ``OCCUPANCY`` preset that ``PALIMPSA_GLUON_LOCAL_PROGRAMS`` names: none where unset, or where a caller
-    changed one of its keys or ``PROGRAMS_PER_SM`` in ``CHUNKED_CONFIG`` (``chunked_backward`` also leaves it out
-    where the ``bwd_config`` names one): its keys go together, since a program count fits an SM only with the
-    segment length and register cap it was measured with (12 programs of ``SEG`` 4 need more shared memory than an
-    SM has)."""
+    changed one of ``OCCUPANCY_FIT_KEYS`` in ``CHUNKED_CONFIG`` (``chunked_backward`` also leaves it out where the
+    ``bwd_config`` names one): those go together, since a program count fits an SM only with the segment length and
+    register cap it was measured with (12 programs of ``SEG`` 4 need more shared memory than an SM has). Its other
+    keys (``WALK_RESCALE``, ``WIDEN``) are left out one by one where a caller changed them."""
     value = os.environ.get(PROGRAMS_ENV, "").strip()
     if not value:
         return {}
@@ -488,9 +492,10 @@ def occupancy_preset() -> dict:
         raise ValueError(f"{PROGRAMS_ENV} must be {' or '.join(map(str, OCCUPANCY))} (programs an SM of the Gluon "
                          f"local pass), got {value!r}")
     preset = OCCUPANCY[int(value)]
-    if any(CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in (*preset, "PROGRAMS_PER_SM")):
+    if any(CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in OCCUPANCY_FIT_KEYS):
         return {}
-    return dict(preset)
+    return {key: value for key, value in preset.items()
+            if key in OCCUPANCY_FIT_KEYS or CHUNKED_CONFIG.get(key) == _SHIPPED.get(key)}
 
 
 def local_default() -> str:
@@ -595,8 +600,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     triton_per_sm = int(config["PROGRAMS_PER_SM"])
     gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
     if gluon_local is not None:
-        trial = {**config, **preset}
-        if (preset and not any(key in bwd_config for key in (*preset, "PROGRAMS_PER_SM"))
+        trial = {**config, **{key: value for key, value in preset.items() if key not in bwd_config}}
+        if (preset and not any(key in bwd_config for key in OCCUPANCY_FIT_KEYS)
                 and _gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None
                 and _program_time(trial, per_split, max_chunks, device)
                 <= _program_time(config, per_split, max_chunks, device)):

@@ -17,19 +17,19 @@ gradient's sum over the previous state scaled back once. It is a gain where more
 (the 12-an-SM preset: 10.22 ms against 10.42), a small loss at the default 8 (10.79 against 10.73;
 docs/bench/rescaled-walk-2026-11-28), so it is on in the preset only.
 
-``STAGE``: pass B also copies each block's inputs to shared memory at the block's start (``cp.async``, masked
-tokens zero-filled), and the walks and reverse steps read them there instead of through an L1 that the states'
-shared memory has shrunk. 1 copies the key and query rows (8 KB more a program in float32), 2 also the program's 4
-channels of values and gains, 3 (the default) also the decays and output gradients, so that no step of pass B
-reads global memory (:func:`staging_level` says what the tensors allow). ``WIDEN`` (the default): 16-bit values,
-gains and output gradients are widened once a block into float32 copies, so that each of a token's ~6 reads of them
-is one 16-byte load instead of a load and 4 unpacking instructions (they cost 2.7 instructions an element-token; the
-local pass 11.18 ms against 11.27 in bf16). With ``PIPE`` (the default) each walk token's inputs are read a token
-ahead. 3 beats the Triton pass, and more so with ``PIPE``; 1 and 2 do not (docs/bench/gluon-stage-2026-11-28).
-``L2PF``, a bitmask, asks for lines in L2 a block ahead: 4 (the default) pass B's next block start state, from the
-slab or the checkpoint (2.4% faster); 1 the next block's staged inputs; 2 pass A's prefetches instead of in L1
-(docs/bench/gluon-auto-2026-11-28). Asking for the next start state in L1 as a block's last segment starts lost
-(docs/bench/rescaled-walk-2026-11-28, call 3).
+``STAGE``: pass B also copies each block's inputs to shared memory at the block's start (``cp.async``, masked tokens
+zero-filled), and the walks and reverse steps read them there instead of through an L1 that the states' shared
+memory has shrunk. 1 copies the key and query rows (8 KB more a program in float32), 2 also the program's 4 channels
+of values and gains, 3 (the default) also the decays and output gradients, so that no step of pass B reads global
+memory (:func:`staging_level` says what the tensors allow). ``WIDEN`` (the default): 16-bit values and gains are
+widened once a block, output gradients once a segment, into float32 copies, so that each of a token's ~6 reads of
+them is one 16-byte load instead of a load and 4 unpacking instructions (they cost 2.7 instructions an
+element-token; the local pass 11.18 ms against 11.27 in bf16). With ``PIPE`` (the default) each walk token's inputs
+are read a token ahead. 3 beats the Triton pass, and more so with ``PIPE``; 1 and 2 do not
+(docs/bench/gluon-stage-2026-11-28). ``L2PF``, a bitmask, asks for lines in L2 a block ahead: 4 (the default) pass
+B's next block start state, from the slab or the checkpoint (2.4% faster); 1 the next block's staged inputs; 2 pass
+A's prefetches instead of in L1 (docs/bench/gluon-auto-2026-11-28). Asking for the next start state in L1 as a
+block's last segment starts lost (docs/bench/rescaled-walk-2026-11-28, call 3).
 
 Mapping: one warp owns 4 channels of one head; lane ``l`` holds states ``4 l .. 4 l + 3`` of every channel. A
 state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over the channels is an FFMA chain),
@@ -240,7 +240,7 @@ if gluon is not None:
     @gluon.jit
     def _staged_channels(rows, r):
         """The program's 4 channels of row ``r`` of ``[BS, 4]`` staged values, gains or output gradients, as float32
-        scalars (every lane reads the same 16 bytes: the kernel widens 16-bit copies to float32 once a block)."""
+        scalars (every lane reads the same 16 bytes, or 8 of a 16-bit copy that ``WIDEN`` did not widen)."""
         LB: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
         x = rows.index(r).load(LB).to(gl.float32)
         a, b = gl.split(gl.reshape(x, [1, 2, 2]))  # [1, 2] each: (x0, x2), (x1, x3)
@@ -449,7 +449,7 @@ if gluon is not None:
     @gluon.jit
     def _reverse(st, s_t, sp, s_p, ad, b_an, b_ip, v, k, q, g, beta, dy, dk, dq, tok, valid, t_last, i_h, i_g, c0,
                  o_n, H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr,
-                 rows, r, STAGE: gl.constexpr):
+                 rows, r, STAGE: gl.constexpr, SCALED: gl.constexpr = True):
         """The reverse step of token ``tok`` from the state after it ``st``, the state before it ``sp`` (each
         ``(M, J)`` rescaled by ``2^s``, ``s_t`` and ``s_p``: :func:`_walk`) and the adjoints ``ad = (dM, dI)`` of
         the step after (decay ``b_an``): ``fused_recurrent._chained_step``'s operations. ``M / I = M' / D`` with
@@ -464,17 +464,24 @@ if gluon is not None:
             yy = _staged_channels(rows[5], r)
         else:
             yy = _channels(dy + (tc * H + i_h) * P + c0, valid)
-        b_e = _ex2(s_t)
-        b_pe = b_ip * b_e
+        if SCALED:  # the scales of rescaled walks (2^0 = 1 where a block walked plainly)
+            b_e = _ex2(s_t)
+            b_pe = b_ip * b_e
+            ye = (yy[0] * b_e, yy[1] * b_e, yy[2] * b_e, yy[3] * b_e)
+            b_w = b_a * _ex2(-s_p)
+        else:  # every walk plain (WALK_RESCALE off): no scale
+            b_pe = b_ip
+            ye = yy
+            b_w = b_a
         m0, m1, m2, m3, i0, i1, i2, i3 = st
         p0, p1, p2, p3, j0, j1, j2, j3 = sp
         dm0, dm1, dm2, dm3, di0, di1, di2, di3 = ad
         r0, r1, r2, r3 = _rcp(i0 + b_pe), _rcp(i1 + b_pe), _rcp(i2 + b_pe), _rcp(i3 + b_pe)
         u0, u1, u2, u3 = m0 * r0, m1 * r1, m2 * r2, m3 * r3
-        g0 = (yy[0] * b_e) * b_q * r0
-        g1 = (yy[1] * b_e) * b_q * r1
-        g2 = (yy[2] * b_e) * b_q * r2
-        g3 = (yy[3] * b_e) * b_q * r3
+        g0 = ye[0] * b_q * r0
+        g1 = ye[1] * b_q * r1
+        g2 = ye[2] * b_q * r2
+        g3 = ye[3] * b_q * r3
         dm0, dm1, dm2, dm3 = dm0 * b_an + g0, dm1 * b_an + g1, dm2 * b_an + g2, dm3 * b_an + g3
         di0, di1, di2, di3 = di0 * b_an - g0 * u0, di1 * b_an - g1 * u1, di2 * b_an - g2 * u2, di3 * b_an - g3 * u3
         b_dq = u0 * yy[0] + u1 * yy[1] + u2 * yy[2] + u3 * yy[3]
@@ -484,7 +491,7 @@ if gluon is not None:
         # rounded in another order; the kernel as timed)
         b_g = dm0 * p0 + di0 * j0 + dm1 * p1 + di1 * j1
         b_g += dm2 * p2 + di2 * j2 + dm3 * p3 + di3 * j3
-        l_dg = (b_a * _ex2(-s_p)) * _lane_sum(b_g)
+        l_dg = b_w * _lane_sum(b_g)
         if USE_BETA:
             b_kk = b_k * b_k
             l_db = (_lane_dot(di0, b_kk), _lane_dot(di1, b_kk), _lane_dot(di2, b_kk), _lane_dot(di3, b_kk))
@@ -588,12 +595,13 @@ if gluon is not None:
             sp = _load_shared(slots[SEG - 1 - 2 * pr], L)
             ad, b_an, l_dv2, l_db2, l_dg2 = _reverse(st, sc[SEG - 2 * pr], sp, sc[SEG - 1 - 2 * pr], ad, b_an, b_ip,
                                                      v, k, q, g, beta, dy, dk, dq, tok2, valid2, t_last, i_h, i_g,
-                                                     c0, o_n, H, G, P, N, USE_BETA, rows, x0 + SEG - 1 - 2 * pr, STAGE)
+                                                     c0, o_n, H, G, P, N, USE_BETA, rows, x0 + SEG - 1 - 2 * pr, STAGE,
+                                                     WALK_RESCALE)
             spp = _load_shared(slots[SEG - 2 - 2 * pr], L)
             ad, b_an, l_dv1, l_db1, l_dg1 = _reverse(sp, sc[SEG - 1 - 2 * pr], spp, sc[SEG - 2 - 2 * pr], ad, b_an,
                                                      b_ip, v, k, q, g, beta, dy, dk, dq, tok2 - 1, valid1, t_last,
                                                      i_h, i_g, c0, o_n, H, G, P, N, USE_BETA, rows,
-                                                     x0 + SEG - 2 - 2 * pr, STAGE)
+                                                     x0 + SEG - 2 - 2 * pr, STAGE, WALK_RESCALE)
             _pair_outputs(dv, dbeta, dg, l_dv1, l_db1, l_dg1, l_dv2, l_db2, l_dg2, tok2 - 1, valid1, valid2, i_h, c0,
                           H, P, USE_BETA)
         return ad, b_an
@@ -793,13 +801,13 @@ def shared_bytes(seg: int, state_size: int = 128, *, stage: int = 0, block: int 
     """Shared memory a program holds: ``seg`` slots of ``M`` and ``I`` for 4 channels, float32, and what ``STAGE``
     copies of a block of ``block`` tokens: its key and query rows (``row_bytes`` an element), from 2 its 4 channels
     of values and gains (``value_bytes``), from 3 its decays and output gradients; with ``widen`` 16-bit values,
-    gains and output gradients also have float32 copies (``WIDEN``; allocated for the gains with or without beta)."""
+    gains (with beta) and output gradients also have float32 copies (``WIDEN``)."""
     staged = 0
     wide = widen and value_bytes < 4
     if stage >= 1:
         staged += 2 * block * state_size * row_bytes
     if stage >= 2:
-        staged += block * 4 * value_bytes * (2 if use_beta else 1) + wide * 2 * block * 4 * 4
+        staged += (block * 4 * value_bytes + wide * block * 4 * 4) * (2 if use_beta else 1)
     if stage >= 3:
         staged += block * decay_bytes + block * 4 * value_bytes + wide * block * 4 * 4
     return seg * 8 * state_size * 4 + staged

@@ -20,7 +20,7 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 from palimpsa.kernels import chunked_bwd, fused_recurrent, gluon_local, gluon_scan  # noqa: E402
 from scan_inputs import make_inputs  # noqa: E402
 
@@ -48,11 +48,15 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "rescaled walks, nothing staged": {"stage": 0, "pipe": False, "walk_rescale": True},
     "float32 without beta, rescaled walks": {"dtype": "fp32", "use_beta": False, "walk_rescale": True},
     "16-bit values, gains and output gradients read unwidened": {"widen": False},
+    "bf16 without beta, widened": {"use_beta": False},
 }
-# the one launch allowed a spill: the preset in float32 keeps 8 bytes of stack under Triton 3.6 and 3.9 (its local
-# pass is still the fastest measured in float32, 10.22 ms against 10.42 without rescaled walks in call 3, 10.23
-# against 10.72 at the defaults in call 4: docs/bench/rescaled-walk-2026-11-28)
-SPILL_BYTES = {"the preset in float32 (12 programs an SM)": 8}
+# the launches allowed a spill, by Triton version (none elsewhere): the preset in float32 keeps 8 bytes of stack under
+# Triton 3.6 and 3.9 (measured with it, its local pass is still the fastest in float32: 10.22 ms against 10.42 without
+# rescaled walks, call 3 of docs/bench/rescaled-walk-2026-11-28); under 3.5.1 the preset's rescaled walks spill 40
+# bytes in float32 and 72 in bf16 (not timed there; docs/bench/rescaled-walk-2026-11-28/compile-triton3.5.1.txt)
+SPILL_BYTES = {"the preset in float32 (12 programs an SM)": {"3.5": 40, "3.6": 8, "3.9": 8},
+               "the preset: two-token segments, rescaled walks, unwidened, 168 registers (12 programs an SM)":
+                   {"3.5": 72}}
 CODE = r"""
 import json, re, subprocess, tempfile
 from palimpsa.kernels import chunked_bwd, gluon_local, gluon_scan
@@ -106,7 +110,8 @@ def test_the_register_capped_launches_fit_the_programs_an_sm_they_are_for(compil
 @pytest.mark.parametrize("launch", list(LAUNCHES))
 def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, launch):
     """One warp of four channels keeps a state, the state before it and the adjoints in registers (201-255 measured
-    under Triton 3.5.1 to 3.9; 180-255 allowed: three states of 32 registers a lane and their addressing), no
+    under Triton 3.5.1 to 3.9, but ptxas chose 168 for the unwidened bf16 launch under 3.9; 140-255 allowed: three
+    states of 32 registers a lane and their addressing), no
     spill (but ``SPILL_BYTES``); a segment's states live in ``SEG`` shared slots of 4 KB, stored and loaded as
     128-bit vectors (8 of each a slot; the stores twice over with rescaled walks, whose plain and rescaled forms are
     separate code), with barriers between the stores and the loads (2 to 8, as the compiler places them); with
@@ -124,11 +129,11 @@ def test_compiles_for_sm90a_without_spills_with_its_shared_states(compiled, laun
     seg, stage = kwargs.get("seg", 4), kwargs.get("stage", 3)
     with_beta, float32 = kwargs.get("use_beta", True), kwargs.get("dtype") == "fp32"
     r = compiled[launch]
-    spill = SPILL_BYTES.get(launch, 0)
+    spill = SPILL_BYTES.get(launch, {}).get(".".join(triton.__version__.split(".")[:2]), 0)
     assert r["stack"] <= spill and r["local"] == 0, r
     assert spill or (r["STL"] == 0 and r["LDL"] == 0), r
     cap = kwargs.get("maxnreg", 0)
-    assert (140 if cap else 180) <= r["registers"] <= (cap or 255), r
+    assert 140 <= r["registers"] <= (cap or 255), r
     widened = kwargs.get("widen", True) and not float32 and stage >= 2
     wide_stores = widened * ((1 + with_beta) + (stage >= 3))
     assert r["STS"] == 8 * seg * (1 + kwargs.get("walk_rescale", False)) + wide_stores, r
@@ -211,7 +216,8 @@ def test_resident_programs_follow_the_schedulers_register_files_and_the_shared_m
     resident, shared = gluon_local.resident_programs, gluon_local.shared_bytes
     bf16, fp32 = shared(4, stage=3, widen=False), shared(4, stage=3, value_bytes=4)
     assert (bf16, fp32, shared(4, stage=3)) == (24800, 24992, 25184)
-    assert shared(4, stage=3, value_bytes=4, widen=True) == fp32  # float32 values need no second copy
+    assert shared(4, stage=3, value_bytes=4, widen=False) == fp32  # float32 values need no second copy
+    assert shared(4, stage=3, use_beta=False) == shared(4, stage=3, use_beta=False, widen=False) + 256  # y, v
     assert [resident(r, bf16) for r in (255, 224, 215, 169, 168, 149, 129, 128)] == [8, 8, 8, 8, 9, 9, 9, 9]
     assert resident(241, fp32) == 8 and resident(168, fp32) == 8 and resident(168, shared(4, stage=3)) == 8
     assert resident(168, shared(2, stage=3, widen=False)) == resident(168, shared(2, stage=3)) == 12
@@ -380,21 +386,25 @@ def test_an_unknown_local_pass_is_refused():
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                     reason="checked on the CPU interpreter")
 @pytest.mark.parametrize(("env", "shipped", "extra", "heads", "refused", "want"), [
-    (None, {}, {}, 12, None, ("gluon", [8], 4, 0)),  # the default: 8 an SM, SEG 4, no register cap
-    ("8", {}, {}, 12, None, ("gluon", [8], 4, 0)),
-    ("12", {}, {}, 12, None, ("gluon", [12], 2, 168)),  # the preset
-    ("12", {}, {}, 16, None, ("gluon", [8], 4, 0)),  # not where its rounds cost more
-    ("12", {}, {}, 12, 2, ("gluon", [8], 4, 0)),  # nor where the Gluon pass cannot run SEG 2
-    ("12", {}, {"LOCAL": "triton"}, 12, None, ("triton", [8], None, None)),  # the Triton pass keeps its 8 an SM
-    # all or nothing: not where a caller set one of its keys (or PROGRAMS_PER_SM), in CHUNKED_CONFIG or bwd_config
-    ("12", {"LOCAL_MAXNREG": 200}, {}, 12, None, ("gluon", [8], 4, 200)),
-    ("12", {}, {"SEG": 4}, 12, None, ("gluon", [8], 4, 0)),
-    ("12", {}, {"PROGRAMS_PER_SM": 8}, 12, None, ("gluon", [8], 4, 0)),
+    (None, {}, {}, 12, None, ("gluon", [8], 4, 0, False, True)),  # the default: 8 an SM, SEG 4, no register cap
+    ("8", {}, {}, 12, None, ("gluon", [8], 4, 0, False, True)),
+    ("12", {}, {}, 12, None, ("gluon", [12], 2, 168, True, False)),  # the preset
+    ("12", {}, {}, 16, None, ("gluon", [8], 4, 0, False, True)),  # not where its rounds cost more
+    ("12", {}, {}, 12, 2, ("gluon", [8], 4, 0, False, True)),  # nor where the Gluon pass cannot run SEG 2
+    ("12", {}, {"LOCAL": "triton"}, 12, None, ("triton", [8], None, None, None, None)),  # the Triton pass: its 8
+    # all or nothing: not where a caller set one of the keys that decide the fit, in CHUNKED_CONFIG or bwd_config
+    ("12", {"LOCAL_MAXNREG": 200}, {}, 12, None, ("gluon", [8], 4, 200, False, True)),
+    ("12", {}, {"SEG": 4}, 12, None, ("gluon", [8], 4, 0, False, True)),
+    ("12", {}, {"PROGRAMS_PER_SM": 8}, 12, None, ("gluon", [8], 4, 0, False, True)),
+    # a caller's tuning key wins alone
+    ("12", {}, {"WIDEN": 1}, 12, None, ("gluon", [12], 2, 168, True, True)),
+    ("12", {}, {"WALK_RESCALE": 0}, 12, None, ("gluon", [12], 2, 168, False, False)),
 ])
 def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, shipped, extra, heads, refused,
                                                                want):
     """``PALIMPSA_GLUON_LOCAL_PROGRAMS=12`` gives the Gluon local pass 12 programs an SM, ``SEG`` 2 and 168
-    registers (none of it where a caller set one of them) and sizes its launch and scratch slab for them, where its
+    registers (none of it where a caller set one of them), rescaled walks and unwidened reads (each where a caller
+    did not set it) and sizes its launch and scratch slab for them, where its
     rounds cost no more program time than the default's; where the Triton pass runs, its programs an SM stay
     ``PROGRAMS_PER_SM``. On the CPU one SM, two splits of two channel blocks a head: with 12 heads, 48 work items
     take 6 rounds over 8 programs and 4 over 12 (48 program rounds each way: the preset); with 16 heads 8 rounds
@@ -403,7 +413,8 @@ def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, 
     programs = chunked_bwd._programs
 
     def launch(*args, **kwargs):
-        launches.append((args[25], args[9].shape[0], kwargs["seg"], kwargs["maxnreg"]))
+        launches.append((args[25], args[9].shape[0], kwargs["seg"], kwargs["maxnreg"], kwargs["walk_rescale"],
+                         kwargs["widen"]))
 
     def record(config, n_work, device):
         per_sm.append(config["PROGRAMS_PER_SM"])
@@ -423,12 +434,12 @@ def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, 
         bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
     before = dict(chunked_bwd.LOCAL_RUNS)
     y.sum().backward()
-    ran, sms, seg, maxnreg = want
+    ran, sms, seg, maxnreg, walk_rescale, widen = want
     assert chunked_bwd.local_runs_since(before) == {ran: 1}
     assert per_sm == sms
     n_programs = sms[0]
     slab = fused_recurrent.slab_states(8, 4, from_checkpoint=True)
-    assert launches == ([(n_programs, n_programs * slab, seg, maxnreg)] if ran == "gluon" else [])
+    assert launches == ([(n_programs, n_programs * slab, seg, maxnreg, walk_rescale, widen)] if ran == "gluon" else [])
 
 
 def test_an_unknown_occupancy_preset_is_refused(monkeypatch):
@@ -445,6 +456,11 @@ def test_an_unknown_occupancy_preset_is_refused(monkeypatch):
         monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, value)
         assert chunked_bwd.occupancy_preset() == {}
         monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, key, chunked_bwd._SHIPPED[key])
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "WIDEN", 1 - chunked_bwd._SHIPPED["WIDEN"])  # a tuning key: it
+    # gives way alone
+    assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12,
+                                              "WALK_RESCALE": 1}
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "WIDEN", chunked_bwd._SHIPPED["WIDEN"])
     assert chunked_bwd.occupancy_preset() == {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12,
                                               "WALK_RESCALE": 1, "WIDEN": 0}
     monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV)
