@@ -1,4 +1,4 @@
-# Third call: call 2 found WIDEN faster (local pass 11.19 ms against 11.35 with WALK_RESCALE off) and the rescaled
+# Third call: call 2 found WIDEN faster (local pass 11.19 ms against 11.38 with WALK_RESCALE off) and the rescaled
 # walk not (11.29 with both on), though it runs fewer instructions. Since then the walk computes each token's scale
 # (an ex2) as the token's inputs arrive, a token ahead, off the states' chain; and L2PF bit 8 asks for the next
 # block's start state in L1 as a block's last segment starts (call 1's profile: the walk's first update waits on
