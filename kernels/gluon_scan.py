@@ -932,15 +932,21 @@ def resource_usage(compiled) -> dict:
             "local": int(found["LOCAL"])}
 
 
+def disassemble(compiled, line_info: bool = False) -> str:
+    """A compiled kernel's SASS as ``nvdisasm -c`` prints it (``-g``, ``line_info``: with the source lines each run
+    of instructions came from), from its cubin: no GPU and no driver needed."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        return subprocess.run([_cuda_tool("nvdisasm"), "-c", *(["-g"] if line_info else []), cubin.name],
+                              capture_output=True, text=True, check=True).stdout
+
+
 def largest_block(compiled) -> dict:
     """The kernel's longest straight run of SASS (no label inside, ended by a branch or a label), from
     ``nvdisasm``: its length, and how many global loads it issues before its first FFMA (how far ptxas could
     hoist a group's loads ahead of the arithmetic that waits on them)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(compiled.asm["cubin"])
-        cubin.flush()
-        sass = subprocess.run([_cuda_tool("nvdisasm"), "-c", cubin.name], capture_output=True, text=True,
-                              check=True).stdout
+    sass = disassemble(compiled)
     opcode = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-Z0-9_]*)")
     blocks, block = [], []
     for line in sass.splitlines():
@@ -963,11 +969,7 @@ def loop_instructions(compiled, tokens: int) -> dict:
     shortest way through the body (the renormalising blocks are what a branch skips or what the longer side of
     an if/else adds); everything else in the body is counted apart. Keys: ``opcodes`` (main path), ``branch``
     (the rest of the body), ``tokens``."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(compiled.asm["cubin"])
-        cubin.flush()
-        sass = subprocess.run([_cuda_tool("nvdisasm"), "-c", cubin.name], capture_output=True, text=True,
-                              check=True).stdout
+    sass = disassemble(compiled)
     lines = sass.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
     branch = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[T0-9]\s+)?BRA[^`]*`\((\.L_x_\d+)\)")

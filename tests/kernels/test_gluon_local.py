@@ -58,16 +58,12 @@ SPILL_BYTES = {"the preset in float32 (12 programs an SM)": {"3.5": 40, "3.6": 8
                "the preset: two-token segments, rescaled walks, unwidened, 168 registers (12 programs an SM)":
                    {"3.5": 72}}
 CODE = r"""
-import json, re, subprocess, tempfile
+import json, re
 from palimpsa.kernels import chunked_bwd, gluon_local, gluon_scan
 out = {}
 for name, kwargs in json.loads(ARGS).items():
     c = gluon_local.compile_kernel(**kwargs)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(c.asm["cubin"])
-        f.flush()
-        sass = subprocess.run([gluon_scan._cuda_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True,
-                              check=True).stdout
+    sass = gluon_scan.disassemble(c)
     out[name] = {**gluon_scan.resource_usage(c), "dynamic_shared": c.metadata.shared,
                  **{op: len(re.findall(rf"\b{op}\b", sass)) for op in ("BAR", "STS", "LDS", "STL", "LDL",
                                                                            "LDS.128", "LDGSTS", "LDGSTS.E.BYPASS.128",

@@ -6,8 +6,6 @@ repository root, under the Triton the GPU runs (e.g. ``PYTHONPATH=<triton 3.6 un
 """
 
 import re
-import subprocess
-import tempfile
 
 import triton
 from palimpsa.kernels import gluon_local, gluon_scan
@@ -28,15 +26,9 @@ def main():
     print(f"Triton {triton.__version__}: registers, stack bytes, dynamic shared bytes, SASS instructions")
     for name, kwargs in LAUNCHES.items():
         c = gluon_local.compile_kernel(**kwargs)
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(c.asm["cubin"])
-            f.flush()
-            sass = subprocess.run([gluon_scan._cuda_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True,
-                                  check=True).stdout
-        count = sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", line))
+        count = sum(1 for line in gluon_scan.disassemble(c).splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", line))
         r = gluon_scan.resource_usage(c)
         print(f"  {name:40s} {r['registers']:4d} {r['stack']:4d} {c.metadata.shared:6d} {count:6d}")
-
 
 if __name__ == "__main__":
     main()

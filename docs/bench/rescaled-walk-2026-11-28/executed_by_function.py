@@ -10,7 +10,6 @@ counts. Instructions are matched by their offset in the kernel, and the two list
 """
 
 import argparse
-import ast
 import collections
 import os
 import re
@@ -21,15 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts"))
 import ncu_source_digest  # noqa: E402  (the CSV reader)
 
-
-def functions(path: str) -> list:
-    tree = ast.parse(open(path).read())
-    return [(n.lineno, n.end_lineno, n.name) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-
-
-def innermost(spans: list, line: int) -> str:
-    inside = [(b - a, name) for a, b, name in spans if a <= line <= b]
-    return min(inside)[1] if inside else "?"
+sys.path.insert(0, os.path.join(HERE, "..", "gluon-auto-2026-11-28"))
+from sass_by_function import functions, innermost  # noqa: E402  (a source file's functions, a line's innermost)
 
 
 def disassemble(cubin: str, nvdisasm: str) -> dict:
