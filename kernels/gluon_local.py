@@ -411,10 +411,7 @@ if gluon is not None:
         states as ``fused_recurrent._rescaled_block`` (``M' = M / A``, ``J' = (I - I_prior) / A``: one FFMA per
         state and token), scaled back at the end; plainly otherwise."""
         if RESCALE:  # a constexpr test first (Triton 3.6 fails to compile a branch on a constant False here)
-            b_t = gl.abs(gl.load(g + tok0 * H + i_h).to(gl.float32))
-            for s in gl.static_range(1, BS):
-                b_t += gl.abs(gl.load(g + (tok0 + s) * H + i_h).to(gl.float32))
-            if b_t <= TAU:
+            if _block_fits(g, 0, tok0, BS, i_h, H, BS, 0):  # a whole block: every token valid
                 m0, m1, m2, m3, i0, i1, i2, i3 = st
                 i0, i1, i2, i3 = i0 - b_ip, i1 - b_ip, i2 - b_ip, i3 - b_ip
                 b_s = b_ip * 0
@@ -608,9 +605,9 @@ if gluon is not None:
 
     @gluon.jit
     def _block_fits(g, rows, tok0, ne, i_h, H: gl.constexpr, BS: gl.constexpr, STAGE: gl.constexpr):
-        """Whether pass B can walk the block of ``BS`` tokens from ``tok0`` (``ne`` valid) in rescaled states: its
-        log decays' magnitudes sum to at most ``fused_recurrent.RESCALE_TAU`` (pass A's test; from the staged
-        decays with ``STAGE`` 3)."""
+        """Whether the block of ``BS`` tokens from ``tok0`` (``ne`` valid) can be walked in rescaled states (pass A;
+        pass B's with ``WALK_RESCALE``): its log decays' magnitudes sum to at most ``fused_recurrent.RESCALE_TAU``
+        (from the staged decays with ``STAGE`` 3)."""
         if STAGE >= 3:
             b_t = gl.abs(_staged_scalar(rows[4], 0))
             for s in gl.static_range(1, BS):

@@ -13,8 +13,6 @@ import ast
 import collections
 import os
 import re
-import subprocess
-import tempfile
 
 import triton
 from palimpsa.kernels import gluon_local, gluon_scan
@@ -38,11 +36,7 @@ def main():
     parser.add_argument("--maxnreg", type=int, default=0)
     args = parser.parse_args()
     kernel = gluon_local.compile_kernel(dtype=args.dtype, seg=args.seg, maxnreg=args.maxnreg)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(kernel.asm["cubin"])
-        cubin.flush()
-        sass = subprocess.run([gluon_scan._cuda_tool("nvdisasm"), "-c", "-g", cubin.name], capture_output=True,
-                              text=True, check=True).stdout
+    sass = gluon_scan.disassemble(kernel, line_info=True)
     here = os.path.dirname(gluon_local.__file__)
     spans = {name: functions(os.path.join(here, name)) for name in os.listdir(here) if name.endswith(".py")}
     where, counts, opcodes = ("?", "?"), collections.Counter(), collections.defaultdict(collections.Counter)
