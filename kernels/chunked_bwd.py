@@ -31,6 +31,13 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
    is needed. ``dq`` does not depend on the adjoints.
 
 ``dk`` and ``dq`` are summed over the heads of a group with atomics, as in the sequential kernel.
+
+Where the work items fill the GPU unsplit (one split: at B = 4 and up at 2.7b shapes), the carry and the corrections
+would only add work. There the Gluon local pass walks each sequence whole instead (``WHOLE``, the default): a work
+item takes its sequence's chunks from the last, with the adjoints carried across them from the final-state gradient,
+so its gradients are whole and nothing runs after it (B = 4, L = 8192: backward 45.7 ms against the sequential
+kernel's 50.0, peak 1.18x SSD's against 1.92x; docs/bench/whole-2026-11-28). Where the Gluon pass cannot run, the
+sequential kernel does, as before.
 """
 
 import json
@@ -96,13 +103,19 @@ from . import fused_recurrent as fr
 # at 12 programs an SM (10.22 ms against 10.42 in float32), a loss at 8 (10.79 against 10.73), so on in the preset
 # only; WIDEN: it widens 16-bit staged values, gains and output gradients to float32 once a block (bf16: 11.18 against
 # 11.27; off in the preset, where it would spill under the 168-register cap: 10.58 against 10.82);
-# docs/bench/rescaled-walk-2026-11-28
+# docs/bench/rescaled-walk-2026-11-28; WHOLE: where one split runs (chosen or given as NSPLIT 1), the Gluon pass walks
+# each sequence whole with the adjoints carried across its chunks, and no carry or corrections follow (0: as before,
+# the sequential kernel where the split count was chosen, the local pass, carry and corrections where NSPLIT 1 was
+# given). B = 4, L = 8192, bf16: forward + backward 54.53 ms against 58.78, peak 1.18x SSD's against 1.92x; at L =
+# 2048 13.33 against 14.61; at 16384 117.72 against 118.91; forced where two splits would run, it loses at B = 2
+# (30.45 against 28.82) and ties at B = 3 (42.59 against 43.57), so only one split takes it
+# (docs/bench/whole-2026-11-28)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
                   "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0, "LOCAL_PROGRAMS_PER_SM": 0, "WALK_RESCALE": 0,
-                  "WIDEN": 1}
+                  "WIDEN": 1, "WHOLE": 1}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
@@ -446,9 +459,11 @@ def _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size):
 
 
 def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
-                 buffers, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit):
+                 buffers, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit,
+                 final=None):
     """The local pass in Gluon (``gluon_local``, as ``_gluon_plan`` found it), with the Triton pass's slab and
-    outputs: the ``LOCAL_RUNS`` key of what ran, or None where its launch raised (a compilation error) under
+    outputs (``final``: whole sequences from this final-state gradient, ``(dM_T, dI_T)`` or ``(None, None)``,
+    ``WHOLE``): the ``LOCAL_RUNS`` key of what ran, or None where its launch raised (a compilation error) under
     ``auto``, which warns once and leaves this and every later call to the Triton pass (``GLUON_LOCAL_FAILED``);
     under ``gluon`` the error propagates."""
     global GLUON_LOCAL_FAILED
@@ -461,7 +476,8 @@ def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck
             rescale=fr._rescales(config, True), pipe=bool(config["PIPE"]), stage=int(config["STAGE"]),
             l2_prefetch=int(config["L2PF"]), maxnreg=int(config["LOCAL_MAXNREG"]), use_initial_state=dm0 is not None,
             use_initial_importance=di0 is not None, walk_rescale=bool(config["WALK_RESCALE"]),
-            widen=bool(config["WIDEN"]))
+            widen=bool(config["WIDEN"]), whole=final is not None, dm_t=None if final is None else final[0],
+            di_t=None if final is None else final[1])
     except Exception as error:  # each Triton version raises its own compilation errors
         if config["LOCAL"] != "auto":
             raise
@@ -471,7 +487,7 @@ def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck
                       f"process runs the Triton pass instead (set {LOCAL_ENV}=triton to skip the attempt)",
                       RuntimeWarning, stacklevel=2)
         return None
-    return "gluon"
+    return "gluon" if final is None else "gluon-whole"
 
 
 def local_runs_since(before: dict) -> dict:
@@ -591,17 +607,20 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     preset = occupancy_preset()  # read (and a bad value refused) on every call
     per_split = n_blocks_v * n_states * heads
     nsplit = _splits(config, per_split, max_chunks, device)
-    if nsplit == 1 and not config.get("NSPLIT"):
+    raw = (dy, dm_t, di_t, du)
+    use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
+    gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
+    # WHOLE: with one split, the Gluon pass walks each sequence whole, carrying the adjoints across its chunks
+    whole = nsplit == 1 and bool(config["WHOLE"]) and gluon_local is not None
+    if nsplit == 1 and not config.get("NSPLIT") and not whole:
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
         # the corrections to the sequential kernel's work
-        return fr._backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
-                            fr._backward_config(n_states, heads, head_dim, device), chunk_size, block_size)
-    use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
+        return _sequential(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, raw, n_states, chunk_size,
+                           block_size)
     triton_per_sm = int(config["PROGRAMS_PER_SM"])
-    gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
     if gluon_local is not None:
         trial = {**config, **{key: value for key, value in preset.items() if key not in bwd_config}}
-        if (preset and not any(key in bwd_config for key in OCCUPANCY_FIT_KEYS)
+        if (preset and not whole and not any(key in bwd_config for key in OCCUPANCY_FIT_KEYS)
                 and _gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None
                 and _program_time(trial, per_split, max_chunks, device)
                 <= _program_time(config, per_split, max_chunks, device)):
@@ -613,8 +632,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     scratch = (programs * fr.slab_states(chunk_size, block_size, from_checkpoint=True), sizes["BV"], state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
-    # the adjoints between chunks: a slot for every chunk but each sequence's last (_slots)
-    slots = max(1, n_chunks - n_states)
+    # the adjoints between chunks: a slot for every chunk but each sequence's last (_slots; none for whole walks)
+    slots = 1 if whole else max(1, n_chunks - n_states)
     lm = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
     li = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
     # dv, dbeta: the local part in the input dtype, the correction added in float32 and rounded again (for 16-bit
@@ -628,7 +647,17 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     k_l, q_l = fr._float32_keys(k, q, bool(config["KQ32"]))
     ran = gluon_local is not None and _gluon_local(
         gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, buffers,
-        cu_seqlens, offsets, length, n_states * heads, n_work, programs, chunk_size, block_size, nsplit)
+        cu_seqlens, offsets, length, n_states * heads, n_work, programs, chunk_size, block_size, nsplit,
+        (dm_t, di_t) if whole else None)
+    if whole:
+        mark(None)
+        if ran:  # every gradient whole: no carry, no corrections
+            LOCAL_RUNS[ran] = LOCAL_RUNS.get(ran, 0) + 1
+            return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
+        # the Gluon launch failed under "auto" (GLUON_LOCAL_FAILED is set now): as without the Gluon pass
+        del sc_m, sc_i, lm, li, buffers
+        return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw, bwd_config,
+                                chunk_size, block_size)
     label = ran or "triton"
     LOCAL_RUNS[label] = LOCAL_RUNS.get(label, 0) + 1
     if not ran:
@@ -667,6 +696,15 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     )
     mark(None)
     return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
+
+
+def _sequential(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, raw, n_states, chunk_size,
+                block_size):
+    """The sequential backward (``fused_recurrent._backward``) on the output gradients as they came in (``raw``:
+    ``dy``, ``dM_T``, ``dI_T``, ``du``)."""
+    dy, dm_t, di_t, du = raw
+    return fr._backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
+                        fr._backward_config(n_states, v.shape[2], v.shape[3], v.device), chunk_size, block_size)
 
 
 def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, head_dim: int = 64,

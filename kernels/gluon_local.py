@@ -36,6 +36,11 @@ state is 8 ``[N]`` tensors, ``M`` and ``I`` of each channel (so every sum over t
 and a lane's 4 states split out of them for the sums over ``N``. A pair's ``dv``, ``dbeta`` and decay gradients
 are reduced over the lanes by one butterfly each (as ``fused_recurrent._pair_rows``: inline PTX shuffles).
 
+Whole walks (``WHOLE``, where one split runs): a work item takes its sequence's chunks from the last with the
+adjoints carried across them from the final-state gradient, so every gradient it writes is whole and the backward's
+carry and corrections do not run (at B = 4, L = 8192: the backward 45.7 ms against the sequential Triton kernel's
+50.0; docs/bench/whole-2026-11-28).
+
 Scope (:func:`unsupported` says what it refuses; the Triton local pass runs there): Hopper-class GPUs, Gluon,
 128 states, ``P`` a multiple of 4, float32 states (16-bit or float32 inputs), no uncertainty gradient. The
 persistent work distribution, the slab and every output are the Triton local pass's, so the carry and the
@@ -620,18 +625,22 @@ if gluon is not None:
 
     @gluon.jit
     def palimpsa_gluon_local_kernel(
-        v, k, q, g, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+        v, k, q, g, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, dmT, diT,
         cu_seqlens, chunk_offsets, T, n_nh, n_work,
         H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, CT: gl.constexpr, BS: gl.constexpr,
         SEG: gl.constexpr, NSPLIT: gl.constexpr, USE_BETA: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
         USE_INITIAL_IMPORTANCE: gl.constexpr, IS_VARLEN: gl.constexpr, PREFETCH: gl.constexpr,
         RESCALE: gl.constexpr, PIPE: gl.constexpr, STAGE: gl.constexpr, L2PF: gl.constexpr = 0,
-        WALK_RESCALE: gl.constexpr = False, WIDEN: gl.constexpr = True,
+        WALK_RESCALE: gl.constexpr = False, WIDEN: gl.constexpr = True, WHOLE: gl.constexpr = False,
+        USE_FINAL_STATE_GRADIENT: gl.constexpr = False,
     ):
         """Persistent, as ``chunked_bwd.palimpsa_bwd_local_kernel``: program ``p`` takes the work items ``p``,
         ``p + programs``, ... (channel block fastest, then the (sequence, head) pairs, then the split), each the
         chunks ``i_sp, i_sp + NSPLIT, ...`` of one (channel block, head), with one scratch slab of ``CT / BS - 1``
-        states for all of them."""
+        states for all of them. ``WHOLE`` (``NSPLIT`` 1): a work item walks its sequence's chunks from the last,
+        carrying the adjoints across them from the final-state gradient (``dmT``, ``diT``, with
+        ``USE_FINAL_STATE_GRADIENT``), so its gradients are whole (no carry, no corrections) and only ``dM0``,
+        ``dI0`` are stored besides."""
         L: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
         NV: gl.constexpr = P // 4
         NSEG: gl.constexpr = BS // SEG
@@ -703,7 +712,20 @@ if gluon is not None:
                 boc = i_n.to(gl.int64) * gl.cdiv(T, CT)
             t_last = bos + T_n - 1
             o_state = (i_nh.to(gl.int64) * P + c0) * N
-            for i_c in range(i_sp, gl.cdiv(T_n, CT), NSPLIT):
+            n_c = gl.cdiv(T_n, CT)
+            # the adjoints of the state after the token being reversed, and that token's decay (WHOLE: from the
+            # final-state gradient, carried across the chunks; otherwise zero at every chunk's end)
+            if WHOLE and USE_FINAL_STATE_GRADIENT:
+                ad = _load_state(dmT + o_state, diT + o_state, o_n, N)
+            else:
+                zero = gl.zeros([N], gl.float32, layout=L)
+                ad = (zero, zero, zero, zero, zero, zero, zero, zero)
+            b_an = b_ip * 0 + 1
+            for i_x in range(i_sp, n_c, NSPLIT):
+                if WHOLE:
+                    i_c = n_c - 1 - i_x
+                else:
+                    i_c = i_x
                 t0 = i_c * CT
                 nb = gl.cdiv(gl.minimum(CT, T_n - t0), BS)
                 o_ck = (((boc + i_c) * H + i_h) * P + c0) * N
@@ -719,9 +741,10 @@ if gluon is not None:
                     _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
                 # pass B: blocks in reverse; in a block, segments in reverse, each walked from the block start
                 # with the states before its tokens in shared memory, then its pairs reversed
-                zero = gl.zeros([N], gl.float32, layout=L)
-                ad = (zero, zero, zero, zero, zero, zero, zero, zero)
-                b_an = b_ip * 0 + 1
+                if not WHOLE:
+                    zero = gl.zeros([N], gl.float32, layout=L)
+                    ad = (zero, zero, zero, zero, zero, zero, zero, zero)
+                    b_an = b_ip * 0 + 1
                 for i_jr in range(nb):
                     j = nb - 1 - i_jr
                     tb = t0 + j * BS
@@ -775,22 +798,33 @@ if gluon is not None:
                                             (NSEG - 1 - i_gr) * SEG, rows, widen_y, L, SEG, H, G, P, N, USE_BETA,
                                             PIPE, STAGE, WIDEN, WALK_RESCALE)
                 # the chunk's local adjoint of the state before its first token (chunked_bwd's local kernel)
-                if i_c > 0:
-                    o_l = (((gl.maximum(boc - i_n, 0) + i_c - 1) * H + i_h) * P + c0) * N
-                    for c in gl.static_range(4):
-                        gl.store(lm + o_l + c * N + o_n, ad[c] * b_an)
-                        gl.store(li + o_l + c * N + o_n, ad[4 + c] * b_an)
-                else:
-                    if USE_INITIAL_STATE:
+                if not WHOLE:
+                    if i_c > 0:
+                        o_l = (((gl.maximum(boc - i_n, 0) + i_c - 1) * H + i_h) * P + c0) * N
                         for c in gl.static_range(4):
-                            gl.store(dm0 + o_state + c * N + o_n, ad[c] * b_an)
-                    if USE_INITIAL_IMPORTANCE:
-                        for c in gl.static_range(4):
-                            gl.store(di0 + o_state + c * N + o_n, ad[4 + c] * b_an)
+                            gl.store(lm + o_l + c * N + o_n, ad[c] * b_an)
+                            gl.store(li + o_l + c * N + o_n, ad[4 + c] * b_an)
+                    else:
+                        _store_initial(dm0, di0, o_state, o_n, ad, b_an, N, USE_INITIAL_STATE,
+                                       USE_INITIAL_IMPORTANCE)
+            if WHOLE:  # the adjoint leaving the first chunk: the initial states' gradients, whole
+                _store_initial(dm0, di0, o_state, o_n, ad, b_an, N, USE_INITIAL_STATE, USE_INITIAL_IMPORTANCE)
+
+    @gluon.jit
+    def _store_initial(dm0, di0, o_state, o_n, ad, b_an, N: gl.constexpr, USE_INITIAL_STATE: gl.constexpr,
+                       USE_INITIAL_IMPORTANCE: gl.constexpr):
+        """The adjoint of the state before a sequence's first token, ``ad`` carried back by its decay ``b_an``,
+        into ``dM0``, ``dI0`` where the sequence had an initial state."""
+        if USE_INITIAL_STATE:
+            for c in gl.static_range(4):
+                gl.store(dm0 + o_state + c * N + o_n, ad[c] * b_an)
+        if USE_INITIAL_IMPORTANCE:
+            for c in gl.static_range(4):
+                gl.store(di0 + o_state + c * N + o_n, ad[4 + c] * b_an)
 
 
 POINTERS = ("v", "k", "q", "g", "beta", "ip", "ck_m", "ck_i", "dy", "sc_m", "sc_i", "lm", "li", "dv", "dk", "dq",
-            "dg", "dbeta", "dm0", "di0", "cu_seqlens", "chunk_offsets")
+            "dg", "dbeta", "dm0", "di0", "dmT", "diT", "cu_seqlens", "chunk_offsets")
 
 
 def shared_bytes(seg: int, state_size: int = 128, *, stage: int = 0, block: int = 8, row_bytes: int = 4,
@@ -849,22 +883,27 @@ def l2_prefetch_bits(level: int, bits: int) -> int:
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
            rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0, maxnreg=0,
-           walk_rescale=False, widen=True):
+           walk_rescale=False, widen=True, whole=False, dm_t=None, di_t=None):
     """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one, with
     ``stage`` lowered to what the tensors allow (``staging_level``) and ``l2_prefetch`` to what that level takes
     (``l2_prefetch_bits``); ``maxnreg`` caps its registers (0: ptxas's choice); ``walk_rescale``: pass B's walks in
     rescaled states where a block allows (``WALK_RESCALE``); ``widen``: 16-bit staged values, gains and output
-    gradients widened to float32 once a block (``WIDEN``)."""
+    gradients widened to float32 once a block (``WIDEN``); ``whole`` (``nsplit`` 1): each work item walks its
+    whole sequence with the adjoints carried across the chunks from ``dm_t``, ``di_t`` (the final-state gradient,
+    both or neither), its gradients whole (``WHOLE``: no carry or corrections follow)."""
+    if whole and nsplit != 1:
+        raise ValueError(f"the Gluon local pass walks whole sequences with NSPLIT 1, not {nsplit}")
     level = staging_level(stage, v, k_l, q_l, log_decay, beta, dy)
     l2_prefetch = l2_prefetch_bits(level, l2_prefetch)
     palimpsa_gluon_local_kernel[(programs,)](
         v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
-        cu_seqlens, offsets, length, n_nh, n_work,
+        dm_t, di_t, cu_seqlens, offsets, length, n_nh, n_work,
         H=v.shape[2], G=k_l.shape[2], P=v.shape[3], N=k_l.shape[3], CT=chunk_size, BS=block_size, SEG=seg,
         NSPLIT=nsplit, USE_BETA=beta is not None, USE_INITIAL_STATE=use_initial_state,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
         RESCALE=rescale, PIPE=pipe, STAGE=level, L2PF=l2_prefetch, WALK_RESCALE=bool(walk_rescale),
-        WIDEN=bool(widen), num_warps=1, **fr.FP_FUSION,
+        WIDEN=bool(widen), WHOLE=bool(whole), USE_FINAL_STATE_GRADIENT=bool(whole) and dm_t is not None,
+        num_warps=1, **fr.FP_FUSION,
         **({"maxnreg": int(maxnreg)} if maxnreg else {}),
     )
 
@@ -873,17 +912,18 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
                    rescale: bool = True, pipe: bool = True, stage: int = 3, use_beta: bool = True,
                    is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 4, maxnreg: int = 0,
-                   walk_rescale: bool = False, widen: bool = True):
+                   walk_rescale: bool = False, widen: bool = True, whole: bool = False):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
-    no states in or out, ``chunked_bwd.CHUNKED_CONFIG``'s settings; ``maxnreg``: a register cap, 0 none): the
-    ``CompiledKernel``. ``l2_prefetch`` goes through ``l2_prefetch_bits`` as ``launch`` passes it."""
+    no states in or out, ``chunked_bwd.CHUNKED_CONFIG``'s settings; ``maxnreg``: a register cap, 0 none; ``whole``:
+    whole sequences, ``NSPLIT`` 1, with a final-state gradient): the ``CompiledKernel``. ``l2_prefetch`` goes
+    through ``l2_prefetch_bits`` as ``launch`` passes it."""
     from triton.backends.compiler import GPUTarget
 
     constexprs = {"H": heads, "G": groups, "P": head_dim, "N": 128, "CT": chunk_size, "BS": block_size,
-                  "SEG": seg, "NSPLIT": 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
+                  "SEG": seg, "NSPLIT": 1 if whole else 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
                   "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": is_varlen, "PREFETCH": prefetch,
                   "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch_bits(stage, l2_prefetch),
-                  "WALK_RESCALE": walk_rescale, "WIDEN": widen}
+                  "WALK_RESCALE": walk_rescale, "WIDEN": widen, "WHOLE": whole, "USE_FINAL_STATE_GRADIENT": whole}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "dv", "dbeta")}
     types.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32"})
     signature = {name: types.get(name, "*fp32") for name in POINTERS}

@@ -230,3 +230,47 @@ def test_the_gluon_local_pass_block_walks_rescaled_or_plainly_to_the_reference_g
     for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items():
         want = leaves[name].grad[0, :, 0] if name not in ("M0", "I0") else leaves[name].grad[0, 0]
         assert torch.allclose(got, want, rtol=1e-9, atol=1e-9 * want.abs().max().item()), name
+
+
+def test_blocks_reversed_with_their_adjoints_carried_give_a_whole_sequences_gradients():
+    """The Gluon pass's whole walks (``WHOLE``): a sequence's blocks reversed from its last, each from its own start
+    state (``emulation.local_pass_block``), with the adjoints of each block's start carried into the block before it
+    as that block's end adjoints and the final-state gradient entering the last, give the reference scan's float64
+    gradients of every input and of the initial states; chunk boundaries are block boundaries, so nothing else
+    crosses them."""
+    gen = torch.Generator().manual_seed(5)
+    f64 = {"dtype": torch.float64}
+    tokens, block, p, n, prior = 24, 8, 4, 8, 0.7
+    x = {"v": torch.randn(1, tokens, 1, p, generator=gen, **f64),
+         "k": torch.randn(1, tokens, 1, n, generator=gen, **f64),
+         "q": torch.randn(1, tokens, 1, n, generator=gen, **f64),
+         "log_decay": -2.0 * torch.rand(1, tokens, 1, generator=gen, **f64),
+         "beta": 3 * torch.rand(1, tokens, 1, p, generator=gen, **f64),
+         "M0": torch.randn(1, 1, p, n, generator=gen, **f64), "I0": 0.5 + torch.rand(1, 1, p, n, generator=gen, **f64)}
+    dy = torch.randn(1, tokens, 1, p, generator=gen, **f64)
+    dm_final, di_final = torch.randn(1, 1, p, n, generator=gen, **f64), torch.randn(1, 1, p, n, generator=gen, **f64)
+    leaves = {name: t.clone().requires_grad_(True) for name, t in x.items()}
+    y, (m, i), _ = palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], leaves["beta"],
+                                 importance_prior=prior, initial_state=(leaves["M0"], leaves["I0"]),
+                                 output_final_state=True, backend="torch")
+    ((y * dy).sum() + (m * dm_final).sum() + (i * di_final).sum()).backward()
+    one = {name: t[0, :, 0] for name, t in x.items() if name not in ("M0", "I0")}
+    starts, state = [], (x["M0"][0, 0], x["I0"][0, 0])  # each block's true start state
+    for b in range(0, tokens, block):
+        starts.append(state)
+        _, (m_b, i_b), _ = palimpsa_scan(*(x[name][:, b:b + block] for name in ("v", "k", "q", "log_decay", "beta")),
+                                         importance_prior=prior, initial_state=(state[0][None, None],
+                                                                                state[1][None, None]),
+                                         output_final_state=True, backend="torch")
+        state = (m_b[0, 0], i_b[0, 0])
+    grads = {name: torch.zeros_like(t) for name, t in one.items()}
+    dm, di = dm_final[0, 0], di_final[0, 0]
+    for b in reversed(range(0, tokens, block)):
+        part, dm, di = emulation.local_pass_block(
+            *(one[name][b:b + block] for name in ("v", "k", "q", "log_decay", "beta")), *starts[b // block], prior,
+            dy[0, b:b + block, 0], dm, di)
+        for name in grads:
+            grads[name][b:b + block] = part[name]
+    for name, got in {**grads, "M0": dm, "I0": di}.items():
+        want = leaves[name].grad[0, :, 0] if name not in ("M0", "I0") else leaves[name].grad[0, 0]
+        assert torch.allclose(got, want, rtol=1e-9, atol=1e-9 * want.abs().max().item()), name

@@ -49,6 +49,8 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "float32 without beta, rescaled walks": {"dtype": "fp32", "use_beta": False, "walk_rescale": True},
     "16-bit values, gains and output gradients read unwidened": {"widen": False},
     "bf16 without beta, widened": {"use_beta": False},
+    "whole sequences (WHOLE: one split, the adjoints carried from a final-state gradient)": {"whole": True},
+    "whole sequences in float32": {"dtype": "fp32", "whole": True},
 }
 # the launches allowed a spill, by Triton version (none elsewhere): the preset in float32 keeps 8 bytes of stack under
 # Triton 3.6 and 3.9 (measured with it, its local pass is still the fastest in float32: 10.22 ms against 10.42 without
@@ -498,3 +500,70 @@ def test_a_failed_gluon_launch_under_the_preset_gives_the_triton_pass_its_own_pr
     assert counts == [(12, 12), (8, 8)]  # 48 work items: the slab for 12 programs, the Triton pass on 8
     for w, g in zip(grads({"LOCAL": "triton"}), got, strict=True):
         assert torch.equal(w, g)
+
+
+class _Recorder:
+    """Stands in for a Triton kernel: ``kernel[grid](...)`` records the launch and runs nothing."""
+
+    def __init__(self, name, calls):
+        self.name, self.calls = name, calls
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append(self.name)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+@pytest.mark.parametrize(("heads", "extra", "final", "fails", "want"), [
+    # one split asked for: the Gluon pass walks each sequence whole, and neither the carry nor the corrections run
+    (2, {"NSPLIT": 1}, True, False, ("gluon-whole", True, [])),
+    (2, {"NSPLIT": 1}, False, False, ("gluon-whole", False, [])),
+    # WHOLE off: one split of the local pass, then the carry and the corrections, as before
+    (2, {"NSPLIT": 1, "WHOLE": 0}, True, False, ("gluon", None, ["carry", "correct"])),
+    # two splits: never whole
+    (2, {"NSPLIT": 2}, True, False, ("gluon", None, ["carry", "correct"])),
+    # 16 heads of two channel blocks fill the CPU's one SM unsplit (32 work items, 4 waves of 8): whole walks, or
+    # with WHOLE off the sequential kernel (no local pass)
+    (16, {}, True, False, ("gluon-whole", True, [])),
+    (16, {"WHOLE": 0}, True, False, (None, None, [])),
+    # a Gluon launch that fails under auto: the split as without it (one asked for: the Triton pass, then the carry
+    # and the corrections; none asked for: the sequential kernel)
+    (2, {"NSPLIT": 1}, True, True, ("triton", True, ["carry", "correct"])),
+    (16, {}, True, True, (None, True, [])),
+])
+def test_where_nothing_splits_the_gluon_pass_walks_whole_sequences(monkeypatch, heads, extra, final, fails, want):
+    """``WHOLE`` (the default): where the backward runs one split, the Gluon pass walks every sequence from its end
+    with the adjoints carried across its chunks from the final-state gradient (which its launch gets where the loss
+    reads a final state), so its gradients are whole and nothing runs after it; ``LOCAL_RUNS`` counts it as
+    "gluon-whole". Where the Gluon pass cannot run, or its launch fails, the backward goes on as without it."""
+    launches, after = [], []
+
+    def launch(*args, whole=False, dm_t=None, di_t=None, nsplit, **kwargs):
+        launches.append((whole, nsplit, dm_t is not None and di_t is not None))
+        if fails:
+            raise RuntimeError("PTXASError: ptxas fatal : unknown option")
+
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
+    monkeypatch.setattr(gluon_local, "launch", launch)
+    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
+    monkeypatch.setattr(chunked_bwd, "palimpsa_bwd_carry_kernel", _Recorder("carry", after))
+    monkeypatch.setattr(chunked_bwd, "palimpsa_bwd_correct_kernel", _Recorder("correct", after))
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV, raising=False)
+    inputs = make_inputs(1, 20, heads, 1, 8, 128, requires_grad=True, device="cpu")
+    y, states, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, final, False, None,
+        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+        bwd_config={"kernel": "chunked", **extra}, chunk_size=8, block_size=4)
+    loss = y.sum() + (states[0].sum() - states[1].sum() if final else 0)
+    before = dict(chunked_bwd.LOCAL_RUNS)
+    if fails:
+        with pytest.warns(RuntimeWarning, match="Gluon local pass"):
+            loss.backward()
+    else:
+        loss.backward()
+    ran, whole_final, rest = want
+    assert chunked_bwd.local_runs_since(before) == ({ran: 1} if ran else {})
+    tried = [(True, 1, whole_final)] if whole_final is not None else []
+    assert launches == tried if ran != "gluon" else launches == [(False, extra["NSPLIT"], False)]
+    assert after == rest
