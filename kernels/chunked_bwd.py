@@ -33,7 +33,8 @@ launches, each exact (``emulation.chunk_parallel_backward`` is the float64 state
 ``dk`` and ``dq`` are summed over the heads of a group with atomics, as in the sequential kernel.
 
 Where the work items fill the GPU unsplit (one split: at B = 4 and up at 2.7b shapes), the carry and the corrections
-would only add work. There the Gluon local pass walks each sequence whole instead (``WHOLE``, the default): a work
+would only add work. There, and where walking whole costs less than splitting with its carry and corrections (B =
+3), the Gluon local pass walks each sequence whole instead (``WHOLE``, the default): a work
 item takes its sequence's chunks from the last, with the adjoints carried across them from the final-state gradient,
 so its gradients are whole and nothing runs after it (B = 4, L = 8192: backward 45.7 ms against the sequential
 kernel's 50.0, peak 1.18x SSD's against 1.92x; docs/bench/whole-2026-11-28). Where the Gluon pass cannot run, the
@@ -107,9 +108,9 @@ from . import fused_recurrent as fr
 # each sequence whole with the adjoints carried across its chunks, and no carry or corrections follow (0: as before,
 # the sequential kernel where the split count was chosen, the local pass, carry and corrections where NSPLIT 1 was
 # given). B = 4, L = 8192, bf16: forward + backward 54.53 ms against 58.78, peak 1.18x SSD's against 1.92x; at L =
-# 2048 13.33 against 14.61; at 16384 117.72 against 118.91; forced where two splits would run, it loses at B = 2
-# (30.45 against 28.82) and ties at B = 3 (42.59 against 43.57), so only one split takes it
-# (docs/bench/whole-2026-11-28)
+# 2048 13.33 against 14.61; at 16384 117.72 against 118.91; forced where 16 splits run, it loses at B = 2 (30.45
+# against 28.82) and wins at B = 3 (42.59 against 43.57), so _splits counts it as a candidate against the splits plus
+# their carry and corrections (CORRECTIONS) (docs/bench/whole-2026-11-28)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
@@ -147,6 +148,9 @@ GLUON_LOCAL_FAILED: str | None = None
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: split where one split gives fewer than this many waves of eight one-warp programs per SM
+# the carry and the corrections after a split local pass, as a share of its chunk walks: 1.32 ms after 11.12 at B = 1,
+# L = 8192, bf16 (docs/bench/whole-2026-11-28, call 2), what whole walks save (_splits)
+CORRECTIONS = 0.12
 
 
 @triton.jit
@@ -369,16 +373,20 @@ def palimpsa_bwd_correct_kernel(
         b_run = tl.exp(tl.sum(b_g, 0)) * b_run + tl.sum(tl.exp(b_rest) * b_add, 0)
 
 
-def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device) -> int:
+def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device, whole: bool = False) -> int:
     """``NSPLIT``: the config's, or (0) on a GPU the one that costs the fewest chunk walks a program.
 
     ``per_split`` work items come with each split. The least split count that gives ``WAVES`` waves of eight
-    programs per SM decides whether to split at all (1: the sequential kernel runs). From there, each candidate (it,
-    its doublings, the chunks) is costed as rounds of work over the resident programs times the chunks an item
-    walks, and the cheapest wins, the fewer splits on a tie: at B = 1, L = 16384 NSPLIT 32 takes 39 rounds of one
-    chunk and NSPLIT 4 takes 5 of eight (40), 29.33 against 30.28 ms forward + backward; at L = 8192, 8 an SM, every
-    candidate costs 20 and 4 stays (docs/bench/gluon-auto-2026-11-28, call 13). On the CPU (the interpreter) the
-    least split count stands."""
+    programs per SM decides whether to split at all (1: the sequential kernel runs, or the Gluon pass's whole walks).
+    From there, each candidate (it, its doublings, the chunks) is costed as rounds of work over the resident programs
+    times the chunks an item walks, and the cheapest wins, the fewer splits on a tie: at B = 1, L = 16384 NSPLIT 32
+    takes 39 rounds of one chunk and NSPLIT 4 takes 5 of eight (40), 29.33 against 30.28 ms forward + backward; at
+    L = 8192, 8 an SM, every candidate costs 20 and 4 stays (docs/bench/gluon-auto-2026-11-28, call 13). ``whole``
+    (the Gluon pass can walk whole sequences, ``WHOLE``): one split is a candidate too, against the others' cost
+    plus their carry and corrections (``CORRECTIONS`` of the chunk walks they follow, as the program would walk them
+    in perfect rounds): at B = 3, L = 8192 whole walks cost 64 against 16 splits' 59 + 7.0, 42.59 ms against 43.57; at
+    B = 2 48 against 39 + 4.7, 30.45 ms against 28.82 (docs/bench/whole-2026-11-28, call 3). On the CPU (the
+    interpreter) the least split count stands."""
     if config.get("NSPLIT", 0):
         return max(1, min(int(config["NSPLIT"]), max_chunks))
     sms = _sms(device)
@@ -386,11 +394,13 @@ def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device)
     if least == 1 or device.type != "cuda":
         return least
     resident = _per_sm(config) * sms
-    candidates, n = {least, max_chunks}, least
+    candidates, n = {least, max_chunks} | ({1} if whole else set()), least
+    corrections = CORRECTIONS * per_split * max_chunks / resident if whole else 0.0
     while n * 2 < max_chunks:
         n *= 2
         candidates.add(n)
-    return min(candidates, key=lambda n: (triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n), n))
+    return min(candidates, key=lambda n: (triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n)
+                                          + (corrections if n > 1 else 0.0), n))
 
 
 def _sms(device: torch.device) -> int:
@@ -606,12 +616,13 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         raise ValueError(f"bwd_config LOCAL is 'auto', 'triton' or 'gluon', not {config['LOCAL']!r}")
     preset = occupancy_preset()  # read (and a bad value refused) on every call
     per_split = n_blocks_v * n_states * heads
-    nsplit = _splits(config, per_split, max_chunks, device)
     raw = (dy, dm_t, di_t, du)
     use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
     gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
     # WHOLE: with one split, the Gluon pass walks each sequence whole, carrying the adjoints across its chunks
-    whole = nsplit == 1 and bool(config["WHOLE"]) and gluon_local is not None
+    can_whole = bool(config["WHOLE"]) and gluon_local is not None
+    nsplit = _splits(config, per_split, max_chunks, device, can_whole)
+    whole = nsplit == 1 and can_whole
     if nsplit == 1 and not config.get("NSPLIT") and not whole:
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
         # the corrections to the sequential kernel's work
@@ -626,7 +637,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
                 <= _program_time(config, per_split, max_chunks, device)):
             config = trial
         config["PROGRAMS_PER_SM"] = int(config["LOCAL_PROGRAMS_PER_SM"]) or triton_per_sm
-        nsplit = _splits(config, per_split, max_chunks, device)  # splitting still (the same least count)
+        if not whole:  # splitting still (the same least count)
+            nsplit = _splits(config, per_split, max_chunks, device)
     n_work = nsplit * n_blocks_v * n_states * heads
     programs = _programs(config, n_work, device)
     scratch = (programs * fr.slab_states(chunk_size, block_size, from_checkpoint=True), sizes["BV"], state_size)

@@ -16,6 +16,10 @@ scratch; docs/kernels.md).
     PALIMPSA_GLUON_LOCAL_PROGRAMS=12 python scripts/bench_train.py --upgraded 64 --seq-lens 8192 --tf32
     python scripts/bench_train.py --d-model 768 --n-layer 24 --upgraded 4 --seq-lens 2048   # a quick look
     python scripts/bench_train.py --upgraded 8 --seq-lens 8192 --tf32 --profile 25   # where a step's time goes
+    python scripts/bench_train.py --upgraded 64 --seq-lens 8192 --tf32 --documents 4   # packed, as the trainer packs
+
+``--documents N`` packs N documents of equal length into each row, with ``cu_seqlens`` marking them, as the trainer
+packs its data by default (every model starts a fresh state at each); 1 (the default) is one document a row.
 
 ``--profile N`` runs one more step of each model under torch.profiler after its timed steps and prints the N GPU
 kernels that took the most time in it (ms per step, calls, share of the step's kernel time), and the sums over the
@@ -76,17 +80,27 @@ def prepare(model: PalimpsaForCausalLM, layers: list[int], keep_scan_outputs: bo
     return torch.optim.AdamW(trained, lr=1e-5)
 
 
+def packed(seq_len: int, documents: int, device: str = "cuda") -> torch.Tensor | None:
+    """``cu_seqlens`` of one row of ``seq_len`` tokens holding ``documents`` documents of equal length (the last
+    takes the remainder); None for one document."""
+    if documents <= 1:
+        return None
+    bounds = [seq_len * i // documents for i in range(documents)] + [seq_len]
+    return torch.tensor(bounds, dtype=torch.int32, device=device)
+
+
 def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int,
-            keep_scan_outputs: bool = True, profile_top: int = 0) -> dict:
+            keep_scan_outputs: bool = True, profile_top: int = 0, documents: int = 1) -> dict:
     optimizer = prepare(model, layers, keep_scan_outputs)
     ids = torch.randint(0, model.config.vocab_size, (1, seq_len), device="cuda")
+    cu_seqlens = packed(seq_len, documents)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     times = []
     for index in range(warmup + steps):
         start = time.perf_counter()
-        loss = model(ids, labels=ids).loss
+        loss = model(ids, labels=ids, cu_seqlens=cu_seqlens).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -99,7 +113,7 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
               "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
               "peak_extra_gib": (torch.cuda.max_memory_allocated() - base) / 2**30, "loss": loss.item()}
     if profile_top:
-        result["profile"] = profile_step(model, ids, optimizer, profile_top)
+        result["profile"] = profile_step(model, ids, optimizer, profile_top, cu_seqlens)
     return result
 
 
@@ -115,14 +129,15 @@ def kernel_family(name: str) -> str:
     return "other"
 
 
-def profile_step(model: PalimpsaForCausalLM, ids: torch.Tensor, optimizer, top: int) -> dict:
+def profile_step(model: PalimpsaForCausalLM, ids: torch.Tensor, optimizer, top: int,
+                 cu_seqlens: torch.Tensor | None = None) -> dict:
     """One training step under torch.profiler: the ``top`` GPU kernels by total time and the families' sums, in ms
     per step."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        loss = model(ids, labels=ids).loss
+        loss = model(ids, labels=ids, cu_seqlens=cu_seqlens).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -203,9 +218,14 @@ def main() -> None:
                         help="tokens per backward scratch state (default %(default)s)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after each model's timed steps, profile one more and print its N slowest GPU kernels")
+    parser.add_argument("--documents", type=int, default=1, metavar="N",
+                        help="documents packed into each row with cu_seqlens, as the trainer packs (default "
+                             "%(default)s: one document a row)")
     args = parser.parse_args()
     if args.profile < 0:
         parser.error(f"--profile {args.profile}: give the number of kernels to list, e.g. 25")
+    if args.documents < 1 or any(int(n) < args.documents for n in args.seq_lens.split(",")):
+        parser.error(f"--documents {args.documents}: give at least 1, and at most the shortest of --seq-lens")
     if not torch.cuda.is_available():
         raise SystemExit("bench_train.py needs a CUDA GPU")
     fused_recurrent.CHUNK_SIZE, fused_recurrent.BLOCK_SIZE = args.chunk_size, args.block_size
@@ -255,7 +275,7 @@ def main() -> None:
             model = build(config, "cuda", torch.bfloat16)
             try:
                 result[label] = measure(model, layers, seq_len, args.steps, args.warmup, keep_scan_outputs=keep,
-                                        profile_top=args.profile)
+                                        profile_top=args.profile, documents=args.documents)
                 if "profile" in result[label]:
                     print_profile(label, seq_len, result[label]["profile"])
             except torch.cuda.OutOfMemoryError as error:
@@ -272,8 +292,9 @@ def main() -> None:
             result["full_recompute_memory_ratio"] = full["peak_gib"] / result["plain"]["peak_gib"]
         rows.append(result)
     device = torch.cuda.get_device_name()
+    rows_note = f"{args.documents} documents packed a row" if args.documents > 1 else "one document a row"
     print(f"\nfine-tuning, {args.n_layer} layers x d_model {args.d_model}, layers {layers} trained "
-          f"(upgraded in the second model), bf16, activation checkpointing, {device}")
+          f"(upgraded in the second model), bf16, activation checkpointing, {rows_note}, {device}")
     print(f"{'L':>6} {'plain tok/s':>12} {'upgr tok/s':>11} {'ratio':>6} {'plain GiB':>10} {'upgr GiB':>9} "
           f"{'ratio':>6}")
     for row in rows:
@@ -303,6 +324,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"device": device, "date": time.strftime("%Y-%m-%d"), "layers": layers, "scan": scan,
+                       "documents_per_row": args.documents,
                        "fused_mamba2_check": fused_check, "rows": rows}, handle, indent=2)
 
 

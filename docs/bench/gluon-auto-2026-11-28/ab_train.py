@@ -10,7 +10,9 @@ repository root: ``python3 docs/bench/gluon-auto-2026-11-28/ab_train.py --upgrad
 
 ``--arm NAME=KEY=VAL:KEY=VAL`` (repeatable; added for call 14) replaces the Triton and Gluon arms with upgraded-model
 arms of those ``CHUNKED_CONFIG`` settings (``NAME=`` alone: the shipped config), each also reporting its peak
-memory; the per-round line then compares every arm with the first."""
+memory; the per-round line then compares every arm with the first. ``--documents N`` (added by
+docs/bench/whole-2026-11-28) packs N documents of equal length into the row with ``cu_seqlens``, as the trainer
+packs its data (bench_train.py's ``packed``; 1, the default, is one document)."""
 
 import argparse
 import os
@@ -21,7 +23,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
-from bench_train import build, prepare  # noqa: E402
+from bench_train import build, packed, prepare  # noqa: E402
 from palimpsa.kernels import chunked_bwd  # noqa: E402
 from palimpsa.upgrade import PalimpsaConfig  # noqa: E402
 from palimpsa.upgrade.convert.surgery import spread_layers  # noqa: E402
@@ -35,6 +37,7 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--l2pf", type=int, default=chunked_bwd.CHUNKED_CONFIG["L2PF"])
     parser.add_argument("--arm", action="append", default=[], metavar="NAME=KEY=VAL:KEY=VAL")
+    parser.add_argument("--documents", type=int, default=1)
     args = parser.parse_args()
     torch.set_float32_matmul_precision("high")
     layers = spread_layers(args.upgraded, 64)
@@ -43,6 +46,7 @@ def main():
     upgraded = build(PalimpsaConfig(**shape, upgraded_layers=layers), "cuda", torch.bfloat16)
     optimizers = {id(plain): prepare(plain, layers), id(upgraded): prepare(upgraded, layers)}
     ids = torch.randint(0, 50288, (1, args.seq_len), device="cuda")
+    cu_seqlens = packed(args.seq_len, args.documents)
     shipped = dict(chunked_bwd.CHUNKED_CONFIG)
     arms = {"plain": (plain, {}), "triton": (upgraded, {"LOCAL": "triton"}),
             "gluon": (upgraded, {"LOCAL": "auto", "L2PF": args.l2pf})}
@@ -57,7 +61,7 @@ def main():
         optimizer = optimizers[id(model)]
         torch.cuda.synchronize()
         start = time.perf_counter()
-        model(ids, labels=ids).loss.backward()
+        model(ids, labels=ids, cu_seqlens=cu_seqlens).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
@@ -87,7 +91,8 @@ def main():
     tokens = args.seq_len
     med = {arm: statistics.median(t for r in times[arm] for t in r) for arm in arms}
     arms_note = f"arms {', '.join(args.arm)}" if args.arm else f"L2PF {args.l2pf} in the gluon arm"
-    print(f"\n{args.upgraded} of 64 layers upgraded, L = {args.seq_len}, {args.rounds} rounds of {args.steps} steps "
+    print(f"\n{args.upgraded} of 64 layers upgraded, L = {args.seq_len} ({args.documents} documents), {args.rounds} "
+          f"rounds of {args.steps} steps "
           f"({arms_note}), {torch.cuda.get_device_name()}")
     for arm in arms:
         print(f"  {arm:6s} median step {med[arm]:7.1f} ms  {tokens / med[arm] * 1e3:8,.0f} tok/s  "

@@ -1,5 +1,6 @@
-# Third call (same machine): where the sequences split in two (B = 2 and 3 at 2.7b shapes), the split (the default:
-# local pass, carry, corrections) against whole walks forced by NSPLIT=1 (fewer, longer work items, nothing after).
+# Third call (same machine): where the sequences split (B = 2 and 3 at 2.7b shapes; 2 splits at L = 2048, 16 at 8192 and
+# 16 at 16384), the split (then the default: local pass, carry, corrections) against whole walks forced by NSPLIT=1
+# (fewer, longer work items, nothing after).
 # Run from the repository root with .bench_deps beside it: OUT=dir bash docs/bench/whole-2026-11-28/run3.sh
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
 left=$(( 585 - ($(date +%s) - start) ))
