@@ -110,13 +110,16 @@ from . import fused_recurrent as fr
 # given). B = 4, L = 8192, bf16: forward + backward 54.53 ms against 58.78, peak 1.18x SSD's against 1.92x; at L =
 # 2048 13.33 against 14.61; at 16384 117.72 against 118.91; forced where 16 splits run, it loses at B = 2 (30.45
 # against 28.82) and wins at B = 3 (42.59 against 43.57), so _splits counts it as a candidate against the splits plus
-# their carry and corrections (CORRECTIONS) (docs/bench/whole-2026-11-28)
+# their carry and corrections (CORRECTIONS) (docs/bench/whole-2026-11-28); SPLIT 0: never split, whole walks where the
+# Gluon pass can run and the sequential kernel elsewhere (what "auto" asks for float32 inputs at full precision,
+# fused_recurrent.whole_by_default: B = 1, L = 8192 19.22 ms against the sequential kernel's 22.30 and the split's
+# 28.17 with IEEE corrections; call 6)
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
                   "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0, "LOCAL_PROGRAMS_PER_SM": 0, "WALK_RESCALE": 0,
-                  "WIDEN": 1, "WHOLE": 1}
+                  "WIDEN": 1, "WHOLE": 1, "SPLIT": 1}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
@@ -621,9 +624,10 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
     # WHOLE: with one split, the Gluon pass walks each sequence whole, carrying the adjoints across its chunks
     can_whole = bool(config["WHOLE"]) and gluon_local is not None
-    nsplit = _splits(config, per_split, max_chunks, device, can_whole)
+    split = bool(config["SPLIT"])  # SPLIT 0: whole walks or the sequential kernel, never a split
+    nsplit = _splits(config, per_split, max_chunks, device, can_whole) if split else 1
     whole = nsplit == 1 and can_whole
-    if nsplit == 1 and not config.get("NSPLIT") and not whole:
+    if nsplit == 1 and not whole and (not config.get("NSPLIT") or not split):
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
         # the corrections to the sequential kernel's work
         return _sequential(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, raw, n_states, chunk_size,

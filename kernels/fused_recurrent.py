@@ -72,7 +72,8 @@ FP_FUSION = {"enable_fp_fusion": True}
 RESCALE_TAU = tl.constexpr(20.0)
 # The backward where no bwd_config is given: "sequential" (this module's kernel), "chunked" (chunked_bwd.py's
 # chunk-parallel one) or "auto" (the default: chunked on CUDA where its corrections run in TF32, see
-# chunked_by_default; chunked_bwd itself runs the sequential kernel where the grid needs no split)
+# chunked_by_default; chunked_bwd itself walks whole sequences in its Gluon pass, or runs the sequential kernel, where
+# the grid needs no split; for float32 at full precision chunked without a split, whole_by_default)
 BACKWARD_ENV = "PALIMPSA_TRITON_BACKWARD"
 BACKWARDS = ("auto", "sequential", "chunked")
 # The forward where no fwd_config is given: "sequential" (palimpsa_fwd_kernel over whole sequences), "chunked"
@@ -1264,12 +1265,24 @@ def chunked_by_default(v: torch.Tensor) -> bool:
     16-bit inputs and for float32 ones under ``torch.set_float32_matmul_precision("high")`` (or "medium"). There it
     was the faster on an H100: 16.4 against 24.7 ms at B = 1, L = 8192, bf16; 0.46x against 0.39x the plain
     model's tokens/s with all 64 layers of a 2.7b model upgraded (docs/bench/chunked-bwd-h100-2026-11-24). Its
-    IEEE float32 corrections cost what the split saves (0.39x both ways), so full float32 precision keeps the
-    sequential kernel. The copy of this module beside a model's weights has no chunked_bwd.py: sequential there."""
+    IEEE float32 corrections cost what the split saves (0.39x both ways), so full float32 precision does not split
+    (:func:`whole_by_default`: whole walks, or the sequential kernel). The copy of this module beside a model's
+    weights has no chunked_bwd.py: sequential there."""
     if not v.is_cuda or not _chunked_available():
         return False
     return v.dtype in (torch.bfloat16, torch.float16) or (
         v.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest")
+
+
+def whole_by_default(v: torch.Tensor) -> bool:
+    """Whether ``auto``, where :func:`chunked_by_default` does not hold, asks the chunk-parallel backward for no
+    split (``SPLIT`` 0): on CUDA for float32 inputs at full-precision matrix products (the trainer's default). There
+    the split's IEEE corrections lose to the sequential kernel (B = 1, L = 8192: 28.17 ms forward + backward against
+    22.30), but the Gluon local pass walking each sequence whole needs no corrections and wins (19.22; at B = 4 55.78
+    against 60.94; docs/bench/whole-2026-11-28, call 6); where the Gluon pass cannot run, the sequential kernel runs as
+    before."""
+    return (v.is_cuda and v.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest"
+            and _chunked_available())
 
 
 def _chunked_forward_pays(v: torch.Tensor, cu_seqlens: torch.Tensor | None, chunk_size: int) -> bool:
@@ -1594,6 +1607,8 @@ def fused_recurrent_palimpsa_scan(
         raise ValueError(f"{BACKWARD_ENV} must be one of {', '.join(BACKWARDS)}, got {backward!r}")
     if bwd_config is None and (backward == "chunked" or (backward == "auto" and chunked_by_default(v))):
         bwd_config = {"kernel": "chunked"}
+    elif bwd_config is None and backward == "auto" and whole_by_default(v):
+        bwd_config = {"kernel": "chunked", "SPLIT": 0}
     if bwd_config is None or (v.shape[1] == 1 and bwd_config.get("kernel") == "gluon"):
         bwd_config = _backward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
     if chunk_size % block_size or block_size % 2:

@@ -461,11 +461,16 @@ def main() -> int:
                         help="feed our scan float32 v, k, q, beta (as an upgraded layer does in fine-tuning), with "
                              "TF32 matrix products as bench_train.py --tf32 sets them; SSD keeps bf16, and so does "
                              "the decoding-step benchmark")
+    parser.add_argument("--full-precision", action="store_true",
+                        help="with --float32: float32 matrix products at full precision instead of TF32, as the "
+                             "trainer runs by default (train.tf32 false) and bench_train.py without --tf32")
     args = parser.parse_args()
+    if args.full_precision and not args.float32:
+        parser.error("--full-precision applies to --float32 inputs: add --float32")
     if args.float32:
         global OURS_DTYPE
         OURS_DTYPE = torch.float32
-        torch.set_float32_matmul_precision("high")
+        torch.set_float32_matmul_precision("highest" if args.full_precision else "high")
     if args.block_size < 2 or args.block_size % 2:
         parser.error(f"--block-size {args.block_size}: give an even number of tokens, e.g. 4 or 8")
     if args.chunk_size < 2 or args.chunk_size % args.block_size:
@@ -502,6 +507,7 @@ def main() -> int:
             "bwd_config": fused_recurrent.BWD_CONFIG,
             "bwd_config_b1": fused_recurrent._backward_config(1, HEADS, HEAD_DIM, torch.device("cuda")),
             "chunk_size": fused_recurrent.CHUNK_SIZE, "ours_dtype": str(OURS_DTYPE),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "block_size": fused_recurrent.BLOCK_SIZE}
     print(f"{info['device']} ({info['date']}), torch {info['torch']}, triton {info['triton']}; {note}")
     print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s; SM clock {clock:.3f} GHz ({clock_source})")
@@ -532,7 +538,8 @@ def write_json(path: str | None, result: dict) -> None:
 def print_tables(result: dict, with_ssd: bool, with_step: bool, backends=("triton",)) -> None:
     """The side-by-side scan table (one line per backend and shape) and the decoding-step table."""
     base = "SSD" if with_ssd else "beta=None"
-    ours = "bf16" if OURS_DTYPE == torch.bfloat16 else "ours float32 (TF32 products), SSD bf16"
+    products = "TF32" if torch.get_float32_matmul_precision() != "highest" else "full-precision"
+    ours = "bf16" if OURS_DTYPE == torch.bfloat16 else f"ours float32 ({products} products), SSD bf16"
     print(f"\n{ours}, H={HEADS} P={HEAD_DIM} N={STATE} G=1; ms are do_bench medians; memory is peak extra GiB "
           f"(fwd+bwd); x = ours / {base}; floor% = floor / ours (fwd: 1 MUFU per element-token; bwd = f+b - fwd: "
           f"{BWD_INSTRUCTIONS} instructions per element-token); gluon = Gluon forward + Triton backward, "

@@ -8,7 +8,8 @@ sequence length, and the ratios. Targets (docs/kernels.md): with 8 of 64 layers 
 model's tokens/s and <= 1.2x its peak memory; with all 64 >= 0.70x and <= 1.6x. Both models use the same Mamba2
 path for their plain layers; the Palimpsa layers use palimpsa_scan's "auto" backend (Triton on CUDA), or the one
 that PALIMPSA_SCAN_BACKEND names. The layers feed the scan float32 inputs, so PALIMPSA_TRITON_BACKWARD's default
-(auto) takes the chunk-parallel backward under ``--tf32`` and the sequential one without it.
+(auto) takes the chunk-parallel backward under ``--tf32`` and without it the Gluon local pass walking whole
+sequences (the sequential kernel where that pass cannot run).
 PALIMPSA_GLUON_LOCAL_PROGRAMS=12 runs that backward's Gluon local pass as 12 programs an SM (opt-in: faster, more
 scratch; docs/kernels.md).
 
@@ -244,6 +245,8 @@ def main() -> None:
         scan_input = torch.empty(0, device="cuda", dtype=torch.float32)
         if chosen == "chunked" or (chosen == "auto" and fused_recurrent.chunked_by_default(scan_input)):
             backend += " (chunk-parallel Triton backward)"
+        elif chosen == "auto" and fused_recurrent.whole_by_default(scan_input):
+            backend += " (Triton backward without splits: the Gluon pass's whole walks where it runs)"
     # the forward the dispatch takes for the float32 inputs the layers give the scan at B = 1 (the first length)
     first = int(args.seq_lens.split(",")[0])
     scan_input = torch.empty(1, device="cuda", dtype=torch.float32).expand(1, first, probe.nheads, probe.headdim)

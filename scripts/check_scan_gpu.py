@@ -175,8 +175,9 @@ def main() -> int:
                                                                  "triton-sequential"),
                         help="the path to check: the Triton kernels, the Gluon forward with the Triton backward, or "
                              "the Gluon forward and backward (PALIMPSA_GLUON_BACKWARD=1); triton: the Triton path as "
-                             "dispatched (the chunk-parallel backward for bf16 inputs, the sequential one for float32 "
-                             "at full precision), triton-chunked / triton-sequential: that backward everywhere")
+                             "dispatched (the chunk-parallel backward for bf16 inputs; for float32 at full precision "
+                             "no split: the Gluon pass's whole walks where it runs, else the sequential kernel), "
+                             "triton-chunked / triton-sequential: that backward everywhere")
     parser.add_argument("--forward", choices=fused_recurrent.FORWARDS, default=None,
                         help="the Triton forward (PALIMPSA_TRITON_FORWARD): auto (chunk-parallel where the GPU would "
                              "otherwise be short of programs), sequential, or chunked everywhere")

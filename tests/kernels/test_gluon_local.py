@@ -530,6 +530,11 @@ class _Recorder:
     # and the corrections; none asked for: the sequential kernel)
     (2, {"NSPLIT": 1}, True, True, ("triton", True, ["carry", "correct"])),
     (16, {}, True, True, (None, True, [])),
+    # SPLIT 0 (what auto asks for float32 at full precision): whole walks where a split would run, else the
+    # sequential kernel (WHOLE off, or a failed launch), never a split
+    (2, {"SPLIT": 0}, True, False, ("gluon-whole", True, [])),
+    (2, {"SPLIT": 0, "WHOLE": 0}, True, False, (None, None, [])),
+    (2, {"SPLIT": 0}, False, True, (None, False, [])),
 ])
 def test_where_nothing_splits_the_gluon_pass_walks_whole_sequences(monkeypatch, heads, extra, final, fails, want):
     """``WHOLE`` (the default): where the backward runs one split, the Gluon pass walks every sequence from its end
@@ -567,3 +572,41 @@ def test_where_nothing_splits_the_gluon_pass_walks_whole_sequences(monkeypatch, 
     tried = [(True, 1, whole_final)] if whole_final is not None else []
     assert launches == tried if ran != "gluon" else launches == [(False, extra["NSPLIT"], False)]
     assert after == rest
+
+
+def test_auto_asks_float32_at_full_precision_for_whole_walks(monkeypatch):
+    """``fused_recurrent.whole_by_default``: on CUDA, float32 inputs at full-precision matrix products (where the
+    split's IEEE corrections lose to the sequential kernel) take the chunk-parallel backward without a split; not
+    16-bit or float64 inputs, not under TF32 (the split runs there), not on the CPU; and under ``auto`` the scan then
+    runs the Gluon pass's whole walks where it can (here: ``unsupported`` made to find nothing, the launch recorded)."""
+    from types import SimpleNamespace
+
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert fused_recurrent.whole_by_default(SimpleNamespace(is_cuda=True, dtype=torch.float32))
+        for dtype in (torch.bfloat16, torch.float16, torch.float64):
+            assert not fused_recurrent.whole_by_default(SimpleNamespace(is_cuda=True, dtype=dtype)), dtype
+        assert not fused_recurrent.whole_by_default(SimpleNamespace(is_cuda=False, dtype=torch.float32))
+        torch.set_float32_matmul_precision("high")
+        assert not fused_recurrent.whole_by_default(SimpleNamespace(is_cuda=True, dtype=torch.float32))
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    if os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available():
+        return
+    launches = []
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
+    monkeypatch.setattr(gluon_local, "launch", lambda *args, whole=False, nsplit, **kwargs: launches.append(
+        (whole, nsplit)))
+    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
+    monkeypatch.setattr(fused_recurrent, "chunked_by_default", lambda v: False)
+    monkeypatch.setattr(fused_recurrent, "whole_by_default", lambda v: True)
+    monkeypatch.delenv(fused_recurrent.BACKWARD_ENV, raising=False)
+    inputs = make_inputs(1, 20, 2, 1, 8, 128, requires_grad=True, device="cpu")
+    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
+        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1}, chunk_size=8, block_size=4)
+    before = dict(chunked_bwd.LOCAL_RUNS)
+    y.sum().backward()
+    assert launches == [(True, 1)]
+    assert chunked_bwd.local_runs_since(before) == {"gluon-whole": 1}

@@ -12,7 +12,8 @@ repository root: ``python3 docs/bench/gluon-auto-2026-11-28/ab_train.py --upgrad
 arms of those ``CHUNKED_CONFIG`` settings (``NAME=`` alone: the shipped config), each also reporting its peak
 memory; the per-round line then compares every arm with the first. ``--documents N`` (added by
 docs/bench/whole-2026-11-28) packs N documents of equal length into the row with ``cu_seqlens``, as the trainer
-packs its data (bench_train.py's ``packed``; 1, the default, is one document)."""
+packs its data (bench_train.py's ``packed``; 1, the default, is one document); ``--full-precision`` (also added
+there) runs float32 matrix products at full precision, the trainer's default, instead of TF32."""
 
 import argparse
 import os
@@ -38,8 +39,10 @@ def main():
     parser.add_argument("--l2pf", type=int, default=chunked_bwd.CHUNKED_CONFIG["L2PF"])
     parser.add_argument("--arm", action="append", default=[], metavar="NAME=KEY=VAL:KEY=VAL")
     parser.add_argument("--documents", type=int, default=1)
+    parser.add_argument("--full-precision", action="store_true",
+                        help="float32 matrix products at full precision (the trainer's default) instead of TF32")
     args = parser.parse_args()
-    torch.set_float32_matmul_precision("high")
+    torch.set_float32_matmul_precision("highest" if args.full_precision else "high")
     layers = spread_layers(args.upgraded, 64)
     shape = dict(d_model=2560, n_layer=64, vocab_size=50288, beta_init=1e-3)
     plain = build(PalimpsaConfig(**shape, upgraded_layers=[]), "cuda", torch.bfloat16)
@@ -91,7 +94,8 @@ def main():
     tokens = args.seq_len
     med = {arm: statistics.median(t for r in times[arm] for t in r) for arm in arms}
     arms_note = f"arms {', '.join(args.arm)}" if args.arm else f"L2PF {args.l2pf} in the gluon arm"
-    print(f"\n{args.upgraded} of 64 layers upgraded, L = {args.seq_len} ({args.documents} documents), {args.rounds} "
+    print(f"\n{args.upgraded} of 64 layers upgraded, L = {args.seq_len} ({args.documents} documents, float32 products "
+          f"{torch.get_float32_matmul_precision()}), {args.rounds} "
           f"rounds of {args.steps} steps "
           f"({arms_note}), {torch.cuda.get_device_name()}")
     for arm in arms:
