@@ -33,6 +33,16 @@ TINY_RANDOM_NAME = "tiny-random-mamba2"
 TINY = {"d_model": 64, "n_layer": 4, "vocab_size": 257, "pad_vocab_size_multiple": 16, "d_state": 16, "headdim": 16}
 
 SMALL = {"d_model": 32, "n_layer": 3, "vocab_size": 101}
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 SMALL_SSM = {"layer": "Mamba2", "d_state": 8, "headdim": 8, "expand": 2, "ngroups": 1}
 
 

@@ -3,24 +3,16 @@ a document count that cannot pack (the benchmark itself needs a GPU)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
-from checkpoints import ROOT
+from checkpoints import ROOT, load_script
 
 SCRIPT = ROOT / "scripts" / "bench_train.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("bench_train", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_row_packs_documents_of_equal_length_the_last_taking_the_remainder():
-    packed = _module().packed
+    packed = load_script("bench_train").packed
     assert packed(8192, 1, "cpu") is None
     assert packed(8192, 4, "cpu").tolist() == [0, 2048, 4096, 6144, 8192]
     bounds = packed(10, 3, "cpu")

@@ -200,16 +200,12 @@ def test_chunk_parallel_forward_matches_naive_at_any_chunk_size(length, groups, 
         assert_close(fi, i_s, F64_TOL, f"I at chunk {index}")
 
 
-@pytest.mark.parametrize("rescaled", [True, False])
-@pytest.mark.parametrize("decay_scale", [0.05, 2.4, 9.0])
-def test_the_gluon_local_pass_block_walks_rescaled_or_plainly_to_the_reference_gradients(rescaled, decay_scale):
-    """Pass B of the Gluon local pass over one 8-token block (``emulation.local_pass_block``: the kernel's walk in
-    ``(M, J)`` form, rescaled or plainly, and its reverse steps reading the kept states with their scales) gives the
-    reference scan's float64 gradients of the block's inputs and start state, for slow decays, decays whose block sums
-    near ``RESCALE_TAU`` and fast ones (which the kernel walks plainly, but whose algebra holds either way)."""
-    gen = torch.Generator().manual_seed(int(10 * decay_scale) + rescaled)
+def _one_head_case(seed: int, tokens: int, decay_scale: float, prior: float, p: int = 4, n: int = 8):
+    """Random float64 inputs of one head (log decays uniform in ``[-decay_scale, 0]``, initial states), an output
+    gradient and end-state gradients, and the leaves after the reference scan's backward of that loss: ``(inputs,
+    dy, dM_end, dI_end, leaves)``."""
+    gen = torch.Generator().manual_seed(seed)
     f64 = {"dtype": torch.float64}
-    tokens, p, n, prior = 8, 4, 8, 0.7
     x = {"v": torch.randn(1, tokens, 1, p, generator=gen, **f64),
          "k": torch.randn(1, tokens, 1, n, generator=gen, **f64),
          "q": torch.randn(1, tokens, 1, n, generator=gen, **f64),
@@ -223,6 +219,18 @@ def test_the_gluon_local_pass_block_walks_rescaled_or_plainly_to_the_reference_g
                                  importance_prior=prior, initial_state=(leaves["M0"], leaves["I0"]),
                                  output_final_state=True, backend="torch")
     ((y * dy).sum() + (m * dm_end).sum() + (i * di_end).sum()).backward()
+    return x, dy, dm_end, di_end, leaves
+
+
+@pytest.mark.parametrize("rescaled", [True, False])
+@pytest.mark.parametrize("decay_scale", [0.05, 2.4, 9.0])
+def test_the_gluon_local_pass_block_walks_rescaled_or_plainly_to_the_reference_gradients(rescaled, decay_scale):
+    """Pass B of the Gluon local pass over one 8-token block (``emulation.local_pass_block``: the kernel's walk in
+    ``(M, J)`` form, rescaled or plainly, and its reverse steps reading the kept states with their scales) gives the
+    reference scan's float64 gradients of the block's inputs and start state, for slow decays, decays whose block sums
+    near ``RESCALE_TAU`` and fast ones (which the kernel walks plainly, but whose algebra holds either way)."""
+    prior = 0.7
+    x, dy, dm_end, di_end, leaves = _one_head_case(int(10 * decay_scale) + rescaled, 8, decay_scale, prior)
     one = {name: t[0, :, 0] if name not in ("M0", "I0") else t[0, 0] for name, t in x.items()}
     grads, d_m0, d_i0 = emulation.local_pass_block(
         one["v"], one["k"], one["q"], one["log_decay"], one["beta"], one["M0"], one["I0"], prior, dy[0, :, 0],
@@ -238,22 +246,8 @@ def test_blocks_reversed_with_their_adjoints_carried_give_a_whole_sequences_grad
     as that block's end adjoints and the final-state gradient entering the last, give the reference scan's float64
     gradients of every input and of the initial states; chunk boundaries are block boundaries, so nothing else
     crosses them."""
-    gen = torch.Generator().manual_seed(5)
-    f64 = {"dtype": torch.float64}
-    tokens, block, p, n, prior = 24, 8, 4, 8, 0.7
-    x = {"v": torch.randn(1, tokens, 1, p, generator=gen, **f64),
-         "k": torch.randn(1, tokens, 1, n, generator=gen, **f64),
-         "q": torch.randn(1, tokens, 1, n, generator=gen, **f64),
-         "log_decay": -2.0 * torch.rand(1, tokens, 1, generator=gen, **f64),
-         "beta": 3 * torch.rand(1, tokens, 1, p, generator=gen, **f64),
-         "M0": torch.randn(1, 1, p, n, generator=gen, **f64), "I0": 0.5 + torch.rand(1, 1, p, n, generator=gen, **f64)}
-    dy = torch.randn(1, tokens, 1, p, generator=gen, **f64)
-    dm_final, di_final = torch.randn(1, 1, p, n, generator=gen, **f64), torch.randn(1, 1, p, n, generator=gen, **f64)
-    leaves = {name: t.clone().requires_grad_(True) for name, t in x.items()}
-    y, (m, i), _ = palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], leaves["beta"],
-                                 importance_prior=prior, initial_state=(leaves["M0"], leaves["I0"]),
-                                 output_final_state=True, backend="torch")
-    ((y * dy).sum() + (m * dm_final).sum() + (i * di_final).sum()).backward()
+    tokens, block, prior = 24, 8, 0.7
+    x, dy, dm_final, di_final, leaves = _one_head_case(5, tokens, 2.0, prior)
     one = {name: t[0, :, 0] for name, t in x.items() if name not in ("M0", "I0")}
     starts, state = [], (x["M0"][0, 0], x["I0"][0, 0])  # each block's true start state
     for b in range(0, tokens, block):

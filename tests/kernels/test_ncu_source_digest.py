@@ -5,20 +5,16 @@ waited, and a clear error for a file that is not such a CSV."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import subprocess
 import sys
 
-from checkpoints import ROOT
+from checkpoints import ROOT, load_script
 
 SCRIPT = ROOT / "scripts" / "ncu_source_digest.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("ncu_source_digest", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ncu_source_digest")
 
 
 def _write(path, rows):
