@@ -152,7 +152,8 @@ GLUON_LOCAL_FAILED: str | None = None
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: split where one split gives fewer than this many waves of eight one-warp programs per SM
 # the carry and the corrections after a split local pass, as a share of its chunk walks: 1.32 ms after 11.12 at B = 1,
-# L = 8192, bf16 (docs/bench/whole-2026-11-28, call 2), what whole walks save (_splits)
+# L = 8192, bf16 (docs/bench/whole-2026-11-28, call 2), what whole walks save (_splits); float32 inputs under TF32 pay
+# more (1.95 after 10.68, 0.18), so this errs toward splitting there
 CORRECTIONS = 0.12
 
 

@@ -43,6 +43,8 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
 SMALL_SSM = {"layer": "Mamba2", "d_state": 8, "headdim": 8, "expand": 2, "ngroups": 1}
 
 

@@ -241,11 +241,12 @@ def test_the_gluon_local_pass_block_walks_rescaled_or_plainly_to_the_reference_g
 
 
 def test_blocks_reversed_with_their_adjoints_carried_give_a_whole_sequences_gradients():
-    """The Gluon pass's whole walks (``WHOLE``): a sequence's blocks reversed from its last, each from its own start
-    state (``emulation.local_pass_block``), with the adjoints of each block's start carried into the block before it
-    as that block's end adjoints and the final-state gradient entering the last, give the reference scan's float64
-    gradients of every input and of the initial states; chunk boundaries are block boundaries, so nothing else
-    crosses them."""
+    """The algebra the Gluon pass's whole walks (``WHOLE``) rest on: a sequence's blocks reversed from its last, each
+    from its own start state (``emulation.local_pass_block``), with the adjoints of each block's start carried into
+    the block before it as that block's end adjoints and the final-state gradient entering the last, give the
+    reference scan's float64 gradients of every input and of the initial states (chunk boundaries are block
+    boundaries). The kernel's own carry of ``(ad, b_an)`` across chunks is checked on the GPU only
+    (docs/bench/whole-2026-11-28, call 1)."""
     tokens, block, prior = 24, 8, 0.7
     x, dy, dm_final, di_final, leaves = _one_head_case(5, tokens, 2.0, prior)
     one = {name: t[0, :, 0] for name, t in x.items() if name not in ("M0", "I0")}

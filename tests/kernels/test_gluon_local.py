@@ -602,6 +602,8 @@ def test_auto_asks_float32_at_full_precision_for_whole_walks(monkeypatch):
     monkeypatch.setattr(fused_recurrent, "chunked_by_default", lambda v: False)
     monkeypatch.setattr(fused_recurrent, "whole_by_default", lambda v: True)
     monkeypatch.delenv(fused_recurrent.BACKWARD_ENV, raising=False)
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV, raising=False)
     inputs = make_inputs(1, 20, 2, 1, 8, 128, requires_grad=True, device="cpu")
     y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
         inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,

@@ -204,9 +204,9 @@ class TrainSection(Section):
     grad_accum: int = Field(1, ge=1)
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     tf32: bool = Field(False, description="TF32 for float32 matrix products (torch.set_float32_matmul_precision "
-                                          "'high'); on a GPU it also lets the Palimpsa scan's backward take its "
-                                          "chunk-parallel form, which the layers' float32 scan inputs otherwise keep "
-                                          "sequential (docs/kernels.md)")
+                                          "'high'); on a GPU it also lets the Palimpsa scan's backward split the "
+                                          "sequences into chunks (and its forward run them in parallel), which the "
+                                          "layers' float32 scan inputs otherwise walk whole (docs/kernels.md)")
     seed: int = Seed
     log_every: int = Field(1, ge=1)
 
