@@ -620,8 +620,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         raise ValueError(f"bwd_config LOCAL is 'auto', 'triton' or 'gluon', not {config['LOCAL']!r}")
     preset = occupancy_preset()  # read (and a bad value refused) on every call
     per_split = n_blocks_v * n_states * heads
-    raw = (dy, dm_t, di_t, du)
-    use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
+    raw = (dy, dm_t, di_t, du)  # as they came in, for the sequential kernel and a retry
+    dy = dy.contiguous()  # the Gluon pass reads it 4 channels at a time: its alignment as launched
     gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
     # WHOLE: with one split, the Gluon pass walks each sequence whole, carrying the adjoints across its chunks
     can_whole = bool(config["WHOLE"]) and gluon_local is not None
@@ -633,6 +633,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         # the corrections to the sequential kernel's work
         return _sequential(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, raw, n_states, chunk_size,
                            block_size)
+    use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
     triton_per_sm = int(config["PROGRAMS_PER_SM"])
     if gluon_local is not None:
         trial = {**config, **{key: value for key, value in preset.items() if key not in bwd_config}}
