@@ -548,20 +548,28 @@ def _recompute_options(config: dict) -> dict:
     return {"GROUP": group, "GAUGE": bool(config["GAUGE"]), "RELOAD": bool(config.get("RELOAD", group == 4))}
 
 
-def _dot_precision(name: str, dtype: torch.dtype) -> str:
+def _dot_precision(name: str, dtype: torch.dtype, full: str = "ieee") -> str:
+    """``tl.dot``'s ``input_precision`` for ``DOT`` ``name``: as named, or for "auto" TF32 where the inputs are 16-bit
+    or PyTorch allows TF32 for float32 (its float32 matmul precision not "highest"), IEEE for float64, and ``full``
+    for float32 at full precision (IEEE here; the chunked forward passes its ``FULL_PRECISION_DOT``)."""
     if name != "auto":
         return name
-    if dtype == torch.float64 or (dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest"):
+    if dtype == torch.float64:
         return "ieee"
+    if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+        return full
     return "tf32"
 
 
 def _block_p(dot: str) -> int:
-    return 16 if dot == "ieee" else 32
+    """Channels a correction program (or a chunked forward's local program) takes: 16 for the products that need
+    more registers (IEEE's FMA form; tf32x3's three products, which spill at 32 channels and 4 warps under Triton
+    3.6 and 3.9), 32 with TF32."""
+    return 16 if dot in ("ieee", "tf32x3") else 32
 
 
 def _correct_warps(dot: str) -> int:
-    return 8 if dot == "ieee" else 4
+    return 8 if dot in ("ieee", "tf32x3") else 4
 
 
 def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chunk_size: int, on_gpu: bool) -> dict:

@@ -21,8 +21,9 @@ without walking their tokens one by one: three launches, each exact in exact ari
    writes the final state. At B = 1, L = 8192 and ``CT = 512`` that is 16 times the programs.
 
 The checkpoints are the sequential forward's to rounding (the matrix products sum in another order, in TF32 where
-PyTorch allows it; a float32 run under ``torch.set_float32_matmul_precision("highest")`` and float64 run IEEE
-products), so the backwards run on them unchanged. Every decay product is the exponential of a sum of log decays
+PyTorch allows it; a float32 run under ``torch.set_float32_matmul_precision("highest")`` in tf32x3, three TF32
+products with float32's error, ``FULL_PRECISION_DOT``; float64 in IEEE products), so the backwards run on them
+unchanged. Every decay product is the exponential of a sum of log decays
 over exactly the tokens it spans (a masked sum inside a sub-block, never a difference of two running sums).
 """
 
@@ -158,7 +159,7 @@ def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chu
     """The local pass's block sizes and precision (tl.dot wants every dimension >= 16 on a GPU; the interpreter takes
     any, which the tests use to split the channels)."""
     least = 16 if on_gpu else 1
-    dot = chunked_bwd._dot_precision(config["DOT"], dtype)
+    dot = chunked_bwd._dot_precision(config["DOT"], dtype, FULL_PRECISION_DOT)
     return {"BP": max(least, min(int(config["BP"]) or chunked_bwd._block_p(dot), triton.next_power_of_2(head_dim))),
             "local_warps": int(config["local_warps"]) or chunked_bwd._correct_warps(dot),
             "BK": max(least, triton.next_power_of_2(state_size)),
@@ -166,6 +167,14 @@ def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chu
             "BE": min(1024, triton.next_power_of_2(head_dim * state_size)), "DOT": dot}
 
 
+# DOT "auto"'s products for float32 inputs at full precision (PyTorch's float32 matmul precision "highest", the
+# trainer's default): tf32x3, three TF32 tensor-core products that carry about 22 bits of each operand, so the error is
+# float32's (the float64 checks of scripts/check_scan_gpu.py: 1.0e-7 to 6.5e-7 in every float32 case, tolerance 1e-5);
+# IEEE products run in the FMA form and made the chunked forward lose at B = 4. On an H200 at 2.7b shapes (forward,
+# ms, against the sequential forward that auto took before): B = 1, L = 8192 2.73 against 4.70; B = 2 5.25 against
+# 6.55; B = 3 7.90 against 11.14; B = 4 10.41 against 11.31 (docs/bench/tf32x3-2026-11-28, call 1). DOT "ieee" asks
+# for IEEE products
+FULL_PRECISION_DOT = "tf32x3"
 MAX_CHUNKS = 65535  # the chunk walk's grid runs over the chunks in its third dimension, which CUDA caps
 
 

@@ -77,8 +77,8 @@ RESCALE_TAU = tl.constexpr(20.0)
 BACKWARD_ENV = "PALIMPSA_TRITON_BACKWARD"
 BACKWARDS = ("auto", "sequential", "chunked")
 # The forward where no fwd_config is given: "sequential" (palimpsa_fwd_kernel over whole sequences), "chunked"
-# (chunked_fwd.py's chunk-parallel one) or "auto" (the default: chunked where the backward's rule takes the chunked
-# backward, chunked_by_default, and the sequential grid would leave the GPU short of programs, chunked_fwd.worth_it)
+# (chunked_fwd.py's chunk-parallel one) or "auto" (the default: chunked on CUDA for 16-bit and float32 inputs,
+# chunked_forward_by_default, where the sequential grid would leave the GPU short of programs, chunked_fwd.worth_it)
 FORWARD_ENV = "PALIMPSA_TRITON_FORWARD"
 FORWARDS = BACKWARDS
 
@@ -1240,11 +1240,12 @@ def _forward_config(n_states: int, heads: int, head_dim: int, device: torch.devi
 def default_forward_config(v: torch.Tensor, cu_seqlens: torch.Tensor | None, chunk_size: int,
                            forward: str = "auto") -> dict:
     """The forward's config where the caller gives none, as ``PALIMPSA_TRITON_FORWARD``'s value ``forward``
-    decides: ``{"kernel": "chunked"}`` (asked for, or under ``auto`` where :func:`chunked_by_default` holds and the
-    sequential grid leaves the GPU short, ``chunked_fwd.worth_it``; where it cannot run, chunked_fwd says so), else
-    the sequential forward's tiling (:func:`_forward_config`). A one-token call always walks sequentially."""
+    decides: ``{"kernel": "chunked"}`` (asked for, or under ``auto`` where :func:`chunked_forward_by_default` holds
+    and the sequential grid leaves the GPU short, ``chunked_fwd.worth_it``; where it cannot run, chunked_fwd says
+    so), else the sequential forward's tiling (:func:`_forward_config`). A one-token call always walks
+    sequentially."""
     if v.shape[1] > 1 and _chunked_available("chunked_fwd") and (
-            forward == "chunked" or (forward == "auto" and chunked_by_default(v) and _chunked_forward_pays(
+            forward == "chunked" or (forward == "auto" and chunked_forward_by_default(v) and _chunked_forward_pays(
                 v, cu_seqlens, chunk_size))):
         return {"kernel": "chunked"}
     return _forward_config(_n_states(v.shape[0], cu_seqlens), v.shape[2], v.shape[3], v.device)
@@ -1272,6 +1273,16 @@ def chunked_by_default(v: torch.Tensor) -> bool:
         return False
     return v.dtype in (torch.bfloat16, torch.float16) or (
         v.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest")
+
+
+def chunked_forward_by_default(v: torch.Tensor) -> bool:
+    """Whether ``auto`` may take the chunk-parallel forward (where it also pays, ``chunked_fwd.worth_it``): on CUDA
+    for 16-bit and float32 inputs. Its matrix products run in TF32 where :func:`chunked_by_default` holds and in
+    tf32x3 for float32 at full precision (``chunked_fwd.FULL_PRECISION_DOT``), with float32's error; there it beat
+    the sequential forward at B = 1 to 4 on an H200 (B = 1, L = 8192: 2.73 ms against 4.70; B = 4 10.41 against
+    11.31; docs/bench/tf32x3-2026-11-28), where IEEE products had lost at B = 4 (13.49 against 11.51). Until then
+    full precision took the sequential forward. float64 keeps it."""
+    return v.is_cuda and v.dtype in (torch.bfloat16, torch.float16, torch.float32)
 
 
 def whole_by_default(v: torch.Tensor) -> bool:

@@ -431,6 +431,12 @@ def test_corrections_use_tf32_only_where_the_inputs_or_pytorch_allow_it():
         assert chunked_bwd._dot_precision("auto", torch.float32) == "tf32"
         assert chunked_bwd._dot_precision("auto", torch.float64) == "ieee"
         assert chunked_bwd._dot_precision("tf32x3", torch.float32) == "tf32x3"
+        assert chunked_bwd._dot_precision("auto", torch.float32, "tf32x3") == "tf32"  # TF32 allowed
+        torch.set_float32_matmul_precision("highest")
+        # the chunked forward's full-precision products (chunked_fwd.FULL_PRECISION_DOT); float64 keeps IEEE
+        assert chunked_bwd._dot_precision("auto", torch.float32, "tf32x3") == "tf32x3"
+        assert chunked_bwd._dot_precision("auto", torch.float64, "tf32x3") == "ieee"
+        assert (chunked_bwd._block_p("tf32x3"), chunked_bwd._correct_warps("tf32x3")) == (16, 8)
     finally:
         torch.set_float32_matmul_precision(precision)
 

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -166,10 +167,43 @@ def test_auto_takes_it_where_the_sequential_grid_leaves_the_gpu_short(monkeypatc
     assert not chunked_fwd.worth_it(1, 80, 64, 8192, 512, 8, torch.device("cpu"))
 
 
+def test_auto_takes_it_for_16_bit_and_float32_inputs_with_tf32x3_products_at_full_precision(monkeypatch):
+    """Float32 inputs at PyTorch's full float32 precision (the trainer's default) take the chunked forward too, its
+    products in tf32x3 (``FULL_PRECISION_DOT``: 16 channels and 8 warps a local program, as IEEE's, which spill
+    with 32 and 4); with TF32 allowed, TF32; float64 keeps IEEE and the sequential forward; ``DOT`` "ieee" still
+    asks for IEEE products."""
+    monkeypatch.setattr(fused_recurrent, "_sm_count", lambda device: 132)
+    cuda = torch.device("cuda")
+
+    def tensor(dtype, is_cuda=True):
+        return SimpleNamespace(shape=(1, 8192, 80, 64), is_cuda=is_cuda, dtype=dtype, device=cuda)
+
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            assert fused_recurrent.chunked_forward_by_default(tensor(dtype)), dtype
+            assert fused_recurrent.default_forward_config(tensor(dtype), None, 512) == {"kernel": "chunked"}, dtype
+        assert not fused_recurrent.chunked_forward_by_default(tensor(torch.float64))
+        assert not fused_recurrent.chunked_forward_by_default(tensor(torch.float32, is_cuda=False))
+        assert fused_recurrent.default_forward_config(tensor(torch.float64), None, 512).get("kernel") != "chunked"
+        sizes = chunked_fwd._sizes(chunked_fwd.CHUNKED_FWD_CONFIG, torch.float32, 64, 128, 512, True)
+        assert (sizes["DOT"], sizes["BP"], sizes["local_warps"]) == ("tf32x3", 16, 8)
+        assert chunked_fwd._sizes(chunked_fwd.CHUNKED_FWD_CONFIG, torch.float64, 64, 128, 512, True)["DOT"] == "ieee"
+        assert chunked_fwd._sizes({**chunked_fwd.CHUNKED_FWD_CONFIG, "DOT": "ieee"}, torch.float32, 64, 128, 512,
+                                  True)["DOT"] == "ieee"
+        torch.set_float32_matmul_precision("high")
+        sizes = chunked_fwd._sizes(chunked_fwd.CHUNKED_FWD_CONFIG, torch.float32, 64, 128, 512, True)
+        assert (sizes["DOT"], sizes["BP"], sizes["local_warps"]) == ("tf32", 32, 4)
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
 def test_kernels_compile_for_sm90a_without_spills():
-    """The training launches (beta, 2.7b shapes; bf16 inputs with TF32 local products, float32 ones with IEEE
-    products) fit the registers without spilling (Triton 3.9: the local pass 176 / 240, the carry 56, the chunk walk
-    128 in one warp of eight channels, the sequential forward 121 in four warps of sixteen)."""
+    """The training launches (beta, 2.7b shapes; bf16 inputs with TF32 local products, float32 ones at PyTorch's
+    default full precision with tf32x3 products, ``FULL_PRECISION_DOT``) fit the registers without spilling (Triton
+    3.9: the local pass 176 / 166, the carry 56, the chunk walk 128 in one warp of eight channels, the sequential
+    forward 121 in four warps of sixteen)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("import json; from palimpsa.kernels import chunked_fwd as c; "
             "print(json.dumps({d: c.compile_kernels(dtype=d) for d in ('bf16', 'fp32')}))")

@@ -205,8 +205,9 @@ class TrainSection(Section):
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     tf32: bool = Field(False, description="TF32 for float32 matrix products (torch.set_float32_matmul_precision "
                                           "'high'); on a GPU it also lets the Palimpsa scan's backward split the "
-                                          "sequences into chunks (and its forward run them in parallel), which the "
-                                          "layers' float32 scan inputs otherwise walk whole (docs/kernels.md)")
+                                          "sequences into chunks, which the layers' float32 scan inputs otherwise "
+                                          "walk whole, and its chunk-parallel forward use TF32 instead of tf32x3 "
+                                          "products (docs/kernels.md)")
     seed: int = Seed
     log_every: int = Field(1, ge=1)
 
