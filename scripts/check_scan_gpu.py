@@ -8,10 +8,10 @@ weighted loss over all four outputs are compared by relative RMS error with:
 - the sequential reference (naive) in float64 for the short case.
 
 Inputs mix decays near 1 (``log_decay`` about -1e-4) and near 0 (about -9), with beta up to 10. Tolerances: 1e-5
-for float32 inputs (no TF32: the chunk-parallel backward's matrix products run in IEEE float32 at PyTorch's
-default float32 precision), 1e-2 for bfloat16 (whose corrections run in TF32). Prints a table and
-exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an error row (with
-the message, also in the JSON) and the other cases still run.
+for float32 inputs (no TF32: at PyTorch's default float32 precision the chunk-parallel forward's matrix products
+run in tf32x3 and the backward's corrections in IEEE float32), 1e-2 for bfloat16 (whose products run in TF32).
+Prints a table and exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an
+error row (with the message, also in the JSON) and the other cases still run.
 
     python scripts/check_scan_gpu.py [--backend triton|gluon|gluon-bwd] [--quick] [--json results.json]
 
@@ -33,7 +33,7 @@ import traceback
 
 import torch
 import triton
-from palimpsa.kernels import chunked_bwd, fused_recurrent, palimpsa_scan, scan
+from palimpsa.kernels import chunked_bwd, chunked_fwd, fused_recurrent, palimpsa_scan, scan
 from torch.utils.checkpoint import checkpoint
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
@@ -183,6 +183,9 @@ def main() -> int:
                              "otherwise be short of programs), sequential, or chunked everywhere")
     parser.add_argument("--chunked-config", default="", metavar="KEY=VALUE:...",
                         help="overrides of chunked_bwd.CHUNKED_CONFIG for the chunk-parallel backward, e.g. GROUP=4")
+    parser.add_argument("--forward-config", default="", metavar="KEY=VALUE:...",
+                        help="overrides of chunked_fwd.CHUNKED_FWD_CONFIG for the chunk-parallel forward, e.g. "
+                             "DOT=tf32x3 (with --forward chunked, or where auto takes it)")
     parser.add_argument("--without-uncertainty", action="store_true",
                         help="leave the uncertainty output out (so no uncertainty gradient): the Gluon local pass "
                              "(by default on Hopper; --chunked-config LOCAL=gluon asks for it) runs only then")
@@ -192,6 +195,10 @@ def main() -> int:
         from bench_scan import config_keys  # this script's folder
 
         chunked_bwd.CHUNKED_CONFIG.update(config_keys(args.chunked_config))
+    if args.forward_config:
+        from bench_scan import config_keys  # this script's folder
+
+        chunked_fwd.CHUNKED_FWD_CONFIG.update(config_keys(args.forward_config))
     if args.forward:
         os.environ[fused_recurrent.FORWARD_ENV] = args.forward
     if backend in ("triton-chunked", "triton-sequential"):  # the Triton forward with that backward everywhere
@@ -228,11 +235,13 @@ def main() -> int:
             rows.append((name, "error", args.backend, float("inf"), tol, False))
         local_runs[name] = chunked_bwd.local_runs_since(before)
         torch.cuda.empty_cache()
+    forward_dot = chunked_fwd._sizes(chunked_fwd.CHUNKED_FWD_CONFIG, f32, 64, 128, 512, True)["DOT"]
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
           f"{args.backend}, forward {os.environ.get(fused_recurrent.FORWARD_ENV) or 'auto'}, chunked "
-          f"{args.chunked_config or 'default'}{', without uncertainty' if args.without_uncertainty else ''}; "
-          "float32 cases without "
-          "TF32 (the chunk-parallel backward's products in IEEE float32)")
+          f"{args.chunked_config or 'default'}, chunked forward {args.forward_config or 'default'}"
+          f"{', without uncertainty' if args.without_uncertainty else ''}; float32 cases without TF32 (the chunked "
+          f"forward's products in {forward_dot}, the backward's corrections in "
+          f"{chunked_bwd._dot_precision(chunked_bwd.CHUNKED_CONFIG['DOT'], f32)})")
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:
         print(f"{case:44s} {label:11s} {ref:10s} {err:10.2e} {tol:7.0e}  {'yes' if ok else 'NO'}")

@@ -13,7 +13,9 @@ arms of those ``CHUNKED_CONFIG`` settings (``NAME=`` alone: the shipped config),
 memory; the per-round line then compares every arm with the first. ``--documents N`` (added by
 docs/bench/whole-2026-11-28) packs N documents of equal length into the row with ``cu_seqlens``, as the trainer
 packs its data (bench_train.py's ``packed``; 1, the default, is one document); ``--full-precision`` (also added
-there) runs float32 matrix products at full precision, the trainer's default, instead of TF32."""
+there) runs float32 matrix products at full precision, the trainer's default, instead of TF32. An arm's ``FORWARD``
+key (added by docs/bench/tf32x3-2026-11-28) sets ``PALIMPSA_TRITON_FORWARD`` (auto, sequential, chunked) for its
+steps, so that forwards can be compared too."""
 
 import argparse
 import os
@@ -25,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
 from bench_train import build, packed, prepare  # noqa: E402
-from palimpsa.kernels import chunked_bwd  # noqa: E402
+from palimpsa.kernels import chunked_bwd, fused_recurrent  # noqa: E402
 from palimpsa.upgrade import PalimpsaConfig  # noqa: E402
 from palimpsa.upgrade.convert.surgery import spread_layers  # noqa: E402
 
@@ -58,7 +60,7 @@ def main():
         for spec in args.arm:
             name, _, settings = spec.partition("=")
             pairs = (item.split("=", 1) for item in settings.split(":") if item)
-            arms[name] = (upgraded, {k: (v if k == "LOCAL" else int(v)) for k, v in pairs})
+            arms[name] = (upgraded, {k: (v if k in ("LOCAL", "FORWARD") else int(v)) for k, v in pairs})
 
     def step(model):
         optimizer = optimizers[id(model)]
@@ -78,6 +80,12 @@ def main():
         order = names[round_ % len(names):] + names[:round_ % len(names)]
         for arm in order:
             model, config = arms[arm]
+            forward = config.get("FORWARD")
+            config = {k: v for k, v in config.items() if k != "FORWARD"}
+            if forward:
+                os.environ[fused_recurrent.FORWARD_ENV] = forward
+            else:
+                os.environ.pop(fused_recurrent.FORWARD_ENV, None)
             chunked_bwd.CHUNKED_CONFIG.clear()
             chunked_bwd.CHUNKED_CONFIG.update(shipped, **config)
             before = dict(chunked_bwd.LOCAL_RUNS)
