@@ -113,13 +113,19 @@ from . import fused_recurrent as fr
 # their carry and corrections (CORRECTIONS) (docs/bench/whole-2026-11-28); SPLIT 0: never split, whole walks where the
 # Gluon pass can run and the sequential kernel elsewhere (what "auto" asks for float32 inputs at full precision,
 # fused_recurrent.whole_by_default: B = 1, L = 8192 19.22 ms against the sequential kernel's 22.30 and the split's
-# 28.17 with IEEE corrections; call 6)
+# 28.17 with IEEE corrections; call 6); WHOLE_OCCUPANCY: the OCCUPANCY preset (12 programs an SM, SEG 2, 168
+# registers, rescaled walks) that whole walks take where its rounds cost less program time than the default's
+# (_whole_time: fewer rounds, each 1.5 times as long): at B = 1, where 1280 work items (2.7b shapes) take one round of
+# 1584 programs instead of two of 1056 and 640, float32 at full precision forward + backward 14.69 ms against 17.98 at
+# L = 8192 and 3.79 against 4.61 at 2048, 0.15 GiB more scratch (peak 2.54x SSD's against 2.09x); equal at B = 2
+# (29.72 against 29.68, kept at 8), slower at B = 3 (44.71 against 42.03) (docs/bench/tf32x3-2026-11-28, call 7); 0 or
+# 8: whole walks stay at the default occupancy
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
                   "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0, "LOCAL_PROGRAMS_PER_SM": 0, "WALK_RESCALE": 0,
-                  "WIDEN": 1, "WHOLE": 1, "SPLIT": 1}
+                  "WIDEN": 1, "WHOLE": 1, "SPLIT": 1, "WHOLE_OCCUPANCY": 12}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
@@ -447,6 +453,27 @@ def _program_time(config: dict, per_split: int, max_chunks: int, device: torch.d
     return triton.cdiv(nsplit * per_split, resident) * triton.cdiv(max_chunks, nsplit) * per_sm
 
 
+def _whole_time(config: dict, per_split: int, max_chunks: int, device: torch.device) -> float:
+    """:func:`_program_time` of whole walks (one split): the rounds of work items over the resident programs, times
+    the chunks of the longest sequence, times the programs an SM."""
+    per_sm = _per_sm({"PROGRAMS_PER_SM": int(config["LOCAL_PROGRAMS_PER_SM"]) or int(config["PROGRAMS_PER_SM"])})
+    return triton.cdiv(per_split, per_sm * _sms(device)) * max_chunks * per_sm
+
+
+def _whole_preset(config: dict, bwd_config: dict) -> dict:
+    """The ``OCCUPANCY`` preset that whole walks may take (``WHOLE_OCCUPANCY``; ``chunked_backward`` takes it where
+    it costs less program time, :func:`_whole_time`): none where the key is 0 or 8, where ``PALIMPSA_GLUON_LOCAL_
+    PROGRAMS`` pins 8 programs an SM, or where the caller set one of ``OCCUPANCY_FIT_KEYS`` (in ``bwd_config``, or
+    in ``CHUNKED_CONFIG`` since import); its other keys give way one by one to a caller's own."""
+    programs = int(config.get("WHOLE_OCCUPANCY", 0))
+    if programs not in OCCUPANCY or not OCCUPANCY[programs] or os.environ.get(PROGRAMS_ENV, "").strip() == "8":
+        return {}
+    if any(key in bwd_config or CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in OCCUPANCY_FIT_KEYS):
+        return {}
+    return {key: value for key, value in OCCUPANCY[programs].items()
+            if key in OCCUPANCY_FIT_KEYS or (key not in bwd_config and CHUNKED_CONFIG.get(key) == _SHIPPED.get(key))}
+
+
 def _names_triton_pass_keys(bwd_config: dict) -> bool:
     """Whether ``bwd_config``, or ``CHUNKED_CONFIG`` as changed since import, sets a key of the Triton pass alone."""
     return any(key in bwd_config or CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in TRITON_PASS_KEYS)
@@ -650,6 +677,12 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
                 and _program_time(trial, per_split, max_chunks, device)
                 <= _program_time(config, per_split, max_chunks, device)):
             config = trial
+        elif whole and (keys := _whole_preset(config, bwd_config)):
+            trial = {**config, **keys}
+            if (_gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None
+                    and _whole_time(trial, per_split, max_chunks, device)
+                    < _whole_time(config, per_split, max_chunks, device)):
+                config = trial
         config["PROGRAMS_PER_SM"] = int(config["LOCAL_PROGRAMS_PER_SM"]) or triton_per_sm
         if not whole:  # splitting still (the same least count)
             nsplit = _splits(config, per_split, max_chunks, device)

@@ -51,6 +51,11 @@ LAUNCHES = {  # name: compile_kernel's arguments
     "bf16 without beta, widened": {"use_beta": False},
     "whole sequences (WHOLE: one split, the adjoints carried from a final-state gradient)": {"whole": True},
     "whole sequences in float32": {"dtype": "fp32", "whole": True},
+    "whole sequences at the preset (12 programs an SM)": {"whole": True, "seg": 2, "maxnreg": 168, "walk_rescale": True,
+                                                          "widen": False},
+    "whole sequences in float32 at the preset (12 programs an SM)": {"dtype": "fp32", "whole": True, "seg": 2,
+                                                                     "maxnreg": 168, "walk_rescale": True,
+                                                                     "widen": False},
 }
 # the launches allowed a spill, by Triton version (none elsewhere): the preset in float32 keeps 8 bytes of stack under
 # Triton 3.6 and 3.9 (measured with it, its local pass is still the fastest in float32: 10.22 ms against 10.42 without
@@ -58,7 +63,12 @@ LAUNCHES = {  # name: compile_kernel's arguments
 # bytes in float32 and 72 in bf16 (not timed there; docs/bench/rescaled-walk-2026-11-28/compile-triton3.5.1.txt)
 SPILL_BYTES = {"the preset in float32 (12 programs an SM)": {"3.5": 40, "3.6": 8, "3.9": 8},
                "the preset: two-token segments, rescaled walks, unwidened, 168 registers (12 programs an SM)":
-                   {"3.5": 72}}
+                   {"3.5": 72},
+               # whole walks at the preset (WHOLE_OCCUPANCY): timed with its 8 bytes under 3.6, B = 1 at full
+               # precision 14.69 ms against 17.98 at 8 an SM (docs/bench/tf32x3-2026-11-28, call 7)
+               "whole sequences at the preset (12 programs an SM)": {"3.5": 40, "3.6": 8, "3.7": 8, "3.9": 24},
+               "whole sequences in float32 at the preset (12 programs an SM)": {"3.5": 40, "3.6": 8, "3.7": 8,
+                                                                                "3.9": 8}}
 CODE = r"""
 import json, re
 from palimpsa.kernels import chunked_bwd, gluon_local, gluon_scan
@@ -572,6 +582,65 @@ def test_where_nothing_splits_the_gluon_pass_walks_whole_sequences(monkeypatch, 
     tried = [(True, 1, whole_final)] if whole_final is not None else []
     assert launches == tried if ran != "gluon" else launches == [(False, extra["NSPLIT"], False)]
     assert after == rest
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+@pytest.mark.parametrize(("heads", "env", "shipped", "extra", "refused", "want"), [
+    # 10 work items on the CPU's one SM: two rounds of 8 programs (16) against one of 12 (12): the preset
+    (5, None, {}, {}, None, (12, 10, 2, 168, True, False)),
+    (5, "12", {}, {}, None, (12, 10, 2, 168, True, False)),
+    # 16: two rounds of 8 (16) against two of 12 (24): the default occupancy
+    (8, None, {}, {}, None, (8, 8, 4, 0, False, True)),
+    # not where WHOLE_OCCUPANCY is 0 or 8, the environment pins 8, a caller set a key of the fit, or the Gluon pass
+    # cannot run SEG 2
+    (5, None, {}, {"WHOLE_OCCUPANCY": 0}, None, (8, 5, 4, 0, False, True)),
+    (5, None, {"WHOLE_OCCUPANCY": 8}, {}, None, (8, 5, 4, 0, False, True)),
+    (5, "8", {}, {}, None, (8, 5, 4, 0, False, True)),
+    (5, None, {}, {"SEG": 4}, None, (8, 5, 4, 0, False, True)),
+    (5, None, {"LOCAL_MAXNREG": 200}, {}, None, (8, 5, 4, 200, False, True)),
+    (5, None, {}, {}, 2, (8, 5, 4, 0, False, True)),
+    # a caller's tuning key wins alone
+    (5, None, {}, {"WALK_RESCALE": 0}, None, (12, 10, 2, 168, False, False)),
+])
+def test_whole_walks_take_the_occupancy_preset_where_it_needs_fewer_rounds(monkeypatch, heads, env, shipped, extra,
+                                                                           refused, want):
+    """``WHOLE_OCCUPANCY`` (12, the default): whole walks run at the ``OCCUPANCY`` preset (12 programs an SM,
+    ``SEG`` 2, 168 registers, rescaled walks, unwidened reads) where its rounds cost less program time than the
+    default's 8 an SM (``_whole_time``: rounds x chunks x programs an SM), as at B = 1 at 2.7b shapes (1280 work items:
+    one round of 1584 programs instead of two of 1056), and keep 8 where they tie or cost more (B = 2 and 3). The
+    launch and its slab follow (a program a work item where one round holds them all)."""
+    launches, per_sm = [], []
+    programs = chunked_bwd._programs
+
+    def launch(*args, whole=False, **kwargs):
+        launches.append((args[25], args[9].shape[0], kwargs["seg"], kwargs["maxnreg"], kwargs["walk_rescale"],
+                         kwargs["widen"], whole))
+
+    def record(config, n_work, device):
+        per_sm.append(config["PROGRAMS_PER_SM"])
+        return programs(config, n_work, device)
+
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, seg, **kwargs: "refused" if seg == refused else None)
+    monkeypatch.setattr(gluon_local, "launch", launch)
+    monkeypatch.setattr(chunked_bwd, "_programs", record)
+    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    _configure(monkeypatch, shipped, chunked_bwd.PROGRAMS_ENV, env)
+    inputs = make_inputs(1, 20, heads, 1, 8, 128, requires_grad=True, device="cpu")
+    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
+        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+        bwd_config={"kernel": "chunked", "SPLIT": 0, **extra}, chunk_size=8, block_size=4)
+    before = dict(chunked_bwd.LOCAL_RUNS)
+    y.sum().backward()
+    assert chunked_bwd.local_runs_since(before) == {"gluon-whole": 1}
+    sms, n_programs, seg, maxnreg, walk_rescale, widen = want
+    assert per_sm == [sms]
+    slab = fused_recurrent.slab_states(8, 4, from_checkpoint=True)
+    assert launches == [(n_programs, n_programs * slab, seg, maxnreg, walk_rescale, widen, True)]
+    assert chunked_bwd._whole_time({**chunked_bwd.CHUNKED_CONFIG, "LOCAL_PROGRAMS_PER_SM": 12}, 1280, 16,
+                                   torch.device("cpu")) == 107 * 16 * 12  # 1280 items on one SM: 107 rounds
 
 
 def test_auto_asks_float32_at_full_precision_for_whole_walks(monkeypatch):
