@@ -57,7 +57,8 @@ from . import fused_recurrent as fr
 # (bf16) or 11 (fp16) bits anyway, and for float32 ones where PyTorch's float32 matmul precision allows TF32
 # (``torch.set_float32_matmul_precision("high")``); IEEE float32 otherwise, and for float64
 # BP 0 and correct_warps 0: 32 channels and 4 warps per correction program with TF32 products, 16 and 8 with IEEE
-# ones (whose FMA form spills with more channels or fewer warps)
+# ones (whose FMA form spills with more channels or fewer warps) and with tf32x3 ones (which spill at 32 and 4; the
+# chunked forward's products at full precision, chunked_fwd.FULL_PRECISION_DOT)
 # PROGRAMS_PER_SM: the local pass's persistent programs per SM (one-warp programs of ~220 registers: 8 fit an SM),
 # each with one scratch slab; 0: one program per work item, each with its own slab (NSPLIT times the scratch)
 # maxnreg: a register cap for the Triton local pass (ptxas's own choice where 0; a key of the Triton pass alone, so
@@ -115,11 +116,12 @@ from . import fused_recurrent as fr
 # fused_recurrent.whole_by_default: B = 1, L = 8192 19.22 ms against the sequential kernel's 22.30 and the split's
 # 28.17 with IEEE corrections; call 6); WHOLE_OCCUPANCY: the OCCUPANCY preset (12 programs an SM, SEG 2, 168
 # registers, rescaled walks) that whole walks take where its rounds cost less program time than the default's
-# (_whole_time: fewer rounds, each 1.5 times as long): at B = 1, where 1280 work items (2.7b shapes) take one round of
-# 1584 programs instead of two of 1056 and 640, float32 at full precision forward + backward 14.69 ms against 17.98 at
-# L = 8192 and 3.79 against 4.61 at 2048, 0.15 GiB more scratch (peak 2.54x SSD's against 2.09x); equal at B = 2
-# (29.72 against 29.68, kept at 8), slower at B = 3 (44.71 against 42.03) (docs/bench/tf32x3-2026-11-28, call 7); 0 or
-# 8: whole walks stay at the default occupancy
+# (_whole_time: fewer rounds, each 1.5 times as long): at B = 1, where 1280 work items (2.7b shapes) take one round
+# (1280 programs, of 1584 resident) instead of two (640 programs taking two items each, of 1056 resident), float32 at
+# full precision forward + backward 14.69 ms against 17.98 at L = 8192 and 3.79 against 4.61 at 2048, 0.15 GiB more
+# scratch (peak 2.54x SSD's against 2.09x); equal at B = 2 (29.72 against 29.68, kept at 8), slower at B = 3 (44.71
+# against 42.03) (docs/bench/tf32x3-2026-11-28, call 7); 0 or 8: whole walks stay at the default occupancy. Where the
+# preset's kernel fails to build, whole walks are tried again at 8 before the process gives up the Gluon pass
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
@@ -140,7 +142,7 @@ LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
 # resident program keeps a scratch slab (258 KB at 2.7b shapes), so a lone scan's peak memory grows from 1.92x SSD's
 # to 2.31-2.32x (docs/bench/gluon-auto-2026-11-28, calls 12-16). Its keys go together (occupancy_preset), and it
 # applies where the Gluon pass runs and its rounds cost no more program time than the default's (_program_time; not
-# at L = 2048)
+# at L = 2048). Whole walks take the same keys without it where they need fewer rounds (WHOLE_OCCUPANCY, above)
 PROGRAMS_ENV = "PALIMPSA_GLUON_LOCAL_PROGRAMS"
 OCCUPANCY = {8: {}, 12: {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM": 12, "WALK_RESCALE": 1,
                          "WIDEN": 0}}
@@ -466,7 +468,10 @@ def _whole_preset(config: dict, bwd_config: dict) -> dict:
     PROGRAMS`` pins 8 programs an SM, or where the caller set one of ``OCCUPANCY_FIT_KEYS`` (in ``bwd_config``, or
     in ``CHUNKED_CONFIG`` since import); its other keys give way one by one to a caller's own."""
     programs = int(config.get("WHOLE_OCCUPANCY", 0))
-    if programs not in OCCUPANCY or not OCCUPANCY[programs] or os.environ.get(PROGRAMS_ENV, "").strip() == "8":
+    if programs and programs not in OCCUPANCY:
+        raise ValueError(f"bwd_config WHOLE_OCCUPANCY must be 0 or one of {', '.join(map(str, OCCUPANCY))} (programs "
+                         f"an SM for whole walks), not {programs}")
+    if not programs or not OCCUPANCY[programs] or os.environ.get(PROGRAMS_ENV, "").strip() == "8":
         return {}
     if any(key in bwd_config or CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in OCCUPANCY_FIT_KEYS):
         return {}
@@ -501,12 +506,13 @@ def _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size):
 
 def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
                  buffers, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit,
-                 final=None):
+                 final=None, retry=False):
     """The local pass in Gluon (``gluon_local``, as ``_gluon_plan`` found it), with the Triton pass's slab and
     outputs (``final``: whole sequences from this final-state gradient, ``(dM_T, dI_T)`` or ``(None, None)``,
     ``WHOLE``): the ``LOCAL_RUNS`` key of what ran, or None where its launch raised (a compilation error) under
     ``auto``, which warns once and leaves this and every later call to the Triton pass (``GLUON_LOCAL_FAILED``);
-    under ``gluon`` the error propagates."""
+    with ``retry`` (a launch the caller will try again in another form) it only returns None; under ``gluon`` the
+    error propagates."""
     global GLUON_LOCAL_FAILED
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     try:
@@ -522,6 +528,8 @@ def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck
     except Exception as error:  # each Triton version raises its own compilation errors
         if config["LOCAL"] != "auto":
             raise
+        if retry:
+            return None
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         GLUON_LOCAL_FAILED = f"{type(error).__name__}: {first}"
         warnings.warn(f"the Gluon local pass of the chunk-parallel backward failed ({GLUON_LOCAL_FAILED}); this "
@@ -670,6 +678,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
                            block_size)
     use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
     triton_per_sm = int(config["PROGRAMS_PER_SM"])
+    whole_preset = False  # whole walks at WHOLE_OCCUPANCY's preset: a failed launch is tried again without it
     if gluon_local is not None:
         trial = {**config, **{key: value for key, value in preset.items() if key not in bwd_config}}
         if (preset and not whole and not any(key in bwd_config for key in OCCUPANCY_FIT_KEYS)
@@ -682,7 +691,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
             if (_gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None
                     and _whole_time(trial, per_split, max_chunks, device)
                     < _whole_time(config, per_split, max_chunks, device)):
-                config = trial
+                config, whole_preset = trial, True
         config["PROGRAMS_PER_SM"] = int(config["LOCAL_PROGRAMS_PER_SM"]) or triton_per_sm
         if not whole:  # splitting still (the same least count)
             nsplit = _splits(config, per_split, max_chunks, device)
@@ -707,12 +716,16 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     ran = gluon_local is not None and _gluon_local(
         gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, buffers,
         cu_seqlens, offsets, length, n_states * heads, n_work, programs, chunk_size, block_size, nsplit,
-        (dm_t, di_t) if whole else None)
+        (dm_t, di_t) if whole else None, retry=whole_preset)
     if whole:
         mark(None)
         if ran:  # every gradient whole: no carry, no corrections
             LOCAL_RUNS[ran] = LOCAL_RUNS.get(ran, 0) + 1
             return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
+        if whole_preset:  # the preset's kernel failed to build: whole walks at the default occupancy instead
+            del sc_m, sc_i, lm, li, buffers
+            return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw,
+                                    {**bwd_config, "WHOLE_OCCUPANCY": 0}, chunk_size, block_size)
         # the Gluon launch failed under "auto" (GLUON_LOCAL_FAILED is set now): as without the Gluon pass
         del sc_m, sc_i, lm, li, buffers
         return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw, bwd_config,

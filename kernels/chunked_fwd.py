@@ -168,12 +168,13 @@ def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chu
 
 
 # DOT "auto"'s products for float32 inputs at full precision (PyTorch's float32 matmul precision "highest", the
-# trainer's default): tf32x3, three TF32 tensor-core products that carry about 22 bits of each operand, so the error is
-# float32's (the float64 checks of scripts/check_scan_gpu.py: 1.0e-7 to 6.5e-7 in every float32 case, tolerance 1e-5);
-# IEEE products run in the FMA form and made the chunked forward lose at B = 4. On an H200 at 2.7b shapes (forward,
-# ms, against the sequential forward that auto took before): B = 1, L = 8192 2.73 against 4.70; B = 2 5.25 against
-# 6.55; B = 3 7.90 against 11.14; B = 4 10.41 against 11.31 (docs/bench/tf32x3-2026-11-28, call 1). DOT "ieee" asks
-# for IEEE products
+# trainer's default): tf32x3, three TF32 tensor-core products that carry about 22 bits of each operand, so the error
+# is float32's (the float64 checks of scripts/check_scan_gpu.py: every float32 error at most 6.5e-7 with the chunked
+# forward and backward forced in tf32x3, 9.1e-7 as dispatched, tolerance 1e-5; the forward's errors equal IEEE
+# products' to three digits); IEEE products run in the FMA form and made the chunked forward lose at B = 4. On an H200
+# at 2.7b shapes (forward, ms, against the sequential forward that auto took before): B = 1, L = 8192 2.73 against
+# 4.70; B = 2 5.25 against 6.55; B = 3 7.90 against 11.14; B = 4 10.41 against 11.31 (docs/bench/tf32x3-2026-11-28,
+# call 1). DOT "ieee" asks for IEEE products
 FULL_PRECISION_DOT = "tf32x3"
 MAX_CHUNKS = 65535  # the chunk walk's grid runs over the chunks in its third dimension, which CUDA caps
 

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -605,10 +606,10 @@ def test_where_nothing_splits_the_gluon_pass_walks_whole_sequences(monkeypatch, 
 ])
 def test_whole_walks_take_the_occupancy_preset_where_it_needs_fewer_rounds(monkeypatch, heads, env, shipped, extra,
                                                                            refused, want):
-    """``WHOLE_OCCUPANCY`` (12, the default): whole walks run at the ``OCCUPANCY`` preset (12 programs an SM,
-    ``SEG`` 2, 168 registers, rescaled walks, unwidened reads) where its rounds cost less program time than the
-    default's 8 an SM (``_whole_time``: rounds x chunks x programs an SM), as at B = 1 at 2.7b shapes (1280 work items:
-    one round of 1584 programs instead of two of 1056), and keep 8 where they tie or cost more (B = 2 and 3). The
+    """``WHOLE_OCCUPANCY`` (12, the default): whole walks run at the ``OCCUPANCY`` preset (12 programs an SM, ``SEG``
+    2, 168 registers, rescaled walks, unwidened reads) where its rounds cost less program time than the default's 8 an
+    SM (``_whole_time``: rounds x chunks x programs an SM), as at B = 1 at 2.7b shapes (1280 work items: one round of
+    1280 programs instead of two rounds over 1056 resident), and keep 8 where they tie or cost more (B = 2 and 3). The
     launch and its slab follow (a program a work item where one round holds them all)."""
     launches, per_sm = [], []
     programs = chunked_bwd._programs
@@ -639,8 +640,57 @@ def test_whole_walks_take_the_occupancy_preset_where_it_needs_fewer_rounds(monke
     assert per_sm == [sms]
     slab = fused_recurrent.slab_states(8, 4, from_checkpoint=True)
     assert launches == [(n_programs, n_programs * slab, seg, maxnreg, walk_rescale, widen, True)]
-    assert chunked_bwd._whole_time({**chunked_bwd.CHUNKED_CONFIG, "LOCAL_PROGRAMS_PER_SM": 12}, 1280, 16,
-                                   torch.device("cpu")) == 107 * 16 * 12  # 1280 items on one SM: 107 rounds
+
+
+def test_whole_walks_at_2_7b_shapes_take_the_preset_at_b_1_alone(monkeypatch):
+    """On 132 SMs, 2.7b shapes (1280 work items a sequence), 16 chunks: B = 1 takes one round of 12 an SM (12 x 16
+    program time) instead of two of 8 (16 x 16); B = 2 ties (24 x 16 each way) and keeps 8; B = 3 and 4 cost more at
+    12 (as measured: 44.71 ms against 42.03 at B = 3, docs/bench/tf32x3-2026-11-28, call 7)."""
+    monkeypatch.setattr(chunked_bwd, "_sms", lambda device: 132)
+    default = dict(chunked_bwd._SHIPPED)
+    preset = {**default, **chunked_bwd.OCCUPANCY[12]}
+    cuda = torch.device("cuda")
+    times = [(chunked_bwd._whole_time(preset, 1280 * b, 16, cuda), chunked_bwd._whole_time(default, 1280 * b, 16, cuda))
+             for b in (1, 2, 3, 4)]
+    assert times == [(12 * 16, 16 * 16), (24 * 16, 24 * 16), (36 * 16, 32 * 16), (48 * 16, 40 * 16)]
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+def test_a_failed_launch_at_the_whole_walk_preset_walks_whole_at_8_an_sm(monkeypatch):
+    """Where the preset's kernel (``SEG`` 2, 168 registers) fails to build, whole walks run again at the default
+    occupancy, without a warning and without giving up the Gluon pass for the process; a ``WHOLE_OCCUPANCY`` that is
+    no preset is refused by name."""
+    launches = []
+
+    def launch(*args, seg, whole=False, **kwargs):
+        launches.append((seg, args[25], whole))
+        if seg == 2:
+            raise RuntimeError("PTXASError: out of registers")
+
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, **kwargs: None)
+    monkeypatch.setattr(gluon_local, "launch", launch)
+    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV, raising=False)
+    inputs = make_inputs(1, 20, 5, 1, 8, 128, requires_grad=True, device="cpu")
+
+    def backward(extra):
+        y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+            inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False,
+            None, fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+            bwd_config={"kernel": "chunked", "SPLIT": 0, **extra}, chunk_size=8, block_size=4)
+        y.sum().backward()
+
+    before = dict(chunked_bwd.LOCAL_RUNS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        backward({})
+    assert launches == [(2, 10, True), (4, 5, True)]  # 10 work items: 10 programs at 12 an SM, then 5 at 8
+    assert chunked_bwd.local_runs_since(before) == {"gluon-whole": 1}
+    assert chunked_bwd.GLUON_LOCAL_FAILED is None
+    with pytest.raises(ValueError, match="WHOLE_OCCUPANCY must be 0 or one of 8, 12 .*not 10"):
+        backward({"WHOLE_OCCUPANCY": 10})
 
 
 def test_auto_asks_float32_at_full_precision_for_whole_walks(monkeypatch):

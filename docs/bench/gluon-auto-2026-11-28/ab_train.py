@@ -72,6 +72,7 @@ def main():
         torch.cuda.synchronize()
         return (time.perf_counter() - start) * 1e3
 
+    user_forward = os.environ.get(fused_recurrent.FORWARD_ENV)
     times = {arm: [] for arm in arms}
     peaks = {arm: 0 for arm in arms}
     runs = {}
@@ -82,8 +83,8 @@ def main():
             model, config = arms[arm]
             forward = config.get("FORWARD")
             config = {k: v for k, v in config.items() if k != "FORWARD"}
-            if forward:
-                os.environ[fused_recurrent.FORWARD_ENV] = forward
+            if forward or user_forward:  # an arm without FORWARD keeps what the environment had
+                os.environ[fused_recurrent.FORWARD_ENV] = forward or user_forward
             else:
                 os.environ.pop(fused_recurrent.FORWARD_ENV, None)
             chunked_bwd.CHUNKED_CONFIG.clear()

@@ -1,5 +1,5 @@
 # Seventh call: at full precision the backward walks whole sequences at 8 programs an SM, so at B = 1 its 1280 work
-# items (2.7b shapes) take two rounds of 1056 resident programs, the second nearly empty. The occupancy preset's keys
+# items (2.7b shapes) take two rounds over 1056 resident programs (640 programs of two items each). The preset's keys
 # (SEG 2, 168 registers, 12 programs an SM, rescaled walks; until now for split launches only) hold all 1280 in one
 # round. Timed against auto (8 an SM) at B = 1, 2 and 3, L = 8192, and B = 1, L = 2048, full precision.
 # Run from the repository root with .bench_deps beside it: OUT=dir bash docs/bench/tf32x3-2026-11-28/run7.sh
