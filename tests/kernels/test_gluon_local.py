@@ -392,6 +392,36 @@ def test_an_unknown_local_pass_is_refused():
         y.sum().backward()
 
 
+def _run_recording_programs(monkeypatch, heads, length, refused, bwd_config):
+    """One backward of a scan of ``heads`` heads and ``length`` tokens (two channel blocks a head, chunks of 8,
+    blocks of 4) with the Gluon launch recorded instead of run (``unsupported`` refusing ``SEG`` ``refused``):
+    the launches as (programs, slab states, seg, maxnreg, walk_rescale, widen), the programs an SM that
+    ``_programs`` was asked for, and the local passes that ran."""
+    launches, per_sm = [], []
+    programs = chunked_bwd._programs
+
+    def launch(*args, **kwargs):
+        launches.append((args[25], args[9].shape[0], kwargs["seg"], kwargs["maxnreg"], kwargs["walk_rescale"],
+                         kwargs["widen"]))
+
+    def record(config, n_work, device):
+        per_sm.append(config["PROGRAMS_PER_SM"])
+        return programs(config, n_work, device)
+
+    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, seg, **kwargs: "refused" if seg == refused else None)
+    monkeypatch.setattr(gluon_local, "launch", launch)
+    monkeypatch.setattr(chunked_bwd, "_programs", record)
+    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
+    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
+    inputs = make_inputs(1, length, heads, 1, 8, 128, requires_grad=True, device="cpu")
+    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
+        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1}, bwd_config=bwd_config, chunk_size=8, block_size=4)
+    before = dict(chunked_bwd.LOCAL_RUNS)
+    y.sum().backward()
+    return launches, per_sm, chunked_bwd.local_runs_since(before)
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                     reason="checked on the CPU interpreter")
 @pytest.mark.parametrize(("env", "shipped", "extra", "heads", "refused", "want"), [
@@ -418,33 +448,11 @@ def test_the_occupancy_preset_applies_to_the_gluon_pass_alone(monkeypatch, env, 
     ``PROGRAMS_PER_SM``. On the CPU one SM, two splits of two channel blocks a head: with 12 heads, 48 work items
     take 6 rounds over 8 programs and 4 over 12 (48 program rounds each way: the preset); with 16 heads 8 rounds
     of 8 programs against 6 of 12 (64 against 72: the default)."""
-    launches, per_sm = [], []
-    programs = chunked_bwd._programs
-
-    def launch(*args, **kwargs):
-        launches.append((args[25], args[9].shape[0], kwargs["seg"], kwargs["maxnreg"], kwargs["walk_rescale"],
-                         kwargs["widen"]))
-
-    def record(config, n_work, device):
-        per_sm.append(config["PROGRAMS_PER_SM"])
-        return programs(config, n_work, device)
-
-    monkeypatch.setattr(gluon_local, "unsupported",
-                        lambda *args, seg, **kwargs: "refused" if seg == refused else None)
-    monkeypatch.setattr(gluon_local, "launch", launch)
-    monkeypatch.setattr(chunked_bwd, "_programs", record)
-    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
-    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
     _configure(monkeypatch, shipped, chunked_bwd.PROGRAMS_ENV, env)
-    inputs = make_inputs(1, 10, heads, 1, 8, 128, requires_grad=True, device="cpu")
-    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
-        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
-        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
-        bwd_config={"kernel": "chunked", "NSPLIT": 2, **extra}, chunk_size=8, block_size=4)
-    before = dict(chunked_bwd.LOCAL_RUNS)
-    y.sum().backward()
+    launches, per_sm, runs = _run_recording_programs(monkeypatch, heads, 10, refused,
+                                                     {"kernel": "chunked", "NSPLIT": 2, **extra})
     ran, sms, seg, maxnreg, walk_rescale, widen = want
-    assert chunked_bwd.local_runs_since(before) == {ran: 1}
+    assert runs == {ran: 1}
     assert per_sm == sms
     n_programs = sms[0]
     slab = fused_recurrent.slab_states(8, 4, from_checkpoint=True)
@@ -611,35 +619,14 @@ def test_whole_walks_take_the_occupancy_preset_where_it_needs_fewer_rounds(monke
     SM (``_whole_time``: rounds x chunks x programs an SM), as at B = 1 at 2.7b shapes (1280 work items: one round of
     1280 programs instead of two rounds over 1056 resident), and keep 8 where they tie or cost more (B = 2 and 3). The
     launch and its slab follow (a program a work item where one round holds them all)."""
-    launches, per_sm = [], []
-    programs = chunked_bwd._programs
-
-    def launch(*args, whole=False, **kwargs):
-        launches.append((args[25], args[9].shape[0], kwargs["seg"], kwargs["maxnreg"], kwargs["walk_rescale"],
-                         kwargs["widen"], whole))
-
-    def record(config, n_work, device):
-        per_sm.append(config["PROGRAMS_PER_SM"])
-        return programs(config, n_work, device)
-
-    monkeypatch.setattr(gluon_local, "unsupported", lambda *args, seg, **kwargs: "refused" if seg == refused else None)
-    monkeypatch.setattr(gluon_local, "launch", launch)
-    monkeypatch.setattr(chunked_bwd, "_programs", record)
-    monkeypatch.setattr(chunked_bwd, "GLUON_LOCAL_FAILED", None)
-    monkeypatch.delenv(chunked_bwd.LOCAL_ENV, raising=False)
     _configure(monkeypatch, shipped, chunked_bwd.PROGRAMS_ENV, env)
-    inputs = make_inputs(1, 20, heads, 1, 8, 128, requires_grad=True, device="cpu")
-    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
-        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
-        fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
-        bwd_config={"kernel": "chunked", "SPLIT": 0, **extra}, chunk_size=8, block_size=4)
-    before = dict(chunked_bwd.LOCAL_RUNS)
-    y.sum().backward()
-    assert chunked_bwd.local_runs_since(before) == {"gluon-whole": 1}
+    launches, per_sm, runs = _run_recording_programs(monkeypatch, heads, 20, refused,
+                                                     {"kernel": "chunked", "SPLIT": 0, **extra})
+    assert runs == {"gluon-whole": 1}
     sms, n_programs, seg, maxnreg, walk_rescale, widen = want
     assert per_sm == [sms]
     slab = fused_recurrent.slab_states(8, 4, from_checkpoint=True)
-    assert launches == [(n_programs, n_programs * slab, seg, maxnreg, walk_rescale, widen, True)]
+    assert launches == [(n_programs, n_programs * slab, seg, maxnreg, walk_rescale, widen)]
 
 
 def test_whole_walks_at_2_7b_shapes_take_the_preset_at_b_1_alone(monkeypatch):
