@@ -1281,7 +1281,7 @@ def chunked_forward_by_default(v: torch.Tensor) -> bool:
     tf32x3 for float32 at full precision (``chunked_fwd.FULL_PRECISION_DOT``), with float32's error; there it beat
     the sequential forward at B = 1 to 4 on an H200 (B = 1, L = 8192: 2.73 ms against 4.70; B = 4 10.41 against
     11.31; docs/bench/tf32x3-2026-11-28), where IEEE products had lost at B = 4 (13.49 against 11.51). Until then
-    full precision took the sequential forward. float64 keeps it."""
+    full precision took the sequential forward. float64 inputs keep the sequential forward."""
     return v.is_cuda and v.dtype in (torch.bfloat16, torch.float16, torch.float32)
 
 
