@@ -722,13 +722,11 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         if ran:  # every gradient whole: no carry, no corrections
             LOCAL_RUNS[ran] = LOCAL_RUNS.get(ran, 0) + 1
             return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
-        if whole_preset:  # the preset's kernel failed to build: whole walks at the default occupancy instead
-            del sc_m, sc_i, lm, li, buffers
-            return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw,
-                                    {**bwd_config, "WHOLE_OCCUPANCY": 0}, chunk_size, block_size)
-        # the Gluon launch failed under "auto" (GLUON_LOCAL_FAILED is set now): as without the Gluon pass
+        # the launch failed: at the preset, whole walks again at the default occupancy; otherwise (under "auto",
+        # GLUON_LOCAL_FAILED set now) as without the Gluon pass
         del sc_m, sc_i, lm, li, buffers
-        return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw, bwd_config,
+        again = {**bwd_config, "WHOLE_OCCUPANCY": 0} if whole_preset else bwd_config
+        return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw, again,
                                 chunk_size, block_size)
     label = ran or "triton"
     LOCAL_RUNS[label] = LOCAL_RUNS.get(label, 0) + 1
