@@ -127,7 +127,7 @@ CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
                   "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0, "LOCAL_PROGRAMS_PER_SM": 0, "WALK_RESCALE": 0,
-                  "WIDEN": 1, "WHOLE": 1, "SPLIT": 1, "WHOLE_OCCUPANCY": 12, "START_AHEAD": 0}
+                  "WIDEN": 1, "WHOLE": 1, "SPLIT": 1, "WHOLE_OCCUPANCY": 12}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
@@ -523,8 +523,7 @@ def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck
             rescale=fr._rescales(config, True), pipe=bool(config["PIPE"]), stage=int(config["STAGE"]),
             l2_prefetch=int(config["L2PF"]), maxnreg=int(config["LOCAL_MAXNREG"]), use_initial_state=dm0 is not None,
             use_initial_importance=di0 is not None, walk_rescale=bool(config["WALK_RESCALE"]),
-            widen=bool(config["WIDEN"]), start_ahead=bool(config["START_AHEAD"]), whole=final is not None,
-            dm_t=None if final is None else final[0],
+            widen=bool(config["WIDEN"]), whole=final is not None, dm_t=None if final is None else final[0],
             di_t=None if final is None else final[1])
     except Exception as error:  # each Triton version raises its own compilation errors
         if config["LOCAL"] != "auto":

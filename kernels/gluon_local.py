@@ -559,40 +559,17 @@ if gluon is not None:
             _prefetch_to(dy + o_c, STAGED >= 3, L2STAGED, L2ALL)
 
     @gluon.jit
-    def _copy_start(bufs, p_m, p_i, ok, o_n, N: gl.constexpr):
-        """``(M, I)`` of 4 channels at ``p_m``, ``p_i`` copied into the state buffers ``bufs`` (``cp.async``, 16 bytes
-        a lane and row, in the layout the slots are read with) where ``ok``, as one committed group (empty
-        otherwise)."""
-        if ok:
-            for c in gl.static_range(4):
-                _async_load(bufs[c], p_m + c * N + o_n)
-                _async_load(bufs[4 + c], p_i + c * N + o_n)
-        async_copy.commit_group()
-
-    @gluon.jit
     def _segment(slots, ad, b_an, p_m0, p_i0, t_b, ne, t_last, b_ip, fits, v, k, q, g, beta, dy, dv, dk, dq, dg,
-                 dbeta, i_h, i_g, c0, o_n, x0, rows, widen_y, p_mn, p_in, nxt, L: gl.constexpr, SEG: gl.constexpr,
-                 H: gl.constexpr, G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr,
-                 PIPE: gl.constexpr, STAGE: gl.constexpr, WIDEN: gl.constexpr, WALK_RESCALE: gl.constexpr,
-                 BS: gl.constexpr = 8, START_AHEAD: gl.constexpr = False):
+                 dbeta, i_h, i_g, c0, o_n, x0, rows, widen_y, L: gl.constexpr, SEG: gl.constexpr, H: gl.constexpr,
+                 G: gl.constexpr, P: gl.constexpr, N: gl.constexpr, USE_BETA: gl.constexpr, PIPE: gl.constexpr,
+                 STAGE: gl.constexpr, WIDEN: gl.constexpr, WALK_RESCALE: gl.constexpr):
         """Pass B over the ``SEG`` tokens from ``x0`` of the block whose start is at ``p_m0``, ``p_i0`` and first
         token ``t_b`` (``ne`` of its tokens valid): the block start walked to the segment (rescaled where ``fits``),
         the state before each of the segment's tokens stored in ``slots``, then its pairs reversed from the adjoints
         ``ad`` (decay ``b_an``) of the token after it. Returns the adjoints and decay of the segment's first token.
         With ``STAGE`` the block's staged inputs are read from ``rows`` in shared memory (the second copy group,
-        queries and output gradients, waited for before the first reverse step). ``START_AHEAD``: the start state is
-        read from the slot ``slots[SEG - 1]``, where the segment before copied it (the block's first segment: the
-        block before, or pass A stored it), and this segment copies there the next one's, at ``p_mn``, ``p_in``
-        (where ``nxt``), once its last pair has read that slot."""
-        if START_AHEAD:
-            if STAGE:  # a block's first segment: its copy was waited for with the block's inputs
-                if x0 + SEG < BS:
-                    async_copy.wait_group(0)
-            else:
-                async_copy.wait_group(0)
-            m0, m1, m2, m3, i0, i1, i2, i3 = _load_shared(slots[SEG - 1], L)
-        else:
-            m0, m1, m2, m3, i0, i1, i2, i3 = _load_state(p_m0, p_i0, o_n, N)
+        queries and output gradients, waited for before the first reverse step)."""
+        m0, m1, m2, m3, i0, i1, i2, i3 = _load_state(p_m0, p_i0, o_n, N)
         st = (m0, m1, m2, m3, i0 - b_ip, i1 - b_ip, i2 - b_ip, i3 - b_ip)
         if WALK_RESCALE:  # a constexpr test first (Triton 3.6 fails to compile some kernels that branch on a
             # constant False)
@@ -618,9 +595,6 @@ if gluon is not None:
             if pr > 0:
                 st = _load_shared(slots[SEG - 2 * pr], L)
             sp = _load_shared(slots[SEG - 1 - 2 * pr], L)
-            if START_AHEAD:
-                if pr == 0:  # the last pair has read the landing slot: the next segment's start state copied there
-                    _copy_start(slots[SEG - 1], p_mn, p_in, nxt, o_n, N)
             ad, b_an, l_dv2, l_db2, l_dg2 = _reverse(st, sc[SEG - 2 * pr], sp, sc[SEG - 1 - 2 * pr], ad, b_an, b_ip,
                                                      v, k, q, g, beta, dy, dk, dq, tok2, valid2, t_last, i_h, i_g,
                                                      c0, o_n, H, G, P, N, USE_BETA, rows, x0 + SEG - 1 - 2 * pr, STAGE,
@@ -658,7 +632,7 @@ if gluon is not None:
         USE_INITIAL_IMPORTANCE: gl.constexpr, IS_VARLEN: gl.constexpr, PREFETCH: gl.constexpr,
         RESCALE: gl.constexpr, PIPE: gl.constexpr, STAGE: gl.constexpr, L2PF: gl.constexpr = 0,
         WALK_RESCALE: gl.constexpr = False, WIDEN: gl.constexpr = True, WHOLE: gl.constexpr = False,
-        USE_FINAL_STATE_GRADIENT: gl.constexpr = False, START_AHEAD: gl.constexpr = False,
+        USE_FINAL_STATE_GRADIENT: gl.constexpr = False,
     ):
         """Persistent, as ``chunked_bwd.palimpsa_bwd_local_kernel``: program ``p`` takes the work items ``p``,
         ``p + programs``, ... (channel block fastest, then the (sequence, head) pairs, then the split), each the
@@ -765,8 +739,6 @@ if gluon is not None:
                     st = _advance_block(st, v, k, g, beta, b_ip, bos + t0 + j * BS, t_last, i_h, i_g, c0, o_n,
                                         H, G, P, N, BS, USE_BETA, RESCALE)
                     _store_state(sc_m + o_sc + j * 4 * N, sc_i + o_sc + j * 4 * N, o_n, st, N)
-                if START_AHEAD:  # pass A ends at the last block's start: its first segment reads it from the slot
-                    _store_shared(slots[SEG - 1], st)
                 # pass B: blocks in reverse; in a block, segments in reverse, each walked from the block start
                 # with the states before its tokens in shared memory, then its pairs reversed
                 if not WHOLE:
@@ -820,21 +792,11 @@ if gluon is not None:
                     fits = False  # read only with WALK_RESCALE
                     if WALK_RESCALE:
                         fits = _block_fits(g, rows, bos + tb, ne, i_h, H, BS, STAGE)
-                    # START_AHEAD: the start state of the block before (what its first segment walks from)
-                    if j > 1:
-                        p_mb, p_ib = sc_m + o_sc + (j - 2) * 4 * N, sc_i + o_sc + (j - 2) * 4 * N
-                    else:
-                        p_mb, p_ib = ck_m + o_ck, ck_i + o_ck
                     for i_gr in range(NSEG):  # a loop (unrolled, the segments measured slower: call 4)
-                        if i_gr + 1 < NSEG:  # START_AHEAD: the next segment's start state, this block's
-                            p_mn, p_in = p_m0, p_i0
-                        else:  # or the block before's (none before the chunk's first block)
-                            p_mn, p_in = p_mb, p_ib
                         ad, b_an = _segment(slots, ad, b_an, p_m0, p_i0, bos + tb, ne, t_last, b_ip, fits, v, k, q, g,
                                             beta, dy, dv, dk, dq, dg, dbeta, i_h, i_g, c0, o_n,
-                                            (NSEG - 1 - i_gr) * SEG, rows, widen_y, p_mn, p_in,
-                                            (i_gr + 1 < NSEG) | (j > 0), L, SEG, H, G, P, N, USE_BETA,
-                                            PIPE, STAGE, WIDEN, WALK_RESCALE, BS, START_AHEAD)
+                                            (NSEG - 1 - i_gr) * SEG, rows, widen_y, L, SEG, H, G, P, N, USE_BETA,
+                                            PIPE, STAGE, WIDEN, WALK_RESCALE)
                 # the chunk's local adjoint of the state before its first token (chunked_bwd's local kernel)
                 if not WHOLE:
                     if i_c > 0:
@@ -921,20 +883,18 @@ def l2_prefetch_bits(level: int, bits: int) -> int:
 def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
            cu_seqlens, offsets, length, n_nh, n_work, programs, *, chunk_size, block_size, seg, nsplit, prefetch,
            rescale, pipe, stage, use_initial_state, use_initial_importance, l2_prefetch=0, maxnreg=0,
-           walk_rescale=False, widen=True, whole=False, dm_t=None, di_t=None, start_ahead=False):
+           walk_rescale=False, widen=True, whole=False, dm_t=None, di_t=None):
     """The Gluon local pass, launched where ``chunked_bwd.chunked_backward`` would launch the Triton one, with
     ``stage`` lowered to what the tensors allow (``staging_level``) and ``l2_prefetch`` to what that level takes
     (``l2_prefetch_bits``); ``maxnreg`` caps its registers (0: ptxas's choice); ``walk_rescale``: pass B's walks in
     rescaled states where a block allows (``WALK_RESCALE``); ``widen``: 16-bit staged values, gains and output
     gradients widened to float32 once a block (``WIDEN``); ``whole`` (``nsplit`` 1): each work item walks its
     whole sequence with the adjoints carried across the chunks from ``dm_t``, ``di_t`` (the final-state gradient,
-    both or neither), its gradients whole (``WHOLE``: no carry or corrections follow); ``start_ahead``: each pass B
-    segment's start state copied to shared memory one segment ahead (``START_AHEAD``)."""
+    both or neither), its gradients whole (``WHOLE``: no carry or corrections follow)."""
     if whole and nsplit != 1:
         raise ValueError(f"the Gluon local pass walks whole sequences with NSPLIT 1, not {nsplit}")
     level = staging_level(stage, v, k_l, q_l, log_decay, beta, dy)
     l2_prefetch = l2_prefetch_bits(level, l2_prefetch)
-    start_ahead = bool(start_ahead) and level > 0  # unstaged it spills (16 bytes under Triton 3.9)
     palimpsa_gluon_local_kernel[(programs,)](
         v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
         dm_t, di_t, cu_seqlens, offsets, length, n_nh, n_work,
@@ -943,7 +903,7 @@ def launch(v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
         USE_INITIAL_IMPORTANCE=use_initial_importance, IS_VARLEN=cu_seqlens is not None, PREFETCH=prefetch,
         RESCALE=rescale, PIPE=pipe, STAGE=level, L2PF=l2_prefetch, WALK_RESCALE=bool(walk_rescale),
         WIDEN=bool(widen), WHOLE=bool(whole), USE_FINAL_STATE_GRADIENT=bool(whole) and dm_t is not None,
-        START_AHEAD=bool(start_ahead), num_warps=1, **fr.FP_FUSION,
+        num_warps=1, **fr.FP_FUSION,
         **({"maxnreg": int(maxnreg)} if maxnreg else {}),
     )
 
@@ -952,7 +912,7 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
                    chunk_size: int = 512, block_size: int = 8, seg: int = 4, prefetch: bool = True,
                    rescale: bool = True, pipe: bool = True, stage: int = 3, use_beta: bool = True,
                    is_varlen: bool = False, arch: int = 90, l2_prefetch: int = 4, maxnreg: int = 0,
-                   walk_rescale: bool = False, widen: bool = True, whole: bool = False, start_ahead: bool = False):
+                   walk_rescale: bool = False, widen: bool = True, whole: bool = False):
     """The kernel compiled for ``sm_<arch>a`` without a GPU, at the training launch (float32 keys and queries,
     no states in or out, ``chunked_bwd.CHUNKED_CONFIG``'s settings; ``maxnreg``: a register cap, 0 none; ``whole``:
     whole sequences, ``NSPLIT`` 1, with a final-state gradient): the ``CompiledKernel``. ``l2_prefetch`` goes
@@ -963,8 +923,7 @@ def compile_kernel(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, hea
                   "SEG": seg, "NSPLIT": 1 if whole else 4, "USE_BETA": use_beta, "USE_INITIAL_STATE": False,
                   "USE_INITIAL_IMPORTANCE": False, "IS_VARLEN": is_varlen, "PREFETCH": prefetch,
                   "RESCALE": rescale, "PIPE": pipe, "STAGE": stage, "L2PF": l2_prefetch_bits(stage, l2_prefetch),
-                  "WALK_RESCALE": walk_rescale, "WIDEN": widen, "WHOLE": whole, "USE_FINAL_STATE_GRADIENT": whole,
-                  "START_AHEAD": start_ahead}
+                  "WALK_RESCALE": walk_rescale, "WIDEN": widen, "WHOLE": whole, "USE_FINAL_STATE_GRADIENT": whole}
     types = {name: f"*{dtype}" for name in ("v", "beta", "dy", "dv", "dbeta")}
     types.update({"cu_seqlens": "*i32", "chunk_offsets": "*i32"})
     signature = {name: types.get(name, "*fp32") for name in POINTERS}
