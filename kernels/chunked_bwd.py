@@ -159,10 +159,16 @@ GLUON_LOCAL_FAILED: str | None = None
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: split where one split gives fewer than this many waves of eight one-warp programs per SM
-# the carry and the corrections after a split local pass, as a share of its chunk walks: 1.32 ms after 11.12 at B = 1,
-# L = 8192, bf16 (docs/bench/whole-2026-11-28, call 2), what whole walks save (_splits); float32 inputs under TF32 pay
-# more (1.95 after 10.68, 0.18), so this errs toward splitting there
+# the carry and the corrections after a split local pass, as a share of its chunk walks, what whole walks save
+# (_splits): 16-bit inputs 1.32 ms after 11.12 at B = 1, L = 8192, bf16 (docs/bench/whole-2026-11-28, call 2; 1.32
+# after 11.15 in call 1 of start-ahead-2026-11-28); float32 inputs, whose corrections read twice the bytes, 2.02
+# after 10.71 (call 2 there)
 CORRECTIONS = 0.12
+CORRECTIONS_FLOAT32 = 0.18
+# the Gluon pass's time a unit of work at the OCCUPANCY preset's 12 programs an SM against 8 (the local pass at B = 1,
+# L = 8192: bf16 10.58 ms against 11.18, float32 10.23 against 10.72; docs/bench/rescaled-walk-2026-11-28, call 4),
+# with which the split choice counts whole walks that take the preset (_whole_cost)
+PRESET_SPEED = 0.95
 
 
 @triton.jit
@@ -385,7 +391,8 @@ def palimpsa_bwd_correct_kernel(
         b_run = tl.exp(tl.sum(b_g, 0)) * b_run + tl.sum(tl.exp(b_rest) * b_add, 0)
 
 
-def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device, whole: bool = False) -> int:
+def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device, whole: bool | float = False,
+            corrections: float = CORRECTIONS) -> int:
     """``NSPLIT``: the config's, or (0) on a GPU the one that costs the fewest chunk walks a program.
 
     ``per_split`` work items come with each split. The least split count that gives ``WAVES`` waves of eight
@@ -397,8 +404,10 @@ def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device,
     (the Gluon pass can walk whole sequences, ``WHOLE``): one split is a candidate too, against the others' cost
     plus their carry and corrections (``CORRECTIONS`` of the chunk walks they follow, as the program would walk them
     in perfect rounds): at B = 3, L = 8192 whole walks cost 64 against 16 splits' 59 + 7.0, 42.59 ms against 43.57; at
-    B = 2 48 against 39 + 4.7, 30.45 ms against 28.82 (docs/bench/whole-2026-11-28, call 3). On the CPU (the
-    interpreter) the least split count stands."""
+    B = 2 48 against 39 + 4.7, 30.45 ms against 28.82 (docs/bench/whole-2026-11-28, call 3). ``whole`` True costs
+    whole walks at the config's programs an SM; a number is their cost in the same units (:func:`_whole_cost`, where
+    they take the occupancy preset). ``corrections``: the carry and corrections' share (``CORRECTIONS``, or
+    ``CORRECTIONS_FLOAT32`` for float32 inputs). On the CPU (the interpreter) the least split count stands."""
     if config.get("NSPLIT", 0):
         return max(1, min(int(config["NSPLIT"]), max_chunks))
     sms = _sms(device)
@@ -406,13 +415,17 @@ def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device,
     if least == 1 or device.type != "cuda":
         return least
     resident = _per_sm(config) * sms
-    candidates, n = {least, max_chunks} | ({1} if whole else set()), least
-    corrections = CORRECTIONS * per_split * max_chunks / resident if whole else 0.0
+    candidates, n = {least, max_chunks} | ({1} if whole is not False else set()), least
+    extra = corrections * per_split * max_chunks / resident if whole is not False else 0.0
     while n * 2 < max_chunks:
         n *= 2
         candidates.add(n)
-    return min(candidates, key=lambda n: (triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n)
-                                          + (corrections if n > 1 else 0.0), n))
+
+    def cost(n):
+        if n == 1 and whole is not True and whole is not False:
+            return float(whole)
+        return triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n) + (extra if n > 1 else 0.0)
+    return min(candidates, key=lambda n: (cost(n), n))
 
 
 def _sms(device: torch.device) -> int:
@@ -460,6 +473,23 @@ def _whole_time(config: dict, per_split: int, max_chunks: int, device: torch.dev
     the chunks of the longest sequence, times the programs an SM."""
     per_sm = _per_sm({"PROGRAMS_PER_SM": int(config["LOCAL_PROGRAMS_PER_SM"]) or int(config["PROGRAMS_PER_SM"])})
     return triton.cdiv(per_split, per_sm * _sms(device)) * max_chunks * per_sm
+
+
+def _whole_cost(config: dict, keys: dict, per_split: int, max_chunks: int, device: torch.device) -> float:
+    """Whole walks' cost in :func:`_splits`'s units (rounds of one chunk at the config's programs an SM): at the
+    config's programs an SM, or at the preset's ``keys`` (:func:`_whole_preset`) where :func:`_whole_time` takes
+    them, its time a unit of work there scaled by ``PRESET_SPEED``. At B = 1, L = 8192 (2.7b shapes) that is 24 x
+    0.95 = 22.8 against 4 splits' 20 + 2.3 (16-bit) or + 3.5 (float32): bf16 keeps the split (measured: 14.82 ms
+    both ways), float32 under TF32 walks whole (14.34 against 15.09; docs/bench/start-ahead-2026-11-28, calls 1-2)."""
+    per_sm = _per_sm(config)
+    base = float(triton.cdiv(per_split, per_sm * _sms(device)) * max_chunks)
+    if keys:
+        trial = {**config, **keys}
+        here = _whole_time(config, per_split, max_chunks, device)
+        there = _whole_time(trial, per_split, max_chunks, device)
+        if there < here:
+            return min(base, there / per_sm * PRESET_SPEED)
+    return base
 
 
 def _whole_preset(config: dict, bwd_config: dict) -> dict:
@@ -669,7 +699,10 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     # WHOLE: with one split, the Gluon pass walks each sequence whole, carrying the adjoints across its chunks
     can_whole = bool(config["WHOLE"]) and gluon_local is not None
     split = bool(config["SPLIT"])  # SPLIT 0: whole walks or the sequential kernel, never a split
-    nsplit = _splits(config, per_split, max_chunks, device, can_whole) if split else 1
+    corrections = CORRECTIONS_FLOAT32 if v.dtype == torch.float32 else CORRECTIONS
+    whole_cost = (_whole_cost(config, _whole_preset(config, bwd_config), per_split, max_chunks, device)
+                  if can_whole else False)
+    nsplit = _splits(config, per_split, max_chunks, device, whole_cost, corrections) if split else 1
     whole = nsplit == 1 and can_whole
     if nsplit == 1 and not whole and (not config.get("NSPLIT") or not split):
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and

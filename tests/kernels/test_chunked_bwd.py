@@ -303,6 +303,33 @@ def test_splits_on_a_gpu_cost_the_fewest_chunk_walks_a_program(monkeypatch):
     assert chunked_bwd._splits({**eight, "NSPLIT": 2}, 3 * 1280, 16, gpu, whole=True) == 2
 
 
+def test_the_split_choice_counts_whole_walks_at_the_occupancy_preset_and_float32_corrections(monkeypatch):
+    """Whole walks that would take the 12-an-SM preset (B = 1 at 2.7b shapes) are costed there (``_whole_cost``: 24
+    rounds' worth at 8 an SM, times PRESET_SPEED), and float32 inputs' carry and corrections cost more
+    (CORRECTIONS_FLOAT32): at B = 1, L = 8192 bf16 keeps 4 splits (20 + 2.3 against 22.8; measured 14.82 ms both ways)
+    and float32 walks whole (20 + 3.5; 14.34 against 15.09, docs/bench/start-ahead-2026-11-28)."""
+    gpu = torch.device("cuda")
+    monkeypatch.setattr(chunked_bwd.fr, "_sm_count", lambda device: 132)
+    config = {**chunked_bwd._SHIPPED, "NSPLIT": 0}
+    preset = chunked_bwd._whole_preset(config, {})
+    assert preset == chunked_bwd.OCCUPANCY[12]
+    cost = chunked_bwd._whole_cost(config, preset, 1280, 16, gpu)
+    assert cost == pytest.approx(16 * 12 / 8 * chunked_bwd.PRESET_SPEED)
+    assert chunked_bwd._whole_cost(config, {}, 1280, 16, gpu) == 32  # at 8 an SM: two rounds of 16 chunks
+    # at B = 2 the preset needs as many program-rounds (2 of 16 at 12 against 3 at 8): whole walks stay at 8
+    assert chunked_bwd._whole_cost(config, preset, 2 * 1280, 16, gpu) == 48
+    f32 = chunked_bwd.CORRECTIONS_FLOAT32
+    assert chunked_bwd._splits(config, 1280, 16, gpu, cost) == 4
+    assert chunked_bwd._splits(config, 1280, 16, gpu, cost, f32) == 1
+    # L = 2048: 5 rounds of one chunk + 0.87 against 5.7 in float32, + 0.58 in bf16
+    short = chunked_bwd._whole_cost(config, preset, 1280, 4, gpu)
+    assert chunked_bwd._splits(config, 1280, 4, gpu, short) == 4
+    assert chunked_bwd._splits(config, 1280, 4, gpu, short, f32) == 1
+    # B = 2 (2,560 items a split): whole walks at 8 cost 48 against 16 splits' 39 + 7.0 in float32
+    assert chunked_bwd._splits(config, 2 * 1280, 16, gpu, chunked_bwd._whole_cost(config, preset, 2 * 1280, 16, gpu),
+                               f32) == 16
+
+
 def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_splits(monkeypatch):
     """The local pass's programs are persistent: at most as many as stay resident (8 per SM here one, on the CPU),
     and no more than their rounds of work items need, each taking work items in turn with one scratch slab, so
