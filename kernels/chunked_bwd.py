@@ -700,8 +700,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     can_whole = bool(config["WHOLE"]) and gluon_local is not None
     split = bool(config["SPLIT"])  # SPLIT 0: whole walks or the sequential kernel, never a split
     corrections = CORRECTIONS_FLOAT32 if v.dtype == torch.float32 else CORRECTIONS
-    whole_cost = (_whole_cost(config, _whole_preset(config, bwd_config), per_split, max_chunks, device)
-                  if can_whole else False)
+    whole_keys = _whole_preset(config, bwd_config) if can_whole else {}
+    whole_cost = _whole_cost(config, whole_keys, per_split, max_chunks, device) if can_whole else False
     nsplit = _splits(config, per_split, max_chunks, device, whole_cost, corrections) if split else 1
     whole = nsplit == 1 and can_whole
     if nsplit == 1 and not whole and (not config.get("NSPLIT") or not split):
@@ -719,8 +719,8 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
                 and _program_time(trial, per_split, max_chunks, device)
                 <= _program_time(config, per_split, max_chunks, device)):
             config = trial
-        elif whole and (keys := _whole_preset(config, bwd_config)):
-            trial = {**config, **keys}
+        elif whole and whole_keys:
+            trial = {**config, **whole_keys}
             if (_gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None
                     and _whole_time(trial, per_split, max_chunks, device)
                     < _whole_time(config, per_split, max_chunks, device)):
