@@ -121,7 +121,8 @@ from . import fused_recurrent as fr
 # full precision forward + backward 14.69 ms against 17.98 at L = 8192 and 3.79 against 4.61 at 2048, 0.15 GiB more
 # scratch (peak 2.54x SSD's against 2.09x); equal at B = 2 (29.72 against 29.68, kept at 8), slower at B = 3 (44.71
 # against 42.03) (docs/bench/tf32x3-2026-11-28, call 7); 0 or 8: whole walks stay at the default occupancy. Where the
-# preset's kernel fails to build, whole walks are tried again at 8 before the process gives up the Gluon pass
+# preset's kernel fails to build, the backward is chosen again as under WHOLE_OCCUPANCY 0 (whole walks at 8 where the
+# split choice still takes them, the split otherwise) before the process gives up the Gluon pass
 CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16, "BP": 0, "DOT": "auto",
                   "correct_warps": 0, "PROGRAMS_PER_SM": 8, "maxnreg": 0, "GROUP": 2, "GAUGE": False,
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
@@ -161,13 +162,17 @@ TIMINGS = None
 WAVES = 4  # NSPLIT = 0: split where one split gives fewer than this many waves of eight one-warp programs per SM
 # the carry and the corrections after a split local pass, as a share of its chunk walks, what whole walks save
 # (_splits): 16-bit inputs 1.32 ms after 11.12 at B = 1, L = 8192, bf16 (docs/bench/whole-2026-11-28, call 2; 1.32
-# after 11.15 in call 1 of start-ahead-2026-11-28); float32 inputs, whose corrections read twice the bytes, 2.02
-# after 10.71 (call 2 there)
+# after 11.15 in call 1 of start-ahead-2026-11-28); float32 inputs, whose corrections read twice the bytes, 1.96
+# after 10.72 and 2.02 after 10.71 (calls 1 and 2 there: 0.18-0.19)
 CORRECTIONS = 0.12
 CORRECTIONS_FLOAT32 = 0.18
-# the Gluon pass's time a unit of work at the OCCUPANCY preset's 12 programs an SM against 8 (the local pass at B = 1,
-# L = 8192: bf16 10.58 ms against 11.18, float32 10.23 against 10.72; docs/bench/rescaled-walk-2026-11-28, call 4),
-# with which the split choice counts whole walks that take the preset (_whole_cost)
+# the Gluon pass's time a unit of work at the OCCUPANCY preset's 12 programs an SM against 8, with which the split
+# choice counts whole walks that take the preset (_whole_cost). Measured two ways: whole walks at 12 against the split
+# local pass at 8, B = 1, L = 8192 (24 units against 20): bf16 12.44 ms against 11.15, float32 11.96 against 10.71,
+# 0.93 (docs/bench/start-ahead-2026-11-28, calls 1-2); split launches at both (16 splits, 156 units, against 4, 160):
+# bf16 10.58 against 11.18, float32 10.23 against 10.72, 0.97-0.98 (rescaled-walk-2026-11-28, call 4). 0.95 lies
+# between and gives every measured B = 1 case its faster side (bf16 a tie at 8192; float32 whole walks at 2048,
+# 8192, 16384); at 0.93 bf16 would walk whole at 8192 by 0.01 of a round, at 0.97 float32 would split at 16384
 PRESET_SPEED = 0.95
 
 
@@ -755,8 +760,9 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         if ran:  # every gradient whole: no carry, no corrections
             LOCAL_RUNS[ran] = LOCAL_RUNS.get(ran, 0) + 1
             return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
-        # the launch failed: at the preset, whole walks again at the default occupancy; otherwise (under "auto",
-        # GLUON_LOCAL_FAILED set now) as without the Gluon pass
+        # the launch failed: at the preset, chosen again as under WHOLE_OCCUPANCY 0 (whole walks at the default
+        # occupancy, or the split where the choice costs those higher); otherwise (under "auto", GLUON_LOCAL_FAILED
+        # set now) as without the Gluon pass
         del sc_m, sc_i, lm, li, buffers
         again = {**bwd_config, "WHOLE_OCCUPANCY": 0} if whole_preset else bwd_config
         return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw, again,

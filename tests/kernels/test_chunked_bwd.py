@@ -310,6 +310,7 @@ def test_the_split_choice_counts_whole_walks_at_the_occupancy_preset_and_float32
     and float32 walks whole (20 + 3.5; 14.34 against 15.09, docs/bench/start-ahead-2026-11-28)."""
     gpu = torch.device("cuda")
     monkeypatch.setattr(chunked_bwd.fr, "_sm_count", lambda device: 132)
+    monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV, raising=False)
     config = {**chunked_bwd._SHIPPED, "NSPLIT": 0}
     preset = chunked_bwd._whole_preset(config, {})
     assert preset == chunked_bwd.OCCUPANCY[12]

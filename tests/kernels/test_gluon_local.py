@@ -683,8 +683,9 @@ def test_a_failed_launch_at_the_whole_walk_preset_walks_whole_at_8_an_sm(monkeyp
 def test_auto_asks_float32_at_full_precision_for_whole_walks(monkeypatch):
     """``fused_recurrent.whole_by_default``: on CUDA, float32 inputs at full-precision matrix products (where the
     split's IEEE corrections lose to the sequential kernel) take the chunk-parallel backward without a split; not
-    16-bit or float64 inputs, not under TF32 (the split runs there), not on the CPU; and under ``auto`` the scan then
-    runs the Gluon pass's whole walks where it can (here: ``unsupported`` made to find nothing, the launch recorded)."""
+    16-bit or float64 inputs, not under TF32 (the split choice decides there), not on the CPU; and under ``auto`` the
+    scan then runs the Gluon pass's whole walks where it can (here: ``unsupported`` made to find nothing, the launch
+    recorded)."""
     from types import SimpleNamespace
 
     precision = torch.get_float32_matmul_precision()
