@@ -396,7 +396,7 @@ def palimpsa_bwd_correct_kernel(
         b_run = tl.exp(tl.sum(b_g, 0)) * b_run + tl.sum(tl.exp(b_rest) * b_add, 0)
 
 
-def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device, whole: bool | float = False,
+def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device, whole: float | None = None,
             corrections: float = CORRECTIONS) -> int:
     """``NSPLIT``: the config's, or (0) on a GPU the one that costs the fewest chunk walks a program.
 
@@ -409,10 +409,11 @@ def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device,
     (the Gluon pass can walk whole sequences, ``WHOLE``): one split is a candidate too, against the others' cost
     plus their carry and corrections (``CORRECTIONS`` of the chunk walks they follow, as the program would walk them
     in perfect rounds): at B = 3, L = 8192 whole walks cost 64 against 16 splits' 59 + 7.0, 42.59 ms against 43.57; at
-    B = 2 48 against 39 + 4.7, 30.45 ms against 28.82 (docs/bench/whole-2026-11-28, call 3). ``whole`` True costs
-    whole walks at the config's programs an SM; a number is their cost in the same units (:func:`_whole_cost`, where
-    they take the occupancy preset). ``corrections``: the carry and corrections' share (``CORRECTIONS``, or
-    ``CORRECTIONS_FLOAT32`` for float32 inputs). On the CPU (the interpreter) the least split count stands."""
+    B = 2 48 against 39 + 4.7, 30.45 ms against 28.82 (docs/bench/whole-2026-11-28, call 3). ``whole`` is that
+    cost in the same units (:func:`_whole_cost`: at the config's programs an SM, or at the occupancy preset where
+    whole walks take it); None leaves one split out. ``corrections``: the carry and corrections' share
+    (``CORRECTIONS``, or ``CORRECTIONS_FLOAT32`` for float32 inputs). On the CPU (the interpreter) the least split
+    count stands."""
     if config.get("NSPLIT", 0):
         return max(1, min(int(config["NSPLIT"]), max_chunks))
     sms = _sms(device)
@@ -420,17 +421,15 @@ def _splits(config: dict, per_split: int, max_chunks: int, device: torch.device,
     if least == 1 or device.type != "cuda":
         return least
     resident = _per_sm(config) * sms
-    candidates, n = {least, max_chunks} | ({1} if whole is not False else set()), least
-    extra = corrections * per_split * max_chunks / resident if whole is not False else 0.0
+    candidates, n = {least, max_chunks}, least
+    extra = 0.0 if whole is None else corrections * per_split * max_chunks / resident
     while n * 2 < max_chunks:
         n *= 2
         candidates.add(n)
-
-    def cost(n):
-        if n == 1 and whole is not True and whole is not False:
-            return float(whole)
-        return triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n) + (extra if n > 1 else 0.0)
-    return min(candidates, key=lambda n: (cost(n), n))
+    costs = {n: triton.cdiv(n * per_split, resident) * triton.cdiv(max_chunks, n) + extra for n in candidates}
+    if whole is not None:
+        costs[1] = float(whole)
+    return min(costs, key=lambda n: (costs[n], n))
 
 
 def _sms(device: torch.device) -> int:
@@ -706,7 +705,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     split = bool(config["SPLIT"])  # SPLIT 0: whole walks or the sequential kernel, never a split
     corrections = CORRECTIONS_FLOAT32 if v.dtype == torch.float32 else CORRECTIONS
     whole_keys = _whole_preset(config, bwd_config) if can_whole else {}
-    whole_cost = _whole_cost(config, whole_keys, per_split, max_chunks, device) if can_whole else False
+    whole_cost = _whole_cost(config, whole_keys, per_split, max_chunks, device) if can_whole else None
     nsplit = _splits(config, per_split, max_chunks, device, whole_cost, corrections) if split else 1
     whole = nsplit == 1 and can_whole
     if nsplit == 1 and not whole and (not config.get("NSPLIT") or not split):

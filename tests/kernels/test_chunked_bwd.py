@@ -292,15 +292,19 @@ def test_splits_on_a_gpu_cost_the_fewest_chunk_walks_a_program(monkeypatch):
     # carry and corrections (CORRECTIONS of the walks): B = 3 (3,840 items a split), L = 8192: 4 rounds of 16 chunks
     # (64) against 16 splits' 59 rounds of one chunk + 7.0
     assert chunked_bwd.CORRECTIONS == 0.12
+
+    def whole(config, items, chunks):  # whole walks at the config's programs an SM
+        return chunked_bwd._whole_cost(config, {}, items, chunks, gpu)
+
     assert chunked_bwd._splits(eight, 3 * 1280, 16, gpu) == 16
-    assert chunked_bwd._splits(eight, 3 * 1280, 16, gpu, whole=True) == 1
+    assert chunked_bwd._splits(eight, 3 * 1280, 16, gpu, whole(eight, 3 * 1280, 16)) == 1
     # but not where it costs more: B = 2 (3 rounds of 16, 48, against 39 + 4.7), B = 1 (2 of 16 against 5 of 4 +
     # 2.3), B = 2 at L = 2048 (3 rounds of 4 against 5 of 2 + 1.2)
-    assert chunked_bwd._splits(eight, 2 * 1280, 16, gpu, whole=True) == 16
-    assert chunked_bwd._splits(eight, 1280, 16, gpu, whole=True) == 4
-    assert chunked_bwd._splits(eight, 2 * 1280, 4, gpu, whole=True) == 2
+    assert chunked_bwd._splits(eight, 2 * 1280, 16, gpu, whole(eight, 2 * 1280, 16)) == 16
+    assert chunked_bwd._splits(eight, 1280, 16, gpu, whole(eight, 1280, 16)) == 4
+    assert chunked_bwd._splits(eight, 2 * 1280, 4, gpu, whole(eight, 2 * 1280, 4)) == 2
     # nor over a set NSPLIT
-    assert chunked_bwd._splits({**eight, "NSPLIT": 2}, 3 * 1280, 16, gpu, whole=True) == 2
+    assert chunked_bwd._splits({**eight, "NSPLIT": 2}, 3 * 1280, 16, gpu, whole(eight, 3 * 1280, 16)) == 2
 
 
 def test_the_split_choice_counts_whole_walks_at_the_occupancy_preset_and_float32_corrections(monkeypatch):
