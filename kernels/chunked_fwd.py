@@ -67,12 +67,6 @@ def walk_config(config: dict) -> dict:
         walk["SCATTER"] = int(config["walk_SCATTER"])
     if "walk_RESCALE" in config:  # 0 walks the true states (fused_recurrent._rescales)
         walk["RESCALE"] = int(config["walk_RESCALE"])
-    if "walk_PAIR" in config:  # 1 or 2: one reciprocal a pair of states (fused_recurrent._pairs)
-        walk["PAIR"] = int(config["walk_PAIR"])
-    if "walk_ALT" in config:  # 1: two tokens an iteration, each reloaded once done (fused_recurrent._alternates)
-        walk["ALT"] = int(config["walk_ALT"])
-    if int(config.get("walk_maxnreg", 0)):  # a register cap for the walk's launch (more programs an SM)
-        walk["maxnreg"] = int(config["walk_maxnreg"])
     if "walk_KQ32" in config:  # 0 reads the keys and queries as they come (fused_recurrent._float32_keys)
         walk["KQ32"] = bool(int(config["walk_KQ32"]))
     return walk
@@ -265,8 +259,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False, "STORE_FINAL_STATE": False,
             "USE_UNCERTAINTY": False, "FAST_RCP": True, "STORE_CHECKPOINTS": name == "sequential",
             "CHUNKED": name == "walk", "SCATTER": name == "walk", "RESCALE": fr._rescales(config, name == "walk"),
-            "FAST_EXP": True, "PAIR": fr._pairs(config, name == "walk", fr._rescales(config, name == "walk"), False),
-            "ALT": fr._alternates({"UNROLL": 1, **config}, fr._rescales(config, name == "walk"))}
+            "FAST_EXP": True}
     launches = {
         "local": (palimpsa_fwd_local_kernel, sizes["local_warps"], {
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BK"], "BT": sizes["BT"], "USE_BETA": True,

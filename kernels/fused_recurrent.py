@@ -271,60 +271,6 @@ def _load_fwd_token(v, k, q, g, beta, tok, valid, i_h, i_g, o_v, o_k,
 
 
 @triton.jit
-def _load_fwd_token_at(v, k, q, g, beta, tok, i_h, i_g, o_v, o_k, H: tl.constexpr, G: tl.constexpr,
-                       P: tl.constexpr, N: tl.constexpr, USE_BETA: tl.constexpr, ACC: tl.constexpr):
-    """:func:`_load_fwd_token` (log decays) of a token known to exist: masked by the tile's bounds only, which the
-    compiler hoists out of the walk's loop."""
-    b_k = tl.load(k + (tok * G + i_g) * N + o_k, mask=o_k < N, other=0).to(ACC)
-    b_v = tl.load(v + (tok * H + i_h) * P + o_v, mask=o_v < P, other=0).to(ACC)
-    b_l = tl.load(g + tok * H + i_h).to(ACC)
-    if USE_BETA:
-        b_b = tl.load(beta + (tok * H + i_h) * P + o_v, mask=o_v < P, other=0).to(ACC)
-    else:
-        b_b = b_v
-    b_q = tl.load(q + (tok * G + i_g) * N + o_k, mask=o_k < N, other=0).to(ACC)
-    return b_k, b_v, b_l, b_b, b_q
-
-
-@triton.jit
-def _store_scattered(b_part, b_w, y, tok, valid, i_h, v0, H: tl.constexpr, P: tl.constexpr):
-    """``y`` of token ``tok``'s 8 channels from their lane partials (``[8, 32]``, :func:`_scatter_rows`) times
-    ``b_w``, stored from the lanes that hold them."""
-    lane = tl.arange(0, 32)[None, :]
-    if b_part.shape[0] == 16:
-        s_y = _scatter_rows16(b_part) * b_w
-        o_c = v0 + ((lane >> 1) & 15)
-        m_c = (lane & 1) == 0
-    else:
-        s_y = _scatter_rows(b_part) * b_w
-        o_c = v0 + ((lane >> 2) & 7)
-        m_c = (lane & 3) == 0
-    tl.store(y + (tok * H + i_h) * P + o_c, s_y.to(y.dtype.element_ty), mask=valid & m_c & (o_c < P))
-
-
-@triton.jit
-def _pair_readout(b_m, b_d, b_q, b_w, PAIR: tl.constexpr):
-    """Each lane's partial of ``y = sum_n (M' / D) q`` over its own 4 consecutive states (``[BV, BK]`` tiles
-    in the chunk walk's layout; ``[BV, BK / 4]``, column ``l`` in lane ``l``) with one reciprocal a pair of
-    states: ``M0 q0 / D0 + M1 q1 / D1 = (M0 q0 D1 + M1 q1 D0) / (D0 D1)``. ``PAIR`` 2 computes that as ``(M0 q0 D1 w
-    + M1 q1 w D0) / (D0 D1 w)`` with ``w = 1 / e`` (``b_w``, a scalar): ``D1 w`` is the true importance, so the
-    product in the reciprocal is ``e I0 I1``, which cannot overflow where ``D0 D1`` could."""
-    BV: tl.constexpr = b_m.shape[0]
-    BK: tl.constexpr = b_m.shape[1]
-    m0, m1, m2, m3 = _split4(tl.reshape(b_m, [BV, BK // 4, 4]))
-    d0, d1, d2, d3 = _split4(tl.reshape(b_d, [BV, BK // 4, 4]))
-    q0, q1, q2, q3 = _split4(tl.reshape(b_q, [BK // 4, 4]))
-    if PAIR == 2:
-        d1 = d1 * b_w
-        d3 = d3 * b_w
-        q1 = q1 * b_w
-        q3 = q3 * b_w
-    n01 = (m0 * q0[None, :]) * d1 + (m1 * q1[None, :]) * d0
-    n23 = (m2 * q2[None, :]) * d3 + (m3 * q3[None, :]) * d2
-    return n01 * _reciprocal(d0 * d1, True) + n23 * _reciprocal(d2 * d3, True)
-
-
-@triton.jit
 def _store_readout(b_mr, b_r, b_q, b_ue, y, u, tok, valid, i_h, o_v, v0, H: tl.constexpr, P: tl.constexpr,
                    USE_UNCERTAINTY: tl.constexpr, TRANS: tl.constexpr, SCATTER: tl.constexpr,
                    SCALED: tl.constexpr):
@@ -334,8 +280,11 @@ def _store_readout(b_mr, b_r, b_q, b_ue, y, u, tok, valid, i_h, o_v, v0, H: tl.c
     the lanes that reduce-scatters the 8 channels (:func:`_scatter_rows`), stored from there."""
     m_y = o_v < tl.where(valid, P, 0)
     if SCATTER:
-        _store_scattered(_lane_dot(b_mr, tl.broadcast_to(_cols(b_q, TRANS), b_mr.shape)), 1.0, y, tok, valid, i_h,
-                         v0, H, P)
+        s_y = _scatter_rows(_lane_dot(b_mr, tl.broadcast_to(_cols(b_q, TRANS), b_mr.shape)))
+        lane = tl.arange(0, 32)[None, :]
+        o_c = v0 + ((lane >> 2) & 7)
+        tl.store(y + (tok * H + i_h) * P + o_c, s_y.to(y.dtype.element_ty),
+                 mask=valid & ((lane & 3) == 0) & (o_c < P))
     else:
         b_y = _sum_n(b_mr * _cols(b_q, TRANS), TRANS)
         tl.store(y + (tok * H + i_h) * P + o_v, b_y.to(y.dtype.element_ty), mask=m_y)
@@ -362,7 +311,7 @@ def _fwd_token(b_m, b_i, b_k, b_v, b_a, b_b, b_q, b_ip, y, u, tok, valid, i_h, o
 def _rescaled_fwd_token(b_m, b_j, b_s, b_k, b_v, b_l, b_b, b_q, b_ip, y, u, tok, valid, i_h, o_v, v0,
                         H: tl.constexpr, P: tl.constexpr, USE_BETA: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
                         TRANS: tl.constexpr, FAST_RCP: tl.constexpr, SCATTER: tl.constexpr, ACC: tl.constexpr,
-                        FAST_EXP: tl.constexpr, PAIR: tl.constexpr = 0):
+                        FAST_EXP: tl.constexpr):
     """:func:`_fwd_token` in rescaled states (``RESCALE``): ``M' = e M`` and ``J' = e (I - I_prior)`` with ``e =
     exp(b_s)`` and ``b_s`` the log decays since the last renormalisation, negated. An update is one FFMA per state
     (``M' += v (k e)``, ``J' += beta (k^2 e)``), the readout divides by ``D = J' + e I_prior = e I`` (``M' / D = M
@@ -382,18 +331,9 @@ def _rescaled_fwd_token(b_m, b_j, b_s, b_k, b_v, b_l, b_b, b_q, b_ip, y, u, tok,
     b_m += _rows(b_v, TRANS) * _cols(b_ke, TRANS)
     if USE_BETA:
         b_j += _rows(b_b, TRANS) * _cols(b_k * b_ke, TRANS)
-    if PAIR == 9:  # PROBE (not for use): the readout without its reciprocals, to time what they cost
-        _store_readout(b_m * (b_j + b_e * b_ip), b_j, b_q, b_e, y, u, tok, valid, i_h, o_v, v0, H, P,
-                       USE_UNCERTAINTY, TRANS, SCATTER, True)
-    elif PAIR:  # (the chunk walk's layout without u: _pairs)
-        b_w = 1.0
-        if PAIR == 2:
-            b_w = _exp(-b_s, FAST_EXP)
-        _store_scattered(_pair_readout(b_m, b_j + b_e * b_ip, b_q, b_w, PAIR), 1.0, y, tok, valid, i_h, v0, H, P)
-    else:
-        b_r = _reciprocal(b_j + b_e * b_ip, FAST_RCP)
-        _store_readout(b_m * b_r, b_r, b_q, b_e, y, u, tok, valid, i_h, o_v, v0, H, P, USE_UNCERTAINTY, TRANS,
-                       SCATTER, True)
+    b_r = _reciprocal(b_j + b_e * b_ip, FAST_RCP)
+    _store_readout(b_m * b_r, b_r, b_q, b_e, y, u, tok, valid, i_h, o_v, v0, H, P, USE_UNCERTAINTY, TRANS, SCATTER,
+                   True)
     return b_m, b_j, b_s
 
 
@@ -406,7 +346,7 @@ def palimpsa_fwd_kernel(
     STORE_FINAL_STATE: tl.constexpr, STORE_CHECKPOINTS: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
     IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
     CHUNKED: tl.constexpr = False, SCATTER: tl.constexpr = False, RESCALE: tl.constexpr = False,
-    FAST_EXP: tl.constexpr = False, PAIR: tl.constexpr = 0, ALT: tl.constexpr = False,
+    FAST_EXP: tl.constexpr = False,
 ):
     """A program walks its channel block of one (sequence, head) through the whole sequence, storing the
     checkpoints on the way; with ``CHUNKED`` (``chunked_fwd.py``) it walks one chunk only (``program_id(2)``),
@@ -454,48 +394,32 @@ def palimpsa_fwd_kernel(
         if RESCALE:  # (M', J') with the scale of the chunk start: (M, I - I_prior)
             b_i = b_i - b_ip
             b_s = tl.zeros([], dtype=ACC)
-        if ALT:  # (UNROLL 2, RESCALE: _alternates) each set of registers reloaded as soon as its token is done
-            for t in range(i_c * CT, tl.minimum(i_c * CT + CT, T), 2):
-                tok = bos + t
+        for t in range(i_c * CT, tl.minimum(i_c * CT + CT, T), UNROLL):
+            tok = bos + t
+            n_k1, n_v1, n_a1, n_b1, n_q1 = _load_fwd_token(v, k, q, g, beta, tok + UNROLL, t + UNROLL < T, i_h,
+                                                           i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
+            if UNROLL == 2:
+                n_k2, n_v2, n_a2, n_b2, n_q2 = _load_fwd_token(v, k, q, g, beta, tok + 3, t + 3 < T, i_h, i_g,
+                                                               o_v, o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
+            if RESCALE:
                 b_m, b_i, b_s = _rescaled_fwd_token(b_m, b_i, b_s, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok,
                                                     t < T, i_h, o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY,
-                                                    TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP, PAIR)
-                b_k1, b_v1, b_a1, b_b1, b_q1 = _load_fwd_token_at(v, k, q, g, beta, bos + tl.minimum(t + 2, T - 1),
-                                                                  i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
+                                                    TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP)
+            else:
+                b_m, b_i = _fwd_token(b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok, t < T, i_h, o_v,
+                                      i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER)
+            b_k1, b_v1, b_a1, b_b1, b_q1 = n_k1, n_v1, n_a1, n_b1, n_q1
+            if UNROLL == 2:
                 # a chunk holds an even number of tokens; only the sequence's last pair can be half empty
-                b_m, b_i, b_s = _rescaled_fwd_token(b_m, b_i, b_s, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u,
-                                                    tok + 1, t + 1 < T, i_h, o_v, i_v * BV, H, P, USE_BETA,
-                                                    USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP, PAIR)
-                b_k2, b_v2, b_a2, b_b2, b_q2 = _load_fwd_token_at(v, k, q, g, beta, bos + tl.minimum(t + 3, T - 1),
-                                                                  i_h, i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC)
-        else:
-            for t in range(i_c * CT, tl.minimum(i_c * CT + CT, T), UNROLL):
-                tok = bos + t
-                n_k1, n_v1, n_a1, n_b1, n_q1 = _load_fwd_token(v, k, q, g, beta, tok + UNROLL, t + UNROLL < T, i_h,
-                                                               i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
-                if UNROLL == 2:
-                    n_k2, n_v2, n_a2, n_b2, n_q2 = _load_fwd_token(v, k, q, g, beta, tok + 3, t + 3 < T, i_h, i_g,
-                                                                   o_v, o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
                 if RESCALE:
-                    b_m, b_i, b_s = _rescaled_fwd_token(b_m, b_i, b_s, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok,
-                                                        t < T, i_h, o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY,
-                                                        TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP, PAIR)
+                    b_m, b_i, b_s = _rescaled_fwd_token(b_m, b_i, b_s, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u,
+                                                        tok + 1, t + 1 < T, i_h, o_v, i_v * BV, H, P, USE_BETA,
+                                                        USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP)
                 else:
-                    b_m, b_i = _fwd_token(b_m, b_i, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok, t < T, i_h, o_v,
-                                          i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER)
-                b_k1, b_v1, b_a1, b_b1, b_q1 = n_k1, n_v1, n_a1, n_b1, n_q1
-                if UNROLL == 2:
-                    # a chunk holds an even number of tokens; only the sequence's last pair can be half empty
-                    if RESCALE:
-                        b_m, b_i, b_s = _rescaled_fwd_token(b_m, b_i, b_s, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u,
-                                                            tok + 1, t + 1 < T, i_h, o_v, i_v * BV, H, P, USE_BETA,
-                                                            USE_UNCERTAINTY, TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP,
-                                                            PAIR)
-                    else:
-                        b_m, b_i = _fwd_token(b_m, b_i, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u, tok + 1, t + 1 < T,
-                                              i_h, o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP,
-                                              SCATTER)
-                    b_k2, b_v2, b_a2, b_b2, b_q2 = n_k2, n_v2, n_a2, n_b2, n_q2
+                    b_m, b_i = _fwd_token(b_m, b_i, b_k2, b_v2, b_a2, b_b2, b_q2, b_ip, y, u, tok + 1, t + 1 < T,
+                                          i_h, o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY, TRANS, FAST_RCP,
+                                          SCATTER)
+                b_k2, b_v2, b_a2, b_b2, b_q2 = n_k2, n_v2, n_a2, n_b2, n_q2
         if RESCALE:  # back to the true states
             b_w = _exp(-b_s, FAST_EXP)
             b_m = b_m * b_w
@@ -654,7 +578,7 @@ def _xor_asm(bit: int) -> str:
     return "shfl.sync.bfly.b32 $0, $1, " + str(bit) + ", 0x1f, 0xffffffff;"
 
 
-STAGE16, STAGE8, STAGE4, STAGE2 = (tl.constexpr(_butterfly_asm(bit)) for bit in (16, 8, 4, 2))
+STAGE16, STAGE8, STAGE4 = (tl.constexpr(_butterfly_asm(bit)) for bit in (16, 8, 4))
 XOR8, XOR4, XOR2, XOR1 = (tl.constexpr(_xor_asm(bit)) for bit in (8, 4, 2, 1))
 
 
@@ -737,18 +661,6 @@ def _scatter_rows(x):
     a, b = _halves(_butterfly(a, b, STAGE16))
     a, b = _halves(_butterfly(a, b, STAGE8))
     return _plus_lane(_plus_lane(_butterfly(a, b, STAGE4), XOR2), XOR1)
-
-
-@triton.jit
-def _scatter_rows16(x):
-    """:func:`_scatter_rows` of 16 channels (``[16, 32]``): stages over lane bits 4, 3, 2 and 1 keep half of the
-    channels each, one more finishes the sums (16 shuffles). Returns ``[1, 32]``: lane ``l`` holds channel
-    ``(l >> 1) & 15``'s."""
-    a, b = _halves(x)
-    a, b = _halves(_butterfly(a, b, STAGE16))
-    a, b = _halves(_butterfly(a, b, STAGE8))
-    a, b = _halves(_butterfly(a, b, STAGE4))
-    return _plus_lane(_butterfly(a, b, STAGE2), XOR1)
 
 
 @triton.jit
@@ -1271,23 +1183,8 @@ def _scatters(config: dict, block_v: int, block_k: int, v: torch.Tensor) -> bool
     one butterfly over the lanes (inline PTX: on a GPU only) in the tiling it assumes: one warp of 8 channels,
     lanes along 128 states (the chunk walk's, ``chunked_fwd.WALK_CONFIG``; ``chunked_fwd.compile_kernels``
     reports the lanes' layout)."""
-    return (bool(config.get("SCATTER", True)) and _compiled(v) and block_v in (8, 16) and block_k == 128
+    return (bool(config.get("SCATTER", True)) and _compiled(v) and block_v == 8 and block_k == 128
             and not config.get("TRANS", False) and int(config.get("num_warps", 1)) == 1)
-
-
-def _pairs(config: dict, scatter: bool, rescale: bool, uncertainty: bool) -> int:
-    """``PAIR`` (:func:`_pair_readout`): the walk's readout with one reciprocal a pair of states, 1 or 2 as the
-    config says (0 by default), where it can run: the rescaled walk in ``SCATTER``'s layout, without ``u``."""
-    pair = int(config.get("PAIR", 0))
-    if pair not in (0, 1, 2, 9):
-        raise ValueError(f"the forward's PAIR must be 0, 1 or 2, got {pair}")
-    return pair if scatter and rescale and not uncertainty else 0
-
-
-def _alternates(config: dict, rescale: bool) -> bool:
-    """``ALT``: the walk's two tokens an iteration each read into its own registers as soon as the token before
-    them is done (no copies between iterations); rescaled walks of ``UNROLL`` 2 only, off by default."""
-    return bool(int(config.get("ALT", 0))) and rescale and config.get("UNROLL", 1) == 2
 
 
 def _float32_keys(k: torch.Tensor, q: torch.Tensor, on: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1494,8 +1391,6 @@ def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offset
     scatter = _scatters(cfg, block_v, triton.next_power_of_2(state_size), v)
     cfg.pop("SCATTER", None)
     cfg["RESCALE"] = _rescales(cfg, chunks is not None)
-    cfg["PAIR"] = _pairs(cfg, scatter, cfg["RESCALE"], output_uncertainty)
-    cfg["ALT"] = _alternates(cfg, cfg["RESCALE"])
     cfg["FAST_EXP"] = _fast_exp(v, cfg)
     grid = (triton.cdiv(head_dim, block_v), n_states * heads) + (() if chunks is None else (chunks,))
     palimpsa_fwd_kernel[grid](
