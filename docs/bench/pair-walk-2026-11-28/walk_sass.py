@@ -3,7 +3,8 @@
 token loop read from the SASS: registers, the loop's instructions on the path that does not renormalise (the
 uniform branch taken at almost every token), per token, and by opcode. Run from the repository root:
 ``python3 docs/bench/pair-walk-2026-11-28/walk_sass.py base= pair1=walk_PAIR=1 bv16=walk_BV=16``
-(``walk_maxnreg=N`` caps the registers)."""
+(``walk_maxnreg=N`` caps the registers). Calls 1-3's variants compile at commit b6385d2, call 6's (``walk_PF``) at the
+commit that added them; the shipped kernel has none of them, so there only the default builds."""
 
 import collections
 import os
@@ -36,8 +37,12 @@ def compile_walk(keys: dict):
                   "USE_BETA": True, "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False,
                   "STORE_FINAL_STATE": False, "USE_UNCERTAINTY": False, "FAST_RCP": True,
                   "STORE_CHECKPOINTS": False, "CHUNKED": True, "SCATTER": True, "RESCALE": rescale, "FAST_EXP": True,
-                  "PAIR": fr._pairs(cfg, True, rescale, False), "ALT": fr._alternates(cfg, rescale)}
+                  "PF": int(cfg.get("PF", 0)), "PFD": int(cfg.get("PFD", 2))}
     kernel = fr.palimpsa_fwd_kernel
+    if "PAIR" in kernel.arg_names:  # the variants of b6385d2
+        constexprs.update(PAIR=fr._pairs(cfg, True, rescale, False), ALT=fr._alternates(cfg, rescale))
+    # the experiments' keys where this commit's kernel has them (none at the shipped one: only the default builds)
+    constexprs = {key: value for key, value in constexprs.items() if key in kernel.arg_names}
     pointers = [p for p in kernel.arg_names if p not in constexprs and p != "T"]
     signature = {p: low.get(p, "*fp32") for p in pointers}
     signature.update({"T": "i32", **{c: "constexpr" for c in constexprs}})
