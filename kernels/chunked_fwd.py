@@ -67,10 +67,6 @@ def walk_config(config: dict) -> dict:
         walk["SCATTER"] = int(config["walk_SCATTER"])
     if "walk_RESCALE" in config:  # 0 walks the true states (fused_recurrent._rescales)
         walk["RESCALE"] = int(config["walk_RESCALE"])
-    if "walk_PF" in config:  # experiment: 1 loads each token's inputs where it starts, 2 also prefetches into L1
-        walk["PF"] = int(config["walk_PF"])
-    if int(config.get("walk_PFD", 0)):
-        walk["PFD"] = int(config["walk_PFD"])
     if "walk_KQ32" in config:  # 0 reads the keys and queries as they come (fused_recurrent._float32_keys)
         walk["KQ32"] = bool(int(config["walk_KQ32"]))
     return walk
@@ -263,7 +259,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
             "USE_INITIAL_STATE": False, "USE_INITIAL_IMPORTANCE": False, "STORE_FINAL_STATE": False,
             "USE_UNCERTAINTY": False, "FAST_RCP": True, "STORE_CHECKPOINTS": name == "sequential",
             "CHUNKED": name == "walk", "SCATTER": name == "walk", "RESCALE": fr._rescales(config, name == "walk"),
-            "FAST_EXP": True, "PF": 0, "PFD": 2}
+            "FAST_EXP": True}
     launches = {
         "local": (palimpsa_fwd_local_kernel, sizes["local_warps"], {
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BK"], "BT": sizes["BT"], "USE_BETA": True,

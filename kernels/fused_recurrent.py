@@ -346,7 +346,7 @@ def palimpsa_fwd_kernel(
     STORE_FINAL_STATE: tl.constexpr, STORE_CHECKPOINTS: tl.constexpr, USE_UNCERTAINTY: tl.constexpr,
     IS_VARLEN: tl.constexpr, TRANS: tl.constexpr, FAST_RCP: tl.constexpr, ACC: tl.constexpr,
     CHUNKED: tl.constexpr = False, SCATTER: tl.constexpr = False, RESCALE: tl.constexpr = False,
-    FAST_EXP: tl.constexpr = False, PF: tl.constexpr = 0, PFD: tl.constexpr = 2,
+    FAST_EXP: tl.constexpr = False,
 ):
     """A program walks its channel block of one (sequence, head) through the whole sequence, storing the
     checkpoints on the way; with ``CHUNKED`` (``chunked_fwd.py``) it walks one chunk only (``program_id(2)``),
@@ -394,24 +394,7 @@ def palimpsa_fwd_kernel(
         if RESCALE:  # (M', J') with the scale of the chunk start: (M, I - I_prior)
             b_i = b_i - b_ip
             b_s = tl.zeros([], dtype=ACC)
-        if PF:  # (UNROLL 1, RESCALE: experiment) each token's inputs loaded where it starts, no registers carried
-            for t in range(i_c * CT, tl.minimum(i_c * CT + CT, T)):
-                tok = bos + t
-                b_k1, b_v1, b_a1, b_b1, b_q1 = _load_fwd_token(v, k, q, g, beta, tok, t < T, i_h, i_g, o_v, o_k, H,
-                                                               G, P, N, USE_BETA, ACC, RESCALE)
-                if PF == 2:  # and the lines of the token PFD ahead asked for in L1
-                    t_pf = bos + tl.minimum(t + PFD, T - 1)
-                    _prefetch(v + (t_pf * H + i_h) * P + i_v * BV)
-                    _prefetch(g + t_pf * H + i_h)
-                    if USE_BETA:
-                        _prefetch(beta + (t_pf * H + i_h) * P + i_v * BV)
-                    o_lane = tl.arange(0, 32) * (N // 32)
-                    _prefetch(k + (t_pf * G + i_g) * N + o_lane)
-                    _prefetch(q + (t_pf * G + i_g) * N + o_lane)
-                b_m, b_i, b_s = _rescaled_fwd_token(b_m, b_i, b_s, b_k1, b_v1, b_a1, b_b1, b_q1, b_ip, y, u, tok,
-                                                    t < T, i_h, o_v, i_v * BV, H, P, USE_BETA, USE_UNCERTAINTY,
-                                                    TRANS, FAST_RCP, SCATTER, ACC, FAST_EXP)
-        for t in range(i_c * CT, tl.minimum(i_c * CT + CT, T) if not PF else i_c * CT, UNROLL):
+        for t in range(i_c * CT, tl.minimum(i_c * CT + CT, T), UNROLL):
             tok = bos + t
             n_k1, n_v1, n_a1, n_b1, n_q1 = _load_fwd_token(v, k, q, g, beta, tok + UNROLL, t + UNROLL < T, i_h,
                                                            i_g, o_v, o_k, H, G, P, N, USE_BETA, ACC, RESCALE)
@@ -1408,7 +1391,6 @@ def _walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offset
     scatter = _scatters(cfg, block_v, triton.next_power_of_2(state_size), v)
     cfg.pop("SCATTER", None)
     cfg["RESCALE"] = _rescales(cfg, chunks is not None)
-    cfg["PF"] = int(cfg.get("PF", 0)) if cfg["RESCALE"] and cfg.get("UNROLL", 1) == 1 else 0
     cfg["FAST_EXP"] = _fast_exp(v, cfg)
     grid = (triton.cdiv(head_dim, block_v), n_states * heads) + (() if chunks is None else (chunks,))
     palimpsa_fwd_kernel[grid](
