@@ -335,6 +335,41 @@ def test_the_split_choice_counts_whole_walks_at_the_occupancy_preset_and_float32
                                f32) == 16
 
 
+
+def test_the_backward_costs_its_split_choice_with_its_input_types_corrections(monkeypatch):
+    """``chunked_backward``'s own call into ``_splits``: the corrections' share of its input type (16-bit inputs
+    ``CORRECTIONS``, float32 ``CORRECTIONS_FLOAT32``) and no whole-walk cost where the Gluon pass cannot run (here,
+    off the GPU); the chunked launches then run (their scratch slabs are allocated)."""
+    calls = []
+    splits = chunked_bwd._splits
+
+    def recording(config, per_split, max_chunks, device, whole=None, corrections=chunked_bwd.CORRECTIONS):
+        nsplit = splits(config, per_split, max_chunks, device, whole, corrections)
+        calls.append((whole, corrections, nsplit))
+        return nsplit
+
+    monkeypatch.setattr(chunked_bwd, "_splits", recording)
+    scratch = []
+    empty = torch.empty
+
+    def scratch_sizes(*shape, **kwargs):
+        if len(shape) == 1 and isinstance(shape[0], tuple) and len(shape[0]) == 3:
+            scratch.append(shape[0][0])
+        return empty(*shape, **kwargs)
+
+    monkeypatch.setattr(chunked_bwd.torch, "empty", scratch_sizes)
+    found = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        calls.clear()
+        inputs = make_inputs(1, 32, 2, 1, 8, 16, dtype=dtype, requires_grad=True, device=DEVICE, seed=4)
+        # NSPLIT 4 keeps the chunked launches (0 would hand this small grid to the sequential kernel)
+        gradients(inputs, "triton", bwd_config={"kernel": "chunked", "NSPLIT": 4}, uncertainty=False)
+        found[dtype] = list(calls)
+    assert found[torch.bfloat16] == [(None, chunked_bwd.CORRECTIONS, 4)]
+    assert found[torch.float32] == [(None, chunked_bwd.CORRECTIONS_FLOAT32, 4)]
+    assert chunked_bwd.CORRECTIONS_FLOAT32 > chunked_bwd.CORRECTIONS
+    assert scratch  # the chunked launches ran (their scratch slabs were allocated)
+
 def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_splits(monkeypatch):
     """The local pass's programs are persistent: at most as many as stay resident (8 per SM here one, on the CPU),
     and no more than their rounds of work items need, each taking work items in turn with one scratch slab, so
