@@ -336,6 +336,20 @@ def test_the_split_choice_counts_whole_walks_at_the_occupancy_preset_and_float32
 
 
 
+def record_scratch_slabs(monkeypatch) -> list:
+    """The rows of every scratch slab (a 3-dimensional ``torch.empty``) ``chunked_bwd`` allocates from now on."""
+    rows = []
+    empty = torch.empty
+
+    def recording(*shape, **kwargs):
+        if len(shape) == 1 and isinstance(shape[0], tuple) and len(shape[0]) == 3:
+            rows.append(shape[0][0])
+        return empty(*shape, **kwargs)
+
+    monkeypatch.setattr(chunked_bwd.torch, "empty", recording)
+    return rows
+
+
 def test_the_backward_costs_its_split_choice_with_its_input_types_corrections(monkeypatch):
     """``chunked_backward``'s own call into ``_splits``: the corrections' share of its input type (16-bit inputs
     ``CORRECTIONS``, float32 ``CORRECTIONS_FLOAT32``) and no whole-walk cost where the Gluon pass cannot run (here,
@@ -349,15 +363,7 @@ def test_the_backward_costs_its_split_choice_with_its_input_types_corrections(mo
         return nsplit
 
     monkeypatch.setattr(chunked_bwd, "_splits", recording)
-    scratch = []
-    empty = torch.empty
-
-    def scratch_sizes(*shape, **kwargs):
-        if len(shape) == 1 and isinstance(shape[0], tuple) and len(shape[0]) == 3:
-            scratch.append(shape[0][0])
-        return empty(*shape, **kwargs)
-
-    monkeypatch.setattr(chunked_bwd.torch, "empty", scratch_sizes)
+    scratch = record_scratch_slabs(monkeypatch)
     found = {}
     for dtype in (torch.bfloat16, torch.float32):
         calls.clear()
@@ -380,15 +386,7 @@ def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_
     assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 10, cpu) == 5  # 2 rounds either way: 5 programs do
     assert chunked_bwd._programs({"PROGRAMS_PER_SM": 8}, 17, cpu) == 6  # 3 rounds
     assert chunked_bwd._programs({"PROGRAMS_PER_SM": 0}, 100, cpu) == 100
-    slabs = []
-    empty = torch.empty
-
-    def recording(*shape, **kwargs):
-        if len(shape) == 1 and isinstance(shape[0], tuple) and len(shape[0]) == 3:
-            slabs.append(shape[0][0])
-        return empty(*shape, **kwargs)
-
-    monkeypatch.setattr(chunked_bwd.torch, "empty", recording)
+    slabs = record_scratch_slabs(monkeypatch)
     inputs = inputs_for(1, 32, 2)
     for nsplit in (1, 4):
         gradients(inputs, "triton", bwd_config={"kernel": "chunked", "NSPLIT": nsplit})
