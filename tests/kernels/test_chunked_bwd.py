@@ -335,7 +335,6 @@ def test_the_split_choice_counts_whole_walks_at_the_occupancy_preset_and_float32
                                f32) == 16
 
 
-
 def record_scratch_slabs(monkeypatch) -> list:
     """The rows of every scratch slab (a 3-dimensional ``torch.empty``) ``chunked_bwd`` allocates from now on."""
     rows = []
@@ -375,6 +374,7 @@ def test_the_backward_costs_its_split_choice_with_its_input_types_corrections(mo
     assert found[torch.float32] == [(None, chunked_bwd.CORRECTIONS_FLOAT32, 4)]
     assert chunked_bwd.CORRECTIONS_FLOAT32 > chunked_bwd.CORRECTIONS
     assert scratch  # the chunked launches ran (their scratch slabs were allocated)
+
 
 def test_local_programs_are_the_resident_ones_and_keep_the_scratch_whatever_the_splits(monkeypatch):
     """The local pass's programs are persistent: at most as many as stay resident (8 per SM here one, on the CPU),
