@@ -487,13 +487,18 @@ def _whole_cost(config: dict, keys: dict, per_split: int, max_chunks: int, devic
     both ways), float32 under TF32 walks whole (14.34 against 15.09; docs/bench/start-ahead-2026-11-28, calls 1-2)."""
     per_sm = _per_sm(config)
     base = float(triton.cdiv(per_split, per_sm * _sms(device)) * max_chunks)
-    if keys:
-        trial = {**config, **keys}
-        here = _whole_time(config, per_split, max_chunks, device)
-        there = _whole_time(trial, per_split, max_chunks, device)
-        if there < here:
-            return min(base, there / per_sm * PRESET_SPEED)
+    if _whole_takes_preset(config, keys, per_split, max_chunks, device):
+        there = _whole_time({**config, **keys}, per_split, max_chunks, device)
+        return min(base, there / per_sm * PRESET_SPEED)
     return base
+
+
+def _whole_takes_preset(config: dict, keys: dict, per_split: int, max_chunks: int, device: torch.device) -> bool:
+    """Whether whole walks run at the preset's ``keys`` (:func:`_whole_preset`; none: never): where they cost less
+    program time there than at the config's programs an SM (:func:`_whole_time`). The split choice costs them so
+    (:func:`_whole_cost`) and the launch takes them so (where the preset's kernel can be built)."""
+    return bool(keys) and (_whole_time({**config, **keys}, per_split, max_chunks, device)
+                           < _whole_time(config, per_split, max_chunks, device))
 
 
 def _whole_preset(config: dict, bwd_config: dict) -> dict:
@@ -723,11 +728,9 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
                 and _program_time(trial, per_split, max_chunks, device)
                 <= _program_time(config, per_split, max_chunks, device)):
             config = trial
-        elif whole and whole_keys:
+        elif whole and _whole_takes_preset(config, whole_keys, per_split, max_chunks, device):
             trial = {**config, **whole_keys}
-            if (_gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None
-                    and _whole_time(trial, per_split, max_chunks, device)
-                    < _whole_time(config, per_split, max_chunks, device)):
+            if _gluon_plan(trial, bwd_config, v, k, beta, du, dy, block_size) is not None:
                 config, whole_preset = trial, True
         config["PROGRAMS_PER_SM"] = int(config["LOCAL_PROGRAMS_PER_SM"]) or triton_per_sm
         if not whole:  # splitting still (the same least count)
