@@ -27,11 +27,13 @@ unchanged. Every decay product is the exponential of a sum of log decays
 over exactly the tokens it spans (a masked sum inside a sub-block, never a difference of two running sums).
 """
 
+import warnings
+
 import torch
 import triton
 import triton.language as tl
 
-from . import chunked_bwd
+from . import chunked_bwd, cuda_walk
 from . import fused_recurrent as fr
 
 # the local pass's tiles: BP channels x BT tokens per matrix product; BP and local_warps 0: the precision's default
@@ -177,6 +179,7 @@ def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chu
 # call 1). DOT "ieee" asks for IEEE products
 FULL_PRECISION_DOT = "tf32x3"
 MAX_CHUNKS = 65535  # the chunk walk's grid runs over the chunks in its third dimension, which CUDA caps
+WALK_RUNS = {"cuda": 0, "triton": 0}  # which chunk walk ran, counted per call (scripts/check_scan_gpu.py prints it)
 
 
 def can_run(length: int, chunk_size: int) -> bool:
@@ -232,9 +235,24 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
         log_decay, m0, i0, ip, ck_m, ck_i, cu_seqlens, offsets, length, BE=sizes["BE"],
         USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None, num_warps=4, **common, **fr.FP_FUSION,
     )
-    y, m_t, i_t, u = fr._walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offsets, n_chunks,
-                              ck_m, ck_i, output_final_state, output_uncertainty, False, walk_config(config),
-                              chunk_size, chunks=max_chunks)
+    y = None
+    if cuda_walk.wanted(v, k, beta, output_uncertainty, fwd_config):
+        try:
+            y, m_t, i_t = cuda_walk.walk(v, k.float(), q.float(), log_decay, beta, ck_m, ck_i, ip, cu_seqlens,
+                                         offsets, n_chunks, n_states, max_chunks, chunk_size, output_final_state)
+            u = None
+            WALK_RUNS["cuda"] += 1
+        except (OSError, RuntimeError) as error:
+            if cuda_walk.mode(fwd_config) == "on":
+                raise
+            cuda_walk.FAILED = str(error)
+            warnings.warn(f"the CUDA chunk walk failed ({error}); the Triton walk runs instead in this process",
+                          stacklevel=2)
+    if y is None:
+        y, m_t, i_t, u = fr._walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offsets,
+                                  n_chunks, ck_m, ck_i, output_final_state, output_uncertainty, False,
+                                  walk_config(config), chunk_size, chunks=max_chunks)
+        WALK_RUNS["triton"] += 1
     if not store_checkpoints:
         ck_m, ck_i = (torch.empty((1,), dtype=state_dtype, device=device) for _ in range(2))
     return y, m_t, i_t, u, ck_m, ck_i

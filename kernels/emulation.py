@@ -24,6 +24,10 @@ per head and token), so that each ``e_t`` is rounded once instead of ``S`` drift
 ``1 / D1 = D2 / (D1 D2)``, ``1 / D2 = D1 / (D1 D2)`` (three multiplies instead of a second MUFU reciprocal; with
 ``D <= e^tau I`` the product cannot overflow). :func:`reciprocal_pairs` names the columns.
 
+**Channel-shared reciprocals** (``pairs="channels"``, the forward only: ``kernels/cuda_walk.py``'s chunk walk). On the
+first half of the states a lane's two channels share one reciprocal, the query folded into it:
+``qr = q / (D0 D1)``, ``y0 += M'0 D1 qr``, ``y1 += M'1 D0 qr`` (:func:`channel_paired_readout`).
+
 **Backward.** The adjoints live in the same gauge (``dM' = dM / e``, ``dJ' = dI / e``), so the reverse step is::
 
     w = q / D;  mu = M' / D;  dM'_t = c_{t+1} dM'_{t+1} + dy (x) w
@@ -102,6 +106,20 @@ def reciprocal_pairs(d: torch.Tensor, pairs: bool = True) -> torch.Tensor:
     return r
 
 
+def channel_paired_readout(m: torch.Tensor, d: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``sum_N M' q / D`` over ``[..., P, N]`` states with channels ``2c`` and ``2c + 1`` sharing one reciprocal on
+    the first half of the states, the query folded into it (``kernels/cuda_walk.py``: ``PAIR_GROUPS`` 2 of a
+    lane's 4 groups of 4 states, states ``32 j + 4 i + u`` with ``j < 2``, are states below ``N / 2``)."""
+    half = d.shape[-1] // 2
+    lo, hi = slice(0, None, 2), slice(1, None, 2)
+    qr = q[..., :half] / (d[..., lo, :half] * d[..., hi, :half])
+    own = (m[..., half:] / d[..., half:] * q[..., half:]).sum(-1)
+    y = own.clone()
+    y[..., lo] += (m[..., lo, :half] * d[..., hi, :half] * qr).sum(-1)
+    y[..., hi] += (m[..., hi, :half] * d[..., lo, :half] * qr).sum(-1)
+    return y
+
+
 class _Sequence:
     """One sequence's inputs as ``[T, H, ...]`` views in the state dtype, ``k`` / ``q`` expanded to the heads."""
 
@@ -150,9 +168,13 @@ def _forward_one(seq: _Sequence, m, j, chunk_size):
         if t % chunk_size == 0:  # a chunk start follows a reference token (or is the start): a true state
             checkpoints.append((m.clone(), j.clone()))
         m, j = seq.update(m, j, t)
-        r = reciprocal_pairs(seq.denominator(j, t), seq.pairs)
         query = seq.q[t][:, None, :]
-        ys.append((m * r * query).sum(-1))
+        if seq.pairs == "channels":
+            r = 1 / seq.denominator(j, t)
+            ys.append(channel_paired_readout(m, seq.denominator(j, t), query))
+        else:
+            r = reciprocal_pairs(seq.denominator(j, t), seq.pairs)
+            ys.append((m * r * query).sum(-1))
         us.append(seq.e[t][:, None] * (r * query * query).sum(-1))
     return torch.stack(ys), torch.stack(us), (m, j), checkpoints
 
@@ -166,7 +188,9 @@ def _bounds(batch, length, cu_seqlens):
 
 def emulated_forward(v, k, q, log_decay, beta, importance_prior, initial_state, cu_seqlens=None, *, tau=TAU,
                      chunk_size=CHUNK_SIZE, pairs=True, dtype=torch.float64):
-    """The forward, with ``palimpsa_scan``'s shapes (``cu_seqlens``: packed, ``B = 1``).
+    """The forward, with ``palimpsa_scan``'s shapes (``cu_seqlens``: packed, ``B = 1``); ``pairs``: True shares
+    reciprocals between state columns (the Gluon kernels'), ``"channels"`` between channel pairs with the query folded
+    in (the CUDA chunk walk's), False shares none.
 
     Returns ``y``, ``(M_T, I_T)``, ``u`` (all in ``dtype``), the checkpoints (a list per sequence of true
     ``(M, J)`` at every chunk start) and the number of state updates.

@@ -313,10 +313,12 @@ def main() -> None:
             print(f"{'':>6} {'(scan recomputed)':>12} {full['tokens_per_s']:>11,.0f} "
                   f"{row['full_recompute_throughput_ratio']:>6.2f} {'':>10} {full['peak_gib']:>9.1f} "
                   f"{row['full_recompute_memory_ratio']:>6.2f}")
-    from palimpsa.kernels import chunked_bwd
+    from palimpsa.kernels import chunked_bwd, chunked_fwd
 
     scan["local_passes_run"] = {k: n for k, n in chunked_bwd.LOCAL_RUNS.items() if n}
     print(f"local passes of the chunk-parallel backward run (chunked_bwd.LOCAL_RUNS): {scan['local_passes_run']}")
+    scan["chunk_walks_run"] = {k: n for k, n in chunked_fwd.WALK_RUNS.items() if n}
+    print(f"chunk walks of the chunk-parallel forward run (chunked_fwd.WALK_RUNS): {scan['chunk_walks_run']}")
     if os.environ.get(chunked_bwd.PROGRAMS_ENV):
         scan["gluon_local_programs"] = os.environ[chunked_bwd.PROGRAMS_ENV]
         print(f"{chunked_bwd.PROGRAMS_ENV}={scan['gluon_local_programs']} (applied to the Gluon local pass where "

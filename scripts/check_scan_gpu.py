@@ -224,9 +224,10 @@ def main() -> int:
     cases.append(("varlen 1000/1/2002/1093 G2 f32 beta state",
                   make_inputs(1, 4096, 2, f32, n_states=len(bounds) - 1, seed=6), 1e-5, 0.7,
                   torch.tensor(bounds, dtype=torch.int32, device="cuda"), False))
-    rows, errors, local_runs = [], {}, {}
+    rows, errors, local_runs, walk_runs = [], {}, {}, {}
     for name, inputs, tol, prior, cu_seqlens, with_naive in cases:
         before = dict(chunked_bwd.LOCAL_RUNS)
+        walks_before = dict(chunked_fwd.WALK_RUNS)
         try:
             rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, backend, not args.without_uncertainty)
         except Exception as error:  # noqa: BLE001 - report a failing kernel and go on with the other cases
@@ -234,6 +235,7 @@ def main() -> int:
             errors[name] = f"{type(error).__name__}: {error}"
             rows.append((name, "error", args.backend, float("inf"), tol, False))
         local_runs[name] = chunked_bwd.local_runs_since(before)
+        walk_runs[name] = {k: n - walks_before[k] for k, n in chunked_fwd.WALK_RUNS.items() if n > walks_before[k]}
         torch.cuda.empty_cache()
     forward_dot = chunked_fwd._sizes(chunked_fwd.CHUNKED_FWD_CONFIG, f32, 64, 128, 512, True)["DOT"]
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
@@ -245,6 +247,9 @@ def main() -> int:
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:
         print(f"{case:44s} {label:11s} {ref:10s} {err:10.2e} {tol:7.0e}  {'yes' if ok else 'NO'}")
+    print("\nthe chunk-parallel forward's chunk walks, per case (none: the sequential forward ran):")
+    for name, runs in walk_runs.items():
+        print(f"  {name:44s} {', '.join(f'{k} {n}' for k, n in runs.items()) or 'none'}")
     print("\nthe chunk-parallel backward's local passes, per case (none: the sequential backward ran):")
     for name, runs in local_runs.items():
         print(f"  {name:44s} {', '.join(f'{k} {n}' for k, n in runs.items()) or 'none'}")

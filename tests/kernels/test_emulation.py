@@ -140,6 +140,25 @@ def test_pair_shared_reciprocals_share_half_the_columns():
     assert len(lo) == 32 and len(set(lo.tolist()) | set(hi.tolist())) == 64
 
 
+def test_channel_shared_reciprocals_of_the_cuda_walk():
+    """The CUDA chunk walk's readout (``kernels/cuda_walk.py``): channels ``2c`` and ``2c + 1`` share one
+    reciprocal on the first half of the states, the query folded into it. Exact in float64; in float32, with decays
+    near e^-10, gains up to 10 and the walk's renormalisation bound (tau 20), inside the GPU check's 1e-5."""
+    d = 0.5 + torch.rand(3, 8, 128, dtype=torch.float64)
+    m, q = torch.randn(3, 8, 128, dtype=torch.float64), torch.randn(3, 1, 128, dtype=torch.float64)
+    assert torch.allclose(emulation.channel_paired_readout(m, d, q), (m / d * q).sum(-1), rtol=1e-12, atol=1e-12)
+    inputs = with_fast_decays(make_inputs(1, 300, 2, 1, 8, 128, seed=17), seed=17)
+    inputs["beta"] = inputs["beta"] * (10 / inputs["beta"].max())
+    want, _, _ = reference(inputs, 0.7, None)
+    x = inputs
+    for dtype, tol in ((torch.float64, F64_TOL), (torch.float32, 1e-5)):
+        y, (m_t, i_t), _, _, _ = emulation.emulated_forward(x["v"], x["k"], x["q"], x["log_decay"], x["beta"], 0.7,
+                                                            (x["M0"], x["I0"]), tau=20.0, pairs="channels",
+                                                            dtype=dtype)
+        for name, got, expected in zip(("y", "M_T", "I_T"), (y, m_t, i_t), want):
+            assert_close(got.double(), expected, tol, f"{name} ({dtype})")
+
+
 def test_float32_emulation_rounding_stays_inside_the_gpu_tolerance():
     """States in float32, slow decays (~1e-4 per token, so the scale grows for thousands of tokens) and fast ones:
     the rescaled algorithm's rounding stays below the 1e-5 float32 tolerance of ``check_scan_gpu.py``."""
