@@ -18,7 +18,9 @@ without walking their tokens one by one: three launches, each exact in exact ari
    checkpoints, ``S(c) = A(c - 1) S(c - 1) + L(c - 1)`` (``A`` a chunk's product of decays), from the initial state.
 3. ``palimpsa_fwd_kernel`` with ``CHUNKED``: one program per (channel block, sequence and head, chunk) walks its
    chunk from its checkpoint as the sequential forward does, writing ``y`` (and ``u``); the last chunk's program
-   writes the final state. At B = 1, L = 8192 and ``CT = 512`` that is 16 times the programs.
+   writes the final state. At B = 1, L = 8192 and ``CT = 512`` that is 16 times the programs. On Hopper GPUs the
+   same walk runs as CUDA C++ compiled by NVRTC (``cuda_walk.py``; ``fwd_config`` key ``walk_CUDA`` or
+   ``PALIMPSA_CUDA_WALK``: ``auto``, 0, 1).
 
 The checkpoints are the sequential forward's to rounding (the matrix products sum in another order, in TF32 where
 PyTorch allows it; a float32 run under ``torch.set_float32_matmul_precision("highest")`` in tf32x3, three TF32

@@ -1,0 +1,254 @@
+"""The chunk walk in CUDA C++ (``palimpsa.kernels.cuda_walk``) on the CPU.
+
+NVRTC compiles the kernel for sm_90a without a GPU and Triton's ``cuobjdump`` disassembles the cubin, so here, in
+bf16, fp16 and float32, at 2.7b shapes and a small one, with and without packed sequences and the final state: its
+registers within ``__launch_bounds__`` (two 8-warp CTAs an SM), no local memory, and its token loop (two tokens an
+iteration) without spills, with the channel-shared reciprocals compiled in and within its instruction count a
+token. Then the dispatch on CPU tensors (``unsupported``, ``mode``, ``wanted``), the CTA's channels and shared
+memory, and a failed compile's error. Its outputs are checked on a GPU against float64 and the Triton walk
+(docs/bench/nvrtc-walk-2026-11-28).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import tempfile
+
+import pytest
+import torch
+from palimpsa.kernels import cuda_walk
+
+SHAPES = {  # heads, groups, head dim, chunk
+    "2.7b": (80, 1, 64, 512),  # 64 channels a CTA: 8 warps, MINB 2
+    "small": (8, 2, 32, 64),  # 32 channels a CTA: 4 warps, MINB 4
+}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+LAUNCHES = [(dtype, shape, varlen) for dtype in DTYPES for shape in SHAPES for varlen in (False, True)]
+LAUNCH_IDS = [f"{d}-{s}{'-varlen-final' if v else ''}" for d, s, v in LAUNCHES]
+
+# 65536 registers an SM over MAX_WARPS (16) warps of 32 lanes: two 8-warp CTAs, or four 4-warp ones
+REGISTERS = 128
+# the token loop's path without renormalisation, two tokens an iteration (NVRTC 12.8.93): 248 instructions a token
+# in bf16 and fp16 (249.5 at the small shape), 243.5 in float32 (245 at the small shape with the final state);
+# the Triton walk runs 321
+INSTRUCTIONS_PER_TOKEN = 256
+# 32 reciprocals a token and lane, 8 of them saved by sharing one between two channels on PAIR_GROUPS = 2 of 4
+# groups of states, and one ex2 (the scale): 25 MUFU a token measured in every launch (33 without the sharing)
+MUFU_PER_TOKEN = 25
+FFMA_PER_TOKEN = 96  # at least: 64 state updates and 32 readout products a token and lane (measured 128)
+
+
+def cuobjdump() -> str:
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+@functools.cache
+def disassembly(dtype: str, shape: str, varlen: bool, pair_groups: int = cuda_walk.PAIR_GROUPS) -> str:
+    """``cuobjdump -sass -res-usage`` of the walk compiled for sm_90a (once per launch in this process)."""
+    cubin = cuda_walk.compile_cubin(DTYPES[dtype], *SHAPES[shape], varlen=varlen, store_final=varlen,
+                                    arch="sm_90a", pair_groups=pair_groups)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "walk.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        return subprocess.run([cuobjdump(), "-sass", "-res-usage", path], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def resources(text: str) -> dict:
+    found = re.findall(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    assert len(found) == 1, f"one function's resource usage expected, found {found}"
+    return dict(zip(("REG", "STACK", "SHARED", "LOCAL"), map(int, found[0])))
+
+
+def instructions(text: str) -> list:
+    """The SASS as (address, opcode, operands)."""
+    found = []
+    for line in text.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*(.*?);", line)
+        if m:
+            found.append((int(m.group(1), 16), m.group(2), m.group(3)))
+    return found
+
+
+def branch_target(op: str, operands: str) -> int | None:
+    m = re.search(r"0x([0-9a-f]+)", operands)
+    return int(m.group(1), 16) if op.startswith("BRA") and m else None
+
+
+def token_loop(text: str) -> tuple[list, list]:
+    """The token loop, the innermost backward branch's loop with the work of two tokens (at least
+    2 x ``FFMA_PER_TOKEN`` FFMAs): its opcodes, all of them and those on the path without the renormalisation
+    (forward branches taken)."""
+    ins = instructions(text)
+    index = {address: n for n, (address, _, _) in enumerate(ins)}
+    loops = []
+    for n, (address, op, operands) in enumerate(ins):
+        target = branch_target(op, operands)
+        if target is not None and target < address and target in index:
+            loops.append((index[target], n))
+    two_tokens = [(start, end) for start, end in loops
+                  if sum(ins[n][1].startswith("FFMA") for n in range(start, end + 1)) >= 2 * FFMA_PER_TOKEN]
+    assert two_tokens, f"no loop with {2 * FFMA_PER_TOKEN} FFMAs among the {len(loops)} loops"
+    start, end = min(two_tokens, key=lambda loop: loop[1] - loop[0])
+    whole = [ins[n][1].split(".")[0] for n in range(start, end + 1)]
+    path, n = [], start
+    while n <= end:
+        address, op, operands = ins[n]
+        path.append(op.split(".")[0])
+        target = branch_target(op, operands)
+        if target is not None and target > address and n != end:
+            n = index[target]  # a forward branch: the renormalisation skipped
+            continue
+        n += 1
+    return whole, path
+
+
+def test_nvrtc_found():
+    """The compile tests need libnvrtc: CI installs the ``nvidia-cuda-nvrtc-cu12`` wheel (the test extra), so its
+    absence fails here instead of skipping every compile test."""
+    assert cuda_walk.nvrtc() is not None, "no libnvrtc: pip install nvidia-cuda-nvrtc-cu12 (pip install -e .[test])"
+
+
+@pytest.mark.parametrize("dtype, shape, varlen", LAUNCHES, ids=LAUNCH_IDS)
+def test_registers_within_launch_bounds(dtype, shape, varlen):
+    """The kernel compiles for sm_90a within its ``__launch_bounds__``' registers (``MAX_WARPS`` warps an SM), with
+    no local memory: more would cost the second CTA an SM the walk's latency hiding relies on."""
+    text = disassembly(dtype, shape, varlen)
+    assert "code for sm_90a" in text
+    used = resources(text)
+    assert used["REG"] <= REGISTERS, used
+    assert used["LOCAL"] == 0, used
+
+
+@pytest.mark.parametrize("dtype, shape, varlen", LAUNCHES, ids=LAUNCH_IDS)
+def test_token_loop(dtype, shape, varlen):
+    """The token loop (two tokens an iteration) spills nothing (the 4 x 16 states a lane stay in registers; the
+    few stack slots ptxas takes, 8-48 bytes, lie outside it), keeps 25 MUFU a token (the reciprocal shared between
+    a lane's two channels on two of its four groups of states) and at most ``INSTRUCTIONS_PER_TOKEN`` instructions
+    a token where it does not renormalise."""
+    whole, path = token_loop(disassembly(dtype, shape, varlen))
+    assert "LDL" not in whole and "STL" not in whole, "local memory in the token loop (spills)"
+    assert path.count("FFMA") >= 2 * FFMA_PER_TOKEN
+    assert path.count("MUFU") <= 2 * MUFU_PER_TOKEN, f"{path.count('MUFU')} MUFU in two tokens"
+    assert len(path) <= 2 * INSTRUCTIONS_PER_TOKEN, f"{len(path) / 2} instructions a token"
+
+
+def test_token_loop_counts_the_reciprocals():
+    """Without the shared reciprocals (``pair_groups=0``) the same count finds 33 MUFU a token: the bound above
+    tells the sharing apart."""
+    _, path = token_loop(disassembly("bf16", "2.7b", False, pair_groups=0))
+    assert path.count("MUFU") == 2 * 33
+    _, shared = token_loop(disassembly("bf16", "2.7b", False))
+    assert shared.count("MUFU") < path.count("MUFU")
+
+
+def test_compile_error(monkeypatch):
+    """A source NVRTC rejects raises with its log; so does an architecture it does not know."""
+    monkeypatch.setattr(cuda_walk, "SOURCE", 'extern "C" __global__ void palimpsa_walk_cuda() { undefined; }')
+    with pytest.raises(RuntimeError, match="NVRTC could not compile") as error:
+        cuda_walk.compile_cubin(torch.bfloat16, *SHAPES["small"])
+    assert "undefined" in str(error.value)
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match=r"NVRTC could not compile the walk \(sm_1\)"):
+        cuda_walk.compile_cubin(torch.bfloat16, *SHAPES["small"], arch="sm_1")
+
+
+def cpu_inputs(dtype=torch.bfloat16, head_dim=64, states=128, with_beta=True):
+    v = torch.zeros(1, 4, 2, head_dim, dtype=dtype)
+    k = torch.zeros(1, 4, 1, states)
+    return v, k, torch.zeros_like(v) if with_beta else None
+
+
+@pytest.mark.parametrize("dtype, head_dim, states, with_beta, uncertainty", [
+    (torch.bfloat16, 64, 128, True, False),
+    (torch.float64, 64, 128, True, False),  # a dtype it does not take: still the device first
+    (torch.float32, 12, 64, False, True),  # nothing it takes
+])
+def test_unsupported_on_the_cpu(dtype, head_dim, states, with_beta, uncertainty):
+    """CPU tensors are the first reason, before any other and before asking for a device's compute capability."""
+    v, k, beta = cpu_inputs(dtype, head_dim, states, with_beta)
+    assert cuda_walk.unsupported(v, k, beta, uncertainty) == "not a CUDA tensor"
+
+
+@pytest.mark.parametrize("value, want", [
+    ("auto", "auto"), ("AUTO", "auto"), (0, "off"), (1, "on"), ("0", "off"), ("1", "on"), ("off", "off"),
+    ("on", "on"), ("false", "off"), ("true", "on"), ("no", "off"), ("yes", "on"), (False, "off"), (True, "on"),
+])
+def test_mode(value, want, monkeypatch):
+    """``walk_CUDA`` parses as auto, on or off."""
+    monkeypatch.delenv(cuda_walk.ENV, raising=False)
+    assert cuda_walk.mode({"walk_CUDA": value}) == want
+
+
+@pytest.mark.parametrize("value", ["maybe", 2, "", "cuda"])
+def test_mode_rejects_junk(value, monkeypatch):
+    """Anything else is an error, from the config or the environment."""
+    monkeypatch.delenv(cuda_walk.ENV, raising=False)
+    with pytest.raises(ValueError, match="must be auto, 0 or 1"):
+        cuda_walk.mode({"walk_CUDA": value})
+    monkeypatch.setenv(cuda_walk.ENV, str(value))
+    with pytest.raises(ValueError, match="must be auto, 0 or 1"):
+        cuda_walk.mode({})
+
+
+def test_mode_environment(monkeypatch):
+    """``PALIMPSA_CUDA_WALK`` counts where the config has no ``walk_CUDA``; the config's key wins over it; auto
+    where neither is set."""
+    monkeypatch.delenv(cuda_walk.ENV, raising=False)
+    assert cuda_walk.mode({}) == "auto"
+    assert cuda_walk.mode({"walk_BV": 2}) == "auto"
+    for value, want in (("0", "off"), ("1", "on"), ("auto", "auto"), ("off", "off")):
+        monkeypatch.setenv(cuda_walk.ENV, value)
+        assert cuda_walk.mode({}) == want
+    monkeypatch.setenv(cuda_walk.ENV, "1")
+    assert cuda_walk.mode({"walk_CUDA": 0}) == "off"
+    assert cuda_walk.mode({"walk_CUDA": "auto"}) == "auto"
+
+
+@pytest.mark.parametrize("config, env", [
+    ({}, None), ({"walk_CUDA": "auto"}, None), ({"walk_CUDA": 0}, None), ({"walk_CUDA": "off"}, "1"),
+    ({}, "0"), ({}, "auto"), ({"walk_BV": 2}, None), ({"walk_CUDA": "auto"}, "1"),
+])
+def test_not_wanted_on_the_cpu(config, env, monkeypatch):
+    """CPU tensors go to the Triton walk under auto and off (the config's or the environment's)."""
+    if env is None:
+        monkeypatch.delenv(cuda_walk.ENV, raising=False)
+    else:
+        monkeypatch.setenv(cuda_walk.ENV, env)
+    v, k, beta = cpu_inputs()
+    assert cuda_walk.wanted(v, k, beta, False, config) is False
+
+
+@pytest.mark.parametrize("config, env", [({"walk_CUDA": 1}, None), ({"walk_CUDA": "on"}, "0"), ({}, "1")])
+def test_wanted_on_raises_on_the_cpu(config, env, monkeypatch):
+    """``walk_CUDA=1`` (or ``PALIMPSA_CUDA_WALK=1`` without the key) where the walk cannot run is an error naming
+    the reason, never a silent fallback."""
+    if env is None:
+        monkeypatch.delenv(cuda_walk.ENV, raising=False)
+    else:
+        monkeypatch.setenv(cuda_walk.ENV, env)
+    v, k, beta = cpu_inputs()
+    with pytest.raises(ValueError, match="cannot run here \\(not a CUDA tensor\\)"):
+        cuda_walk.wanted(v, k, beta, False, config)
+
+
+@pytest.mark.parametrize("head_dim, want", [(64, 64), (128, 64), (256, 64), (32, 32), (40, 40), (8, 8), (12, 0),
+                                            (72, 0), (96, 0)])
+def test_channels_per_cta(head_dim, want):
+    """64 channels a CTA where 64 divide the head dimension, else the head dimension itself where it is a multiple
+    of 8 below 64, else none (the Triton walk)."""
+    assert cuda_walk.channels_per_cta(head_dim) == want
+
+
+def test_stage_bytes():
+    """Two stages of 16 tokens: keys, squared keys and queries in float32, the CTA's values and gains in the inputs'
+    dtype, the log decays (the kernel's ``Stage``, which the launch's dynamic shared memory must cover)."""
+    assert cuda_walk.stage_bytes(torch.bfloat16, 64) == 2 * 16 * (3 * 128 * 4 + 2 * 64 * 2 + 4)
+    assert cuda_walk.stage_bytes(torch.float16, 64) == cuda_walk.stage_bytes(torch.bfloat16, 64)
+    assert cuda_walk.stage_bytes(torch.float32, 32) == 2 * 16 * (3 * 128 * 4 + 2 * 32 * 4 + 4)
