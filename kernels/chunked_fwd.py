@@ -57,8 +57,11 @@ WALK_CONFIG = {"BV": 8, "TRANS": False, "UNROLL": 1, "num_warps": 1, "KQ32": Tru
 # this many programs per SM. Until 2026-11-27 that was 12 (what an SM holds at its 168 registers: B = 2 at 2.7b
 # shapes, 9.7 an SM); since the chunk walk's SCATTER and RESCALE it wins at every batch measured, on an H200 at 2.7b
 # shapes, L = 8192 (forward, ms): B = 3 (14.5 an SM) 7.08 against 10.31, B = 4 (19.4) 9.34 against 10.69, B = 8
-# (38.8) 18.57 against 21.55 (docs/bench/rescaled-2026-11-27, calls 4 and 5); past B = 8 it was not measured
-PROGRAMS_PER_SM = 40
+# (38.8) 18.57 against 21.55 (docs/bench/rescaled-2026-11-27, calls 4 and 5). Until 2026-11-28 that was 40; then
+# at B = 16, L = 8192 (77.6 an SM) it took 31.96 ms with the CUDA walk and 35.12 with the Triton walk against the
+# sequential 40.68, and at B = 32, L = 4096 (155.2 an SM) 31.68 and 34.91 against 39.27, forward + backward 2-3%
+# faster too and peak memory equal (docs/bench/nvrtc-walk-2026-11-28, call 8); larger grids were not measured
+PROGRAMS_PER_SM = 160
 
 
 def walk_config(config: dict) -> dict:
@@ -194,7 +197,7 @@ def worth_it(n_states: int, heads: int, head_dim: int, length: int, chunk_size: 
              device: torch.device) -> bool:
     """Whether ``auto`` takes the chunked forward: a sequence of several chunks, and a sequential grid of ``block_v``
     channels a program (the one-warp tiling's 8) of fewer than ``PROGRAMS_PER_SM`` programs per SM (at 2.7b shapes
-    on an H100 or H200, 132 SMs, B = 1 gives 4.8, B = 4 19.4, B = 8 38.8)."""
+    on an H100 or H200, 132 SMs, B = 1 gives 4.8, B = 8 38.8, B = 32 155.2: up to B = 32)."""
     if device.type != "cuda" or length <= chunk_size or not can_run(length, chunk_size):
         return False
     programs = n_states * heads * triton.cdiv(head_dim, block_v)

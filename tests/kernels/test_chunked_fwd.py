@@ -155,14 +155,14 @@ def test_the_environment_and_auto_choose_the_forward(monkeypatch):
 
 
 def test_auto_takes_it_where_the_sequential_grid_leaves_the_gpu_short(monkeypatch):
-    """2.7b shapes on an H100 or H200 (132 SMs), one-warp programs of 8 channels: B = 1 (640 programs) to B = 8
-    (5120: 38.8 an SM, the largest batch measured) take it, B = 16 does not; nor does a sequence of one chunk, nor
+    """2.7b shapes on an H100 or H200 (132 SMs), one-warp programs of 8 channels: B = 1 (640 programs) to B = 32
+    (20480: 155.2 an SM, the largest batch measured) take it, B = 33 does not; nor does a sequence of one chunk, nor
     the CPU."""
     monkeypatch.setattr(fused_recurrent, "_sm_count", lambda device: 132)
     cuda = torch.device("cuda")
-    for batch in (1, 2, 4, 8):
+    for batch in (1, 2, 4, 8, 16, 32):
         assert chunked_fwd.worth_it(batch, 80, 64, 8192, 512, 8, cuda)
-    assert not chunked_fwd.worth_it(16, 80, 64, 8192, 512, 8, cuda)
+    assert not chunked_fwd.worth_it(33, 80, 64, 8192, 512, 8, cuda)
     assert not chunked_fwd.worth_it(1, 80, 64, 512, 512, 8, cuda)
     assert not chunked_fwd.worth_it(1, 80, 64, 8192, 512, 8, torch.device("cpu"))
 
