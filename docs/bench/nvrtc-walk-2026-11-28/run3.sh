@@ -13,17 +13,4 @@ timeout 200 ncu --clock-control none -k regex:"palimpsa_walk_cuda|palimpsa_fwd_k
   --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active" \
   python3 $walk --profile --shapes 1x8192 --variants pr2=16:2:1:64:2,pr4=16:2:1:64:4 > $out/ncu.txt 2>&1
 echo "ncu exit $? at $(( $(date +%s) - start )) s"
-python3 - $out/ncu.txt <<'PY'
-import re, sys
-name = None
-for line in open(sys.argv[1]):
-    m = re.match(r"\s+(palimpsa_\w+)", line)
-    if m:
-        name = m.group(1); print(name); continue
-    m = re.match(r"\s+(smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio|smsp__inst_executed_pipe_\w+\S*|Duration|Issued Warp Per Scheduler|No Eligible)\s+(\S+\s+)?([\d.,]+)\s*$", line)
-    if m and name:
-        key = m.group(2) or m.group(1)
-        val = float(m.group(4).replace(",", ""))
-        if m.group(2) is None or val >= 0.05:
-            print(f"  {key} {val}")
-PY
+python3 docs/bench/nvrtc-walk-2026-11-28/ncu_stalls.py $out/ncu.txt
