@@ -41,6 +41,12 @@ STATES = 128  # the state size the kernel is written for (every Mamba2 release)
 MAX_WARPS = 16  # registers (128 a thread) for 16 warps an SM
 
 SOURCE = r"""
+#ifndef PAIRS
+#define PAIRS 1  // two tokens an iteration (0: one, each with its own butterfly)
+#endif
+#ifndef KKC
+#define KKC 0  // 1: the keys squared in the walk instead of staged
+#endif
 #define N 128
 #define WARPS (CW / 8)
 #define THREADS (WARPS * 32)
@@ -55,7 +61,9 @@ typedef float vt;
 
 struct Stage {
     float k[BT][N];
+#if !KKC
     float kk[BT][N];
+#endif
     float q[BT][N];
     vt v[BT][CW];
     vt b[BT][CW];
@@ -158,7 +166,9 @@ palimpsa_walk_cuda(const vt* __restrict__ v, const float* __restrict__ k, const 
             const bool ok = tb + t < end;
             const size_t row = (size_t)(bos + (ok ? tb + t : t0)) * G + ig;
             cp16(&s.k[t][col], k + row * N + col, ok);
+#if !KKC
             cp16(&s.kk[t][col], kk + row * N + col, ok);
+#endif
             cp16(&s.q[t][col], q + row * N + col, ok);
         }
         constexpr int VC = CW * (int)sizeof(vt) / 16;  // 16-byte pieces of the CTA's channels of a token
@@ -188,7 +198,11 @@ palimpsa_walk_cuda(const vt* __restrict__ v, const float* __restrict__ k, const 
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const float4 K = *(const float4*)(kp + 32 * j);
+#if KKC
+            const float4 KK = make_float4(K.x * K.x, K.y * K.y, K.z * K.z, K.w * K.w);
+#else
             const float4 KK = *(const float4*)(kkp + 32 * j);
+#endif
             const float4 Q = *(const float4*)(qp + 32 * j);
             const float kv[4] = {K.x, K.y, K.z, K.w};
             const float kkv[4] = {KK.x, KK.y, KK.z, KK.w};
@@ -238,13 +252,18 @@ palimpsa_walk_cuda(const vt* __restrict__ v, const float* __restrict__ k, const 
         if (blk + 1 < n_blk) issue(blk + 1, (blk + 1) & 1);
         const Stage& S = st[blk & 1];
         const float* kp = &S.k[0][4 * i];
+#if KKC
+        const float* kkp = nullptr;  // (squared in the walk)
+#else
         const float* kkp = &S.kk[0][4 * i];
+#endif
         const float* qp = &S.q[0][4 * i];
         const vt* vp = &S.v[0][ch0 - cb * CW];
         const vt* bp = &S.b[0][ch0 - cb * CW];
         const float* gp = &S.g[0];
         const int nt = min(BT, n_tok - blk * BT);
         int t = 0;
+#if PAIRS
         // two tokens an iteration: their four sums (2 tokens x 2 channels) over the 8 lanes in one butterfly, two
         // reduce-scatter stages (channel, then token) and a full one; lane l ends with token (l >> 1) & 1 of
         // channel l >> 2 of the warp's 8
@@ -264,6 +283,7 @@ palimpsa_walk_cuda(const vt* __restrict__ v, const float* __restrict__ k, const 
             keep += __shfl_xor_sync(0xffffffffu, keep, 1);
             if ((ln & 1) == 0) yp[odd ? H * P : 0] = to_vt(keep);
         }
+#endif
         for (; t < nt; ++t, kp += N, kkp += N, qp += N, vp += CW, bp += CW, ++gp, yp += H * P) {
             float a0, a1;
             token(kp, kkp, qp, vp, bp, scale(*gp), a0, a1);
@@ -298,6 +318,7 @@ palimpsa_walk_cuda(const vt* __restrict__ v, const float* __restrict__ k, const 
 
 KERNEL = "palimpsa_walk_cuda"
 FAILED = None  # why a launch under "auto" failed in this process (it then leaves every walk to Triton)
+POISON_OUTPUTS = False  # y filled with NaN before the launch (checks that every element is written)
 
 
 def channels_per_cta(head_dim: int) -> int:
@@ -308,10 +329,11 @@ def channels_per_cta(head_dim: int) -> int:
     return head_dim if head_dim % 8 == 0 and head_dim < 64 else 0
 
 
-def stage_bytes(dtype: torch.dtype, channels: int) -> int:
-    """The dynamic shared memory of a CTA: two stages of ``BLOCK`` tokens (keys, squared keys and queries as 128
-    float32 each, the CTA's ``channels`` of values and gains, the log decays)."""
-    return 2 * BLOCK * (3 * STATES * 4 + 2 * channels * (4 if dtype == torch.float32 else 2) + 4)
+def stage_bytes(dtype: torch.dtype, channels: int, block: int = BLOCK, square_keys: int = 0) -> int:
+    """The dynamic shared memory of a CTA: two stages of ``block`` tokens (keys, squared keys unless the walk squares
+    them, and queries as 128 float32 each; the CTA's ``channels`` of values and gains; the log decays)."""
+    rows = 3 - int(square_keys)
+    return 2 * block * (rows * STATES * 4 + 2 * channels * (4 if dtype == torch.float32 else 2) + 4)
 
 
 def _library(names: list) -> ctypes.CDLL | None:
@@ -338,18 +360,23 @@ def nvrtc() -> ctypes.CDLL | None:
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
                   store_final: bool = False, arch: str = "sm_90a", pair_groups: int = PAIR_GROUPS,
-                  block: int = BLOCK) -> bytes:
-    """The walk compiled for ``arch`` (a CPU is enough): the cubin's bytes."""
+                  block: int = BLOCK, channels: int = 0, pairs: int = 1, square_keys: int = 0,
+                  min_blocks: int = 0) -> bytes:
+    """The walk compiled for ``arch`` (a CPU is enough): the cubin's bytes. The keywords after ``arch`` are the
+    shipped choices by default; docs/bench/nvrtc-walk-2026-11-28/walk_cuda.py times the others (``channels`` a CTA,
+    ``pairs`` 0: one token an iteration, ``square_keys``, ``min_blocks``: the CTAs an SM the registers are capped
+    for, 0 for as many as 16 warps make)."""
     lib = nvrtc()
     if lib is None:
         raise OSError("no libnvrtc found: install PyTorch's CUDA build (or pip install nvidia-cuda-nvrtc-cu12), or "
                       "set PALIMPSA_NVRTC to the library's path")
-    channels = channels_per_cta(head_dim)
+    channels = channels or channels_per_cta(head_dim)
     flag = {torch.bfloat16: "VT_BF16", torch.float16: "VT_F16"}.get(dtype, "VT_F32")
     options = [f"--gpu-architecture={arch}", "-std=c++17", f"-D{flag}=1", f"-DH={heads}", f"-DG={groups}",
                f"-DP={head_dim}", f"-DCW={channels}", f"-DCT={chunk}", f"-DBT={block}",
-               f"-DMINB={max(1, MAX_WARPS // (channels // 8))}", f"-DPAIRRCP={pair_groups}",
-               f"-DVARLEN={int(varlen)}", f"-DSTORE_FINAL={int(store_final)}"]
+               f"-DMINB={min_blocks or max(1, MAX_WARPS // (channels // 8))}", f"-DPAIRRCP={pair_groups}",
+               f"-DVARLEN={int(varlen)}", f"-DSTORE_FINAL={int(store_final)}", f"-DPAIRS={int(pairs)}",
+               f"-DKKC={int(square_keys)}"]
     prog = ctypes.c_void_p()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), SOURCE.encode(), b"palimpsa_walk.cu", 0, None, None):
         raise RuntimeError("nvrtcCreateProgram failed")
@@ -387,20 +414,23 @@ def _check(code: int, what: str):
 
 @functools.lru_cache(maxsize=32)
 def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, varlen: bool,
-            store_final: bool):
-    """The loaded kernel and its shared-memory size, compiled once per process and device for these sizes."""
+            store_final: bool, variant: tuple = ()):
+    """The loaded kernel, its shared-memory size and channels a CTA, compiled once per process and device for these
+    sizes (``variant``: :func:`compile_cubin`'s keywords as sorted pairs)."""
     major, minor = torch.cuda.get_device_capability(device)
+    options = dict(variant)
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, store_final=store_final,
-                          arch=f"sm_{major}{minor}{'a' if major >= 9 else ''}")
+                          arch=f"sm_{major}{minor}{'a' if major >= 9 else ''}", **options)
     driver = _driver()
     with torch.cuda.device(device):
         torch.cuda.current_stream().synchronize()  # (the device's primary context current on this thread)
         module, func = ctypes.c_void_p(), ctypes.c_void_p()
         _check(driver.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         _check(driver.cuModuleGetFunction(ctypes.byref(func), module, KERNEL.encode()), "cuModuleGetFunction")
-        smem = stage_bytes(dtype, channels_per_cta(head_dim))
+        channels = options.get("channels") or channels_per_cta(head_dim)
+        smem = stage_bytes(dtype, channels, options.get("block", BLOCK), options.get("square_keys", 0))
         _check(driver.cuFuncSetAttribute(func, 8, smem), "cuFuncSetAttribute")  # max dynamic shared memory
-    return module, func, smem
+    return module, func, smem, channels
 
 
 def unsupported(v: torch.Tensor, k: torch.Tensor, beta, output_uncertainty: bool) -> str | None:
@@ -462,18 +492,22 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 
 def walk(v, k32, q32, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
-         chunk_size, output_final_state):
+         chunk_size, output_final_state, variant: dict | None = None):
     """``y, M_T, I_T`` (the last two None unless ``output_final_state``) walked from the checkpoints ``ck_m``,
-    ``ck_i`` (``chunked_fwd.py``'s), with float32 keys and queries ``k32``, ``q32``."""
+    ``ck_i`` (``chunked_fwd.py``'s), with float32 keys and queries ``k32``, ``q32``; ``variant``: keywords of
+    :func:`compile_cubin` other than the shipped ones (the benchmark record's)."""
     batch, length, heads, head_dim = v.shape
     groups = k32.shape[2]
     varlen = cu_seqlens is not None
-    _, func, smem = _kernel(v.device.index if v.device.index is not None else torch.cuda.current_device(), v.dtype,
-                            heads, groups, head_dim, chunk_size, varlen, output_final_state)
+    _, func, smem, channels = _kernel(v.device.index if v.device.index is not None else torch.cuda.current_device(),
+                                      v.dtype, heads, groups, head_dim, chunk_size, varlen, output_final_state,
+                                      tuple(sorted((variant or {}).items())))
     v, beta, k32, q32 = (_aligned(t) for t in (v, beta, k32, q32))
     log_decay = log_decay.float().contiguous()
     kk32 = k32 * k32
     y = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    if POISON_OUTPUTS:
+        y.fill_(float("nan"))
     m_t = i_t = None
     if output_final_state:
         m_t = torch.empty((n_states, heads, head_dim, STATES), dtype=torch.float32, device=v.device)
@@ -486,7 +520,6 @@ def walk(v, k32, q32, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_ch
     sizes = [ctypes.c_int(length), ctypes.c_int(n_chunks // max(1, n_states) if not varlen else 0)]
     args = (ctypes.c_void_p * len(pointers + sizes))(
         *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in pointers + sizes])
-    channels = channels_per_cta(head_dim)
     stream = ctypes.c_void_p(torch.cuda.current_stream(v.device).cuda_stream)
     _check(_driver().cuLaunchKernel(func, max_chunks, heads * (head_dim // channels), n_states, channels // 8 * 32, 1,
                                     1, smem, stream, args, None), "cuLaunchKernel")
