@@ -243,8 +243,9 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
     y = None
     if cuda_walk.wanted(v, k, beta, output_uncertainty, fwd_config):
         try:
-            y, m_t, i_t = cuda_walk.walk(v, k.float(), q.float(), log_decay, beta, ck_m, ck_i, ip, cu_seqlens,
-                                         offsets, n_chunks, n_states, max_chunks, chunk_size, output_final_state)
+            y, m_t, i_t = cuda_walk.walk(v, *fr._float32_keys(k, q, True), log_decay, beta, ck_m, ck_i, ip,
+                                         cu_seqlens, offsets, n_chunks, n_states, max_chunks, chunk_size,
+                                         output_final_state)
             u = None
             WALK_RUNS["cuda"] += 1
         except (OSError, RuntimeError) as error:

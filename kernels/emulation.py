@@ -168,12 +168,12 @@ def _forward_one(seq: _Sequence, m, j, chunk_size):
         if t % chunk_size == 0:  # a chunk start follows a reference token (or is the start): a true state
             checkpoints.append((m.clone(), j.clone()))
         m, j = seq.update(m, j, t)
-        query = seq.q[t][:, None, :]
+        query, d = seq.q[t][:, None, :], seq.denominator(j, t)
         if seq.pairs == "channels":
-            r = 1 / seq.denominator(j, t)
-            ys.append(channel_paired_readout(m, seq.denominator(j, t), query))
+            r = 1 / d
+            ys.append(channel_paired_readout(m, d, query))
         else:
-            r = reciprocal_pairs(seq.denominator(j, t), seq.pairs)
+            r = reciprocal_pairs(d, seq.pairs)
             ys.append((m * r * query).sum(-1))
         us.append(seq.e[t][:, None] * (r * query * query).sum(-1))
     return torch.stack(ys), torch.stack(us), (m, j), checkpoints
