@@ -26,13 +26,13 @@ the kernel is loaded and launched through the driver API with ``ctypes`` on PyTo
 beyond PyTorch is installed. The uncertainty output and float64 inputs stay with the Triton walk.
 """
 
-import ctypes
 import functools
-import glob
 import os
-import sys
 
 import torch
+
+from . import cuda_build
+from .cuda_build import nvrtc  # noqa: F401  (where the tests and records look for it)
 
 ENV = "PALIMPSA_CUDA_WALK"  # auto (default): where it can run, on compute capability 9.x; 0: never; 1: wherever it can
 BLOCK = 16  # tokens a shared-memory stage
@@ -336,28 +336,6 @@ def stage_bytes(dtype: torch.dtype, channels: int, block: int = BLOCK, square_ke
     return 2 * block * (rows * STATES * 4 + 2 * channels * (4 if dtype == torch.float32 else 2) + 4)
 
 
-def _library(names: list) -> ctypes.CDLL | None:
-    for name in names:
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
-
-
-@functools.lru_cache(maxsize=1)
-def nvrtc() -> ctypes.CDLL | None:
-    """libnvrtc: ``PALIMPSA_NVRTC`` (a path), else the one of PyTorch's CUDA version (loaded with PyTorch or in its
-    ``nvidia`` wheels), else any ``nvidia-cuda-nvrtc`` wheel's on ``sys.path``; None where none loads."""
-    names = [os.environ.get("PALIMPSA_NVRTC", "")]
-    if torch.version.cuda:
-        names.append(f"libnvrtc.so.{torch.version.cuda.split('.')[0]}")
-    for path in sys.path:
-        for sub in ("cuda_nvrtc", "cu*"):
-            names += sorted(glob.glob(os.path.join(path, "nvidia", sub, "lib", "libnvrtc.so.*")))
-    return _library([n for n in names if n])
-
-
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
                   store_final: bool = False, arch: str = "sm_90a", pair_groups: int = PAIR_GROUPS,
                   block: int = BLOCK, channels: int = 0, pairs: int = 1, square_keys: int = 0,
@@ -366,10 +344,6 @@ def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, ch
     shipped choices by default; docs/bench/nvrtc-walk-2026-11-28/walk_cuda.py times the others (``channels`` a CTA,
     ``pairs`` 0: one token an iteration, ``square_keys``, ``min_blocks``: the CTAs an SM the registers are capped
     for, 0 for as many as 16 warps make)."""
-    lib = nvrtc()
-    if lib is None:
-        raise OSError("no libnvrtc found: install PyTorch's CUDA build (or pip install nvidia-cuda-nvrtc-cu12), or "
-                      "set PALIMPSA_NVRTC to the library's path")
     channels = channels or channels_per_cta(head_dim)
     flag = {torch.bfloat16: "VT_BF16", torch.float16: "VT_F16"}.get(dtype, "VT_F32")
     options = [f"--gpu-architecture={arch}", "-std=c++17", f"-D{flag}=1", f"-DH={heads}", f"-DG={groups}",
@@ -377,39 +351,7 @@ def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, ch
                f"-DMINB={min_blocks or max(1, MAX_WARPS // (channels // 8))}", f"-DPAIRRCP={pair_groups}",
                f"-DVARLEN={int(varlen)}", f"-DSTORE_FINAL={int(store_final)}", f"-DPAIRS={int(pairs)}",
                f"-DKKC={int(square_keys)}"]
-    prog = ctypes.c_void_p()
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), SOURCE.encode(), b"palimpsa_walk.cu", 0, None, None):
-        raise RuntimeError("nvrtcCreateProgram failed")
-    try:
-        array = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
-        result = lib.nvrtcCompileProgram(prog, len(options), array)
-        if result:
-            size = ctypes.c_size_t()
-            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            log = ctypes.create_string_buffer(size.value)
-            lib.nvrtcGetProgramLog(prog, log)
-            raise RuntimeError(f"NVRTC could not compile the walk ({arch}): {log.value.decode(errors='replace')}")
-        size = ctypes.c_size_t()
-        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-        cubin = ctypes.create_string_buffer(size.value)
-        if lib.nvrtcGetCUBIN(prog, cubin):
-            raise RuntimeError("nvrtcGetCUBIN failed")
-        return cubin.raw
-    finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
-
-
-@functools.lru_cache(maxsize=1)
-def _driver() -> ctypes.CDLL:
-    driver = _library(["libcuda.so.1", "libcuda.so"])
-    if driver is None:
-        raise OSError("no libcuda.so.1 (the NVIDIA driver) found")
-    return driver
-
-
-def _check(code: int, what: str):
-    if code:
-        raise RuntimeError(f"{what} failed with CUDA error {code}")
+    return cuda_build.compile_source(SOURCE, "palimpsa_walk.cu", options, "the walk")
 
 
 @functools.lru_cache(maxsize=32)
@@ -417,20 +359,12 @@ def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: 
             store_final: bool, variant: tuple = ()):
     """The loaded kernel, its shared-memory size and channels a CTA, compiled once per process and device for these
     sizes (``variant``: :func:`compile_cubin`'s keywords as sorted pairs)."""
-    major, minor = torch.cuda.get_device_capability(device)
     options = dict(variant)
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, store_final=store_final,
-                          arch=f"sm_{major}{minor}{'a' if major >= 9 else ''}", **options)
-    driver = _driver()
-    with torch.cuda.device(device):
-        torch.cuda.current_stream().synchronize()  # (the device's primary context current on this thread)
-        module, func = ctypes.c_void_p(), ctypes.c_void_p()
-        _check(driver.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
-        _check(driver.cuModuleGetFunction(ctypes.byref(func), module, KERNEL.encode()), "cuModuleGetFunction")
-        channels = options.get("channels") or channels_per_cta(head_dim)
-        smem = stage_bytes(dtype, channels, options.get("block", BLOCK), options.get("square_keys", 0))
-        _check(driver.cuFuncSetAttribute(func, 8, smem), "cuFuncSetAttribute")  # max dynamic shared memory
-    return module, func, smem, channels
+                          arch=cuda_build.arch(device), **options)
+    channels = options.get("channels") or channels_per_cta(head_dim)
+    smem = stage_bytes(dtype, channels, options.get("block", BLOCK), options.get("square_keys", 0))
+    return cuda_build.load(device, cubin, KERNEL, smem), smem, channels
 
 
 def unsupported(v: torch.Tensor, k: torch.Tensor, beta, output_uncertainty: bool) -> str | None:
@@ -499,9 +433,9 @@ def walk(v, k32, q32, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_ch
     batch, length, heads, head_dim = v.shape
     groups = k32.shape[2]
     varlen = cu_seqlens is not None
-    _, func, smem, channels = _kernel(v.device.index if v.device.index is not None else torch.cuda.current_device(),
-                                      v.dtype, heads, groups, head_dim, chunk_size, varlen, output_final_state,
-                                      tuple(sorted((variant or {}).items())))
+    func, smem, channels = _kernel(v.device.index if v.device.index is not None else torch.cuda.current_device(),
+                                   v.dtype, heads, groups, head_dim, chunk_size, varlen, output_final_state,
+                                   tuple(sorted((variant or {}).items())))
     v, beta, k32, q32 = (_aligned(t) for t in (v, beta, k32, q32))
     log_decay = log_decay.float().contiguous()
     kk32 = k32 * k32
@@ -512,15 +446,12 @@ def walk(v, k32, q32, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_ch
     if output_final_state:
         m_t = torch.empty((n_states, heads, head_dim, STATES), dtype=torch.float32, device=v.device)
         i_t = torch.empty_like(m_t)
+    if n_states == 0:  # an empty batch: nothing to walk (an empty grid is a launch error)
+        return y, m_t, i_t
     empty = torch.empty((1,), dtype=torch.int32, device=v.device)
-    tensors = (v, k32, kk32, q32, log_decay, beta, ck_m, ck_i, ip, y, m_t if output_final_state else y,
+    tensors = [v, k32, kk32, q32, log_decay, beta, ck_m, ck_i, ip, y, m_t if output_final_state else y,
                i_t if output_final_state else y, cu_seqlens.to(torch.int32) if varlen else empty,
-               offsets.to(torch.int32) if varlen else empty)
-    pointers = [ctypes.c_void_p(t.data_ptr()) for t in tensors]
-    sizes = [ctypes.c_int(length), ctypes.c_int(n_chunks // max(1, n_states) if not varlen else 0)]
-    args = (ctypes.c_void_p * len(pointers + sizes))(
-        *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in pointers + sizes])
-    stream = ctypes.c_void_p(torch.cuda.current_stream(v.device).cuda_stream)
-    _check(_driver().cuLaunchKernel(func, max_chunks, heads * (head_dim // channels), n_states, channels // 8 * 32, 1,
-                                    1, smem, stream, args, None), "cuLaunchKernel")
+               offsets.to(torch.int32) if varlen else empty]
+    cuda_build.launch(func, v.device, (max_chunks, heads * (head_dim // channels), n_states), channels // 8 * 32, smem,
+                      tensors, [length, n_chunks // max(1, n_states) if not varlen else 0])
     return y, m_t, i_t

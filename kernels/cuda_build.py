@@ -1,0 +1,141 @@
+"""Compiling CUDA C++ at run time with NVRTC and launching it on PyTorch's stream, through ``ctypes`` only.
+
+The CUDA chunk walk (``cuda_walk.py``) and the CUDA local pass of the backward (``cuda_local.py``) use it. NVRTC
+comes with PyTorch's CUDA wheels (``nvidia-cuda-nvrtc``), and the driver API with the NVIDIA driver, so nothing
+beyond PyTorch is installed. A CPU machine with the NVRTC wheel compiles (``compile_source``) but cannot load or
+launch.
+"""
+
+import ctypes
+import functools
+import glob
+import os
+import sys
+
+import torch
+
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+class CompileError(RuntimeError):
+    """NVRTC refused a source, or no NVRTC library was found."""
+
+
+class LoadError(RuntimeError):
+    """The driver could not load a compiled module or find its kernel."""
+
+
+def _library(names: list) -> ctypes.CDLL | None:
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc() -> ctypes.CDLL | None:
+    """libnvrtc: ``PALIMPSA_NVRTC`` (a path), else the one of PyTorch's CUDA version (loaded with PyTorch or in its
+    ``nvidia`` wheels), else any ``nvidia-cuda-nvrtc`` wheel's on ``sys.path``; None where none loads."""
+    names = [os.environ.get("PALIMPSA_NVRTC", "")]
+    if torch.version.cuda:
+        names.append(f"libnvrtc.so.{torch.version.cuda.split('.')[0]}")
+    for path in sys.path:
+        for sub in ("cuda_nvrtc", "cu*"):
+            names += sorted(glob.glob(os.path.join(path, "nvidia", sub, "lib", "libnvrtc.so.*")))
+    return _library([n for n in names if n])
+
+
+def compile_source(source: str, filename: str, options: list, what: str) -> bytes:
+    """``source`` compiled by NVRTC with ``options`` (``--gpu-architecture=sm_90a`` and the like): the cubin's bytes
+    (``what`` names the kernel in errors)."""
+    lib = nvrtc()
+    if lib is None:
+        raise CompileError("no libnvrtc found: install PyTorch's CUDA build (or pip install nvidia-cuda-nvrtc-cu12), "
+                           "or set PALIMPSA_NVRTC to the library's path")
+    prog = ctypes.c_void_p()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), filename.encode(), 0, None, None):
+        raise CompileError("nvrtcCreateProgram failed")
+    try:
+        array = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+        if lib.nvrtcCompileProgram(prog, len(options), array):
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            arch = next((o.split("=", 1)[1] for o in options if o.startswith("--gpu-architecture=")), "?")
+            raise CompileError(f"NVRTC could not compile {what} ({arch}): {log.value.decode(errors='replace')}")
+        size = ctypes.c_size_t()
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        cubin = ctypes.create_string_buffer(size.value)
+        if lib.nvrtcGetCUBIN(prog, cubin):
+            raise CompileError("nvrtcGetCUBIN failed")
+        return cubin.raw
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+@functools.lru_cache(maxsize=1)
+def driver() -> ctypes.CDLL:
+    lib = _library(["libcuda.so.1", "libcuda.so"])
+    if lib is None:
+        raise LoadError("no libcuda.so.1 (the NVIDIA driver) found")
+    return lib
+
+
+def check(code: int, what: str, error: type = RuntimeError):
+    if code:
+        raise error(f"{what} failed with CUDA error {code}")
+
+
+def arch(device: int) -> str:
+    """The ``--gpu-architecture`` of a device: ``sm_90a`` on Hopper (the ``a`` features), ``sm_XY`` elsewhere."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
+@functools.cache
+def _primary_context(device: int) -> int:
+    lib = driver()
+    check(lib.cuInit(0), "cuInit", LoadError)
+    ordinal, ctx = ctypes.c_int(), ctypes.c_void_p()
+    check(lib.cuDeviceGet(ctypes.byref(ordinal), device), "cuDeviceGet", LoadError)
+    check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), ordinal), "cuDevicePrimaryCtxRetain", LoadError)
+    return ctx.value
+
+
+def make_current(device: int):
+    """The device's primary context (PyTorch's) current on this thread, without a synchronisation, so that a first
+    load may happen during CUDA-graph capture. Call it inside ``torch.cuda.device(device)``."""
+    lib, ctx = driver(), _primary_context(device)
+    current = ctypes.c_void_p()
+    check(lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent", LoadError)
+    if current.value != ctx:
+        check(lib.cuCtxSetCurrent(ctypes.c_void_p(ctx)), "cuCtxSetCurrent", LoadError)
+
+
+def load(device: int, cubin: bytes, name: str, shared: int) -> ctypes.c_void_p:
+    """Kernel ``name`` of ``cubin`` loaded on ``device`` (modules stay loaded for the process), allowed ``shared``
+    bytes of dynamic shared memory."""
+    lib = driver()
+    with torch.cuda.device(device):
+        make_current(device)
+        module, func = ctypes.c_void_p(), ctypes.c_void_p()
+        check(lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData", LoadError)
+        check(lib.cuModuleGetFunction(ctypes.byref(func), module, name.encode()), "cuModuleGetFunction", LoadError)
+        check(lib.cuFuncSetAttribute(func, _MAX_DYNAMIC_SHARED, shared), "cuFuncSetAttribute", LoadError)
+    return func
+
+
+def launch(func, device: torch.device, grid: tuple, threads: int, shared: int, tensors: list, ints: list):
+    """``func`` on PyTorch's current stream of ``device``: its pointer arguments the ``tensors``' data (None: a null
+    pointer), then the 32-bit ``ints``."""
+    values = [ctypes.c_void_p(t.data_ptr() if t is not None else 0) for t in tensors] + [ctypes.c_int(i)
+                                                                                       for i in ints]
+    args = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in values])
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(index):
+        make_current(index)
+        stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+        check(driver().cuLaunchKernel(func, *grid, threads, 1, 1, shared, stream, args, None), "cuLaunchKernel")
