@@ -150,9 +150,9 @@ OCCUPANCY = {8: {}, 12: {"SEG": 2, "LOCAL_MAXNREG": 168, "LOCAL_PROGRAMS_PER_SM"
 # a preset's keys that decide whether its programs fit an SM (all or none of the preset applies where a caller set
 # one); its others tune the kernel at that occupancy and give way one by one to a caller's own
 OCCUPANCY_FIT_KEYS = ("SEG", "LOCAL_MAXNREG", "LOCAL_PROGRAMS_PER_SM", "PROGRAMS_PER_SM")
-LOCALS = ("auto", "triton", "gluon")
+LOCALS = ("auto", "triton", "gluon", "cuda")
 # how many times each local pass has run in this process (for checks that must know which one ran)
-LOCAL_RUNS = {"triton": 0, "gluon": 0}
+LOCAL_RUNS = {"triton": 0, "gluon": 0, "cuda": 0}
 # why LOCAL "auto" stopped taking the Gluon pass in this process: its compilation failed once (a Triton whose Gluon
 # differs from the versions gluon_local was compiled against), so every later call runs the Triton pass; None: it
 # has not failed
@@ -543,6 +543,32 @@ def _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size):
     return gluon_local
 
 
+def _cuda_plan(config, v, k, q, beta, log_decay, dy, du, chunk_size) -> bool:
+    """Whether the local pass runs in CUDA C++ (``cuda_local``): only where ``LOCAL`` is "cuda", and there wherever
+    it can run (else an error saying why). ``auto`` does not take it: it measured slower than the Gluon pass
+    (12.4 against 11.1 ms at B = 1, L = 8192 on an H200; docs/bench/cuda-local-2026-11-29)."""
+    if config["LOCAL"] != "cuda":
+        return False
+    from . import cuda_local
+
+    reason = cuda_local.unsupported(v, k, q, beta, log_decay, dy, du, chunk_size)
+    if reason is not None:
+        raise ValueError(f"the CUDA local pass cannot run here ({reason}); use LOCAL auto, gluon or triton")
+    return True
+
+
+def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, buffers, cu_seqlens, offsets,
+                n_states, max_chunks, chunk_size):
+    """The local pass in CUDA C++ (``LOCAL`` "cuda"; ``CUDA_CH``: its channels a lane, 8 or 4; ``CUDA_PROBE``:
+    timing bits of ``cuda_local``, which leave parts out and give wrong gradients)."""
+    from . import cuda_local
+
+    dv, dk, dq, dg, dbeta, dm0, di0 = buffers
+    cuda_local.launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+                      cu_seqlens, offsets, n_states, max_chunks, chunk_size,
+                      lane_channels=int(config.get("CUDA_CH", 0)) or None, probe=int(config.get("CUDA_PROBE", 0)))
+
+
 def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
                  buffers, cu_seqlens, offsets, length, n_nh, n_work, programs, chunk_size, block_size, nsplit,
                  final=None, retry=False):
@@ -699,12 +725,14 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     # that some splits of the shorter sequences' work items find no chunk)
     max_chunks = triton.cdiv(length, chunk_size) if cu_seqlens is None else n_chunks
     if config["LOCAL"] not in LOCALS:
-        raise ValueError(f"bwd_config LOCAL is 'auto', 'triton' or 'gluon', not {config['LOCAL']!r}")
+        raise ValueError(f"bwd_config LOCAL is 'auto', 'triton', 'gluon' or 'cuda', not {config['LOCAL']!r}")
     preset = occupancy_preset()  # read (and a bad value refused) on every call
     per_split = n_blocks_v * n_states * heads
     raw = (dy, dm_t, di_t, du)  # as they came in, for the sequential kernel and a retry
     dy = dy.contiguous()  # the Gluon pass reads it 4 channels at a time: its alignment as launched
-    gluon_local = _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
+    cuda = _cuda_plan(config, v, k, q, beta, log_decay, dy, du, chunk_size)
+    gluon_local = None if config["LOCAL"] == "cuda" else _gluon_plan(config, bwd_config, v, k, beta, du, dy,
+                                                                     block_size)
     # WHOLE: with one split, the Gluon pass walks each sequence whole, carrying the adjoints across its chunks
     can_whole = bool(config["WHOLE"]) and gluon_local is not None
     split = bool(config["SPLIT"])  # SPLIT 0: whole walks or the sequential kernel, never a split
@@ -712,13 +740,26 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     whole_keys = _whole_preset(config, bwd_config) if can_whole else {}
     whole_cost = _whole_cost(config, whole_keys, per_split, max_chunks, device) if can_whole else None
     nsplit = _splits(config, per_split, max_chunks, device, whole_cost, corrections) if split else 1
-    whole = nsplit == 1 and can_whole
-    if nsplit == 1 and not whole and (not config.get("NSPLIT") or not split):
+    whole = nsplit == 1 and can_whole and config["LOCAL"] != "cuda"
+    if nsplit == 1 and not whole and not cuda and (not config.get("NSPLIT") or not split):
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
         # the corrections to the sequential kernel's work
         return _sequential(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, raw, n_states, chunk_size,
                            block_size)
     use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
+    if cuda:
+        slots = max(1, n_chunks - n_states)
+        lm = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
+        li = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
+        buffers = fr._gradient_buffers(v, k, q, log_decay, beta, m0, i0)
+        mark = _marker()
+        mark("local")
+        _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, buffers, cu_seqlens, offsets,
+                    n_states, max_chunks, chunk_size)
+        LOCAL_RUNS["cuda"] += 1
+        return _carry_and_correct(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dm_t, di_t, lm, li,
+                                  buffers, use_final_grad, offsets, n_chunks, n_states, sizes, config, acc, chunk_size,
+                                  mark)
     triton_per_sm = int(config["PROGRAMS_PER_SM"])
     whole_preset = False  # whole walks at WHOLE_OCCUPANCY's preset: a failed launch is tried again without it
     if gluon_local is not None:
@@ -787,6 +828,19 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
             num_warps=config["num_warps"], maxnreg=int(config["maxnreg"]) or None, **initial, **common, **fr.FP_FUSION,
         )
     del sc_m, sc_i
+    return _carry_and_correct(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dm_t, di_t, lm, li, buffers,
+                              use_final_grad, offsets, n_chunks, n_states, sizes, config, acc, chunk_size, mark)
+
+
+def _carry_and_correct(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dm_t, di_t, lm, li, buffers,
+                       use_final_grad, offsets, n_chunks, n_states, sizes, config, acc, chunk_size, mark):
+    """The carry and the corrections after a local pass (launches 2 and 3): the input gradients."""
+    batch, length, heads, head_dim = v.shape
+    groups, state_size = k.shape[2], k.shape[3]
+    device = v.device
+    dv, dk, dq, dg, dbeta, dm0, di0 = buffers
+    common = {"USE_BETA": beta is not None, "IS_VARLEN": cu_seqlens is not None, "ACC": acc}
+    initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
     mark("carry")
     palimpsa_bwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
         log_decay, lm, li, dm_t, di_t, dm0, di0, cu_seqlens, offsets, length,
