@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import chunked_bwd, cuda_walk
+from . import chunked_bwd, cuda_build, cuda_walk
 from . import fused_recurrent as fr
 
 # the local pass's tiles: BP channels x BT tokens per matrix product; BP and local_warps 0: the precision's default
@@ -60,7 +60,10 @@ WALK_CONFIG = {"BV": 8, "TRANS": False, "UNROLL": 1, "num_warps": 1, "KQ32": Tru
 # (38.8) 18.57 against 21.55 (docs/bench/rescaled-2026-11-27, calls 4 and 5). Until 2026-11-28 that was 40; then
 # at B = 16, L = 8192 (77.6 an SM) it took 31.96 ms with the CUDA walk and 35.12 with the Triton walk against the
 # sequential 40.68, and at B = 32, L = 4096 (155.2 an SM) 31.68 and 34.91 against 39.27, forward + backward 2-3%
-# faster too and peak memory equal (docs/bench/nvrtc-walk-2026-11-28, call 8); larger grids were not measured
+# faster too and peak memory equal (docs/bench/nvrtc-walk-2026-11-28, call 8); larger grids were not measured.
+# Without gradients (inference prefill) the chunked forward still allocates the checkpoints, which the sequential
+# forward does not: at B = 9-32 auto now takes it there too, 2.5 GiB at B = 32, L = 8192, 2.7b shapes (512 chunks x
+# 80 heads x 64 x 128 float32 pairs), freed when the call returns
 PROGRAMS_PER_SM = 160
 
 
@@ -204,6 +207,36 @@ def worth_it(n_states: int, heads: int, head_dim: int, length: int, chunk_size: 
     return programs < PROGRAMS_PER_SM * fr._sm_count(device)
 
 
+def _cuda_walk(v, k, q, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
+               chunk_size, output_final_state, fwd_config):
+    """``y, M_T, I_T`` from the CUDA chunk walk (``cuda_walk.walk``), or three Nones where it failed under ``auto`` and
+    the Triton walk is to run instead, with a warning. Under ``on`` (``walk_CUDA`` or ``PALIMPSA_CUDA_WALK`` 1) every
+    error propagates, and so does running out of memory under ``auto`` (``torch.OutOfMemoryError``, a RuntimeError: the
+    Triton walk would need the memory too, and the kernel is not at fault). An error of compiling or loading the kernel
+    (``cuda_build.CompileError``, ``LoadError``, an ``OSError`` of the libraries) leaves this and every later call of
+    the process to the Triton walk (``cuda_walk.FAILED`` says why); any other RuntimeError, such as ``cuLaunchKernel``
+    failing, only this call, so that one bad launch turns the kernel off for no other device or shape."""
+    try:
+        walked = cuda_walk.walk(v, *fr._float32_keys(k, q, True), log_decay, beta, ck_m, ck_i, ip, cu_seqlens,
+                                offsets, n_chunks, n_states, max_chunks, chunk_size, output_final_state)
+    except torch.OutOfMemoryError:
+        raise
+    except (OSError, RuntimeError) as error:
+        if cuda_walk.mode(fwd_config) == "on":
+            raise
+        if isinstance(error, (cuda_build.CompileError, cuda_build.LoadError, OSError)):
+            cuda_walk.FAILED = str(error)
+            warnings.warn(f"the CUDA chunk walk failed to compile or load ({error}); the Triton walk runs instead "
+                          f"in this process (set {cuda_walk.ENV}=0 to skip the attempt)", RuntimeWarning,
+                          stacklevel=3)
+        else:
+            warnings.warn(f"the CUDA chunk walk failed ({type(error).__name__}: {error}); the Triton walk runs "
+                          "this call instead", RuntimeWarning, stacklevel=3)
+        return None, None, None
+    WALK_RUNS["cuda"] += 1
+    return walked
+
+
 def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
                     output_uncertainty, store_checkpoints, fwd_config, chunk_size):
     """``y, M_T, I_T, u`` and the checkpoints, as ``fused_recurrent._forward`` returns them, by the three launches
@@ -242,18 +275,9 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
     )
     y = None
     if cuda_walk.wanted(v, k, beta, output_uncertainty, fwd_config):
-        try:
-            y, m_t, i_t = cuda_walk.walk(v, *fr._float32_keys(k, q, True), log_decay, beta, ck_m, ck_i, ip,
-                                         cu_seqlens, offsets, n_chunks, n_states, max_chunks, chunk_size,
-                                         output_final_state)
-            u = None
-            WALK_RUNS["cuda"] += 1
-        except (OSError, RuntimeError) as error:
-            if cuda_walk.mode(fwd_config) == "on":
-                raise
-            cuda_walk.FAILED = str(error)
-            warnings.warn(f"the CUDA chunk walk failed ({error}); the Triton walk runs instead in this process",
-                          stacklevel=2)
+        y, m_t, i_t = _cuda_walk(v, k, q, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_chunks, n_states,
+                                 max_chunks, chunk_size, output_final_state, fwd_config)
+        u = None
     if y is None:
         y, m_t, i_t, u = fr._walk(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, offsets,
                                   n_chunks, ck_m, ck_i, output_final_state, output_uncertainty, False,

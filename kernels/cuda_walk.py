@@ -14,16 +14,21 @@ readout's reduction itself. This kernel does the same walk with the mapping chos
   negated log decays since the last renormalisation, renormalised where ``|s|`` would pass 20; the scale goes on
   the channel side, ``v e`` and ``beta e``), the true states at a chunk's start and end;
 * on 2 of a lane's 4 groups of states its two channels share one reciprocal (``1 / D0 = D1 / (D0 D1)``, the query
-  folded into it): 25 ``MUFU`` a token and lane instead of 33, which keeps the special-function pipe under the
-  issue rate (``D = e I <= e^20 I``, so the product stays far from float32's range ends);
+  folded into it): 25 ``MUFU`` a token and lane instead of 33 for 16 more ``FMUL`` (8 more instructions net),
+  which keeps the special-function pipe under the issue rate. Its bound: ``D = e I`` with ``e <= e^20``, so
+  ``D0 D1`` passes ``2^126`` (where ``rcp.approx.ftz`` flushes the reciprocal to zero, and those states drop out of
+  the readout) once the two channels' importances ``I`` (their geometric mean) pass about 1.9e10 (3.8e10: the
+  product overflows), against about 1.75e29 for the Triton walk's reciprocal of ``D`` alone (7.0e29: ``D``
+  overflows);
 * two tokens an iteration, whose four sums (2 tokens x 2 channels) over the 8 lanes take one butterfly.
 
 248 instructions a token and lane in bf16 and fp16, 243.5 in float32 (7.6-7.75 an element-token; the Triton walk
 321), 128 registers, two 8-warp CTAs an SM. On an H200
 at 2.7b shapes the walk takes 1.78 ms against the Triton walk's 2.03 (bf16, B = 1, L = 8192): the forward 2.09 ms
-against 2.33 (docs/bench/nvrtc-walk-2026-11-28). NVRTC comes with PyTorch's CUDA wheels (``nvidia-cuda-nvrtc``);
+against 2.34 (docs/bench/nvrtc-walk-2026-11-28). NVRTC comes with PyTorch's CUDA wheels (``nvidia-cuda-nvrtc``);
 the kernel is loaded and launched through the driver API with ``ctypes`` on PyTorch's current stream, so nothing
-beyond PyTorch is installed. The uncertainty output and float64 inputs stay with the Triton walk.
+beyond PyTorch is installed. The uncertainty output and float64 inputs stay with the Triton walk; ``auto`` takes
+only what the GPU runs checked (bf16 and float32, head dimensions a multiple of 64: :func:`wanted`).
 """
 
 import functools
@@ -34,7 +39,14 @@ import torch
 from . import cuda_build
 from .cuda_build import nvrtc  # noqa: F401  (where the tests and records look for it)
 
-ENV = "PALIMPSA_CUDA_WALK"  # auto (default): where it can run, on compute capability 9.x; 0: never; 1: wherever it can
+# auto (default): where it can run on compute capability 9.x, in AUTO_DTYPES and AUTO_HEAD_DIM; 0: never; 1: wherever
+# it can run
+ENV = "PALIMPSA_CUDA_WALK"
+# what auto takes, of what the kernel can run: the dtypes and head dimensions that ran on a GPU against float64 and
+# the Triton walk (docs/bench/nvrtc-walk-2026-11-28: bf16 and float32, P = 64). fp16 differs from bf16 only in the
+# conversions and P below 64 only in the CTA's channels, but neither ran on a GPU: PALIMPSA_CUDA_WALK=1 asks for them
+AUTO_DTYPES = (torch.bfloat16, torch.float32)
+AUTO_HEAD_DIM = 64  # auto: head dimensions a multiple of this (64 channels a CTA)
 BLOCK = 16  # tokens a shared-memory stage
 PAIR_GROUPS = 2  # groups of 4 states (of a lane's 4) whose two channels share a reciprocal
 STATES = 128  # the state size the kernel is written for (every Mamba2 release)
@@ -253,7 +265,7 @@ palimpsa_walk_cuda(const vt* __restrict__ v, const float* __restrict__ k, const 
         const Stage& S = st[blk & 1];
         const float* kp = &S.k[0][4 * i];
 #if KKC
-        const float* kkp = nullptr;  // (squared in the walk)
+        const float* kkp = kp;  // unused (the keys squared in the walk); a real row, so its steps below stay defined
 #else
         const float* kkp = &S.kk[0][4 * i];
 #endif
@@ -317,7 +329,10 @@ palimpsa_walk_cuda(const vt* __restrict__ v, const float* __restrict__ k, const 
 """
 
 KERNEL = "palimpsa_walk_cuda"
-FAILED = None  # why a launch under "auto" failed in this process (it then leaves every walk to Triton)
+# why the kernel failed to compile or load under "auto" in this process (it then leaves every walk to Triton);
+# chunked_fwd.chunked_forward sets it. A launch error leaves only its own call to Triton, and running out of memory
+# raises, as it would in the Triton walk
+FAILED = None
 POISON_OUTPUTS = False  # y filled with NaN before the launch (checks that every element is written)
 
 
@@ -389,8 +404,10 @@ def unsupported(v: torch.Tensor, k: torch.Tensor, beta, output_uncertainty: bool
 
 
 def mode(config: dict) -> str:
-    """``config["walk_CUDA"]``, else ``PALIMPSA_CUDA_WALK``, else ``auto``, as one of ``auto``, ``on``, ``off``."""
-    value = str(config.get("walk_CUDA", os.environ.get(ENV, "auto"))).lower()
+    """``config["walk_CUDA"]``, else ``PALIMPSA_CUDA_WALK``, else ``auto``, as one of ``auto``, ``on``, ``off``
+    (``walk_CUDA`` None counts as unset)."""
+    value = config.get("walk_CUDA")
+    value = str(os.environ.get(ENV, "auto") if value is None else value).lower()
     if value in ("0", "false", "off", "no"):
         return "off"
     if value in ("1", "true", "on", "yes"):
@@ -400,21 +417,33 @@ def mode(config: dict) -> str:
     return "auto"
 
 
+def triton_walk_keys(config: dict) -> list:
+    """The keys of ``config`` that tile the Triton walk (``walk_BV``, ``walk_SCATTER``, ...: every ``walk_*`` key
+    but ``walk_CUDA``), which this kernel has no use for."""
+    return sorted(key for key in config if key.startswith("walk_") and key != "walk_CUDA")
+
+
 def wanted(v: torch.Tensor, k: torch.Tensor, beta, output_uncertainty: bool, config: dict) -> bool:
     """Whether the chunked forward walks its chunks with this kernel (``config`` as the caller gave it):
-    :func:`mode` ``auto`` (the default) where it can run on compute capability 9.x, the GPUs it was measured on,
-    unless the config names a key of the Triton walk's tiling (``walk_BV``, ``walk_SCATTER``, ...) or a launch has
-    failed in this process; ``on`` wherever it can run (else an error saying why); ``off`` never."""
+    :func:`mode` ``auto`` (the default) where it can run on compute capability 9.x, the GPUs it was measured on, in
+    ``AUTO_DTYPES`` (bf16, float32) with a head dimension a multiple of ``AUTO_HEAD_DIM`` (64), the inputs its GPU
+    checks ran, unless the config names a key of the Triton walk's tiling (``walk_BV``, ``walk_SCATTER``, ...) or
+    its compile or load has failed in this process (``FAILED``); ``on`` wherever it can run, fp16 and head
+    dimensions below 64 included (else an error saying why, and an error where the config also names the Triton
+    walk's keys, which it would ignore); ``off`` never."""
     chosen = mode(config)
     if chosen == "off":
         return False
+    if chosen == "on" and triton_walk_keys(config):
+        raise ValueError(f"walk_CUDA / {ENV} = 1 asks for the CUDA chunk walk, which ignores the Triton walk's keys "
+                         f"{', '.join(triton_walk_keys(config))}: drop them, or set walk_CUDA to 0 for the Triton walk")
     reason = unsupported(v, k, beta, output_uncertainty)
     if chosen == "on":
         if reason is not None:
             raise ValueError(f"the CUDA chunk walk cannot run here ({reason}); use {ENV}=auto or 0")
         return True
-    triton_keys = any(key.startswith("walk_") and key != "walk_CUDA" for key in config)
-    return (reason is None and not triton_keys and FAILED is None
+    return (reason is None and not triton_walk_keys(config) and FAILED is None
+            and v.dtype in AUTO_DTYPES and v.shape[-1] % AUTO_HEAD_DIM == 0
             and torch.cuda.get_device_capability(v.device)[0] == 9)
 
 

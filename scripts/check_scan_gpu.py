@@ -9,7 +9,10 @@ weighted loss over all four outputs are compared by relative RMS error with:
 
 Inputs mix decays near 1 (``log_decay`` about -1e-4) and near 0 (about -9), with beta up to 10. Tolerances: 1e-5
 for float32 inputs (no TF32: at PyTorch's default float32 precision the chunk-parallel forward's matrix products
-run in tf32x3 and the backward's corrections in IEEE float32), 1e-2 for bfloat16 (whose products run in TF32).
+run in tf32x3 and the backward's corrections in IEEE float32), 1e-2 for bfloat16 and float16 (whose products run in
+TF32). The last three cases (``[cuda walk]``: float16, head dimensions 32 and 128, which ``auto`` leaves to the
+Triton walk) run the chunked forward with the CUDA chunk walk forced (``PALIMPSA_CUDA_WALK=1``) under
+``--without-uncertainty``, and with the Triton walk otherwise (the uncertainty output keeps it).
 Prints a table and exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an
 error row (with the message, also in the JSON) and the other cases still run.
 
@@ -33,7 +36,7 @@ import traceback
 
 import torch
 import triton
-from palimpsa.kernels import chunked_bwd, chunked_fwd, fused_recurrent, palimpsa_scan, scan
+from palimpsa.kernels import chunked_bwd, chunked_fwd, cuda_walk, fused_recurrent, palimpsa_scan, scan
 from torch.utils.checkpoint import checkpoint
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
@@ -42,7 +45,7 @@ GRADS = ("v", "k", "q", "log_decay", "beta", "M0", "I0")
 
 
 def make_inputs(batch, length, groups, dtype, *, with_beta=True, with_state=True, with_importance=True, n_states=None,
-                seed=0):
+                seed=0, head_dim=HEAD_DIM):
     gen = torch.Generator(device="cuda").manual_seed(seed)
 
     def rand(*shape):
@@ -57,13 +60,13 @@ def make_inputs(batch, length, groups, dtype, *, with_beta=True, with_state=True
     log_decay = torch.where(pick > 0.85, -8.0 - rand(batch, length, HEADS), log_decay)
     n_states = batch if n_states is None else n_states
     inputs = {
-        "v": randn(batch, length, HEADS, HEAD_DIM) * 0.5,
+        "v": randn(batch, length, HEADS, head_dim) * 0.5,
         "k": randn(batch, length, groups, STATE),
         "q": randn(batch, length, groups, STATE),
         "log_decay": log_decay,
-        "beta": 10 * rand(batch, length, HEADS, HEAD_DIM) if with_beta else None,
-        "M0": randn(n_states, HEADS, HEAD_DIM, STATE) if with_state else None,
-        "I0": 0.5 + rand(n_states, HEADS, HEAD_DIM, STATE) if with_state and with_importance else None,
+        "beta": 10 * rand(batch, length, HEADS, head_dim) if with_beta else None,
+        "M0": randn(n_states, HEADS, head_dim, STATE) if with_state else None,
+        "I0": 0.5 + rand(n_states, HEADS, head_dim, STATE) if with_state and with_importance else None,
     }
     return {n: None if t is None else t.to(torch.float32 if n in ("M0", "I0") else dtype)
             for n, t in inputs.items()}
@@ -92,7 +95,7 @@ def run_checkpointed_torch(inputs, prior, cu_seqlens=None, segment=64):
         rows = slice(None) if cu_seqlens is None else slice(index, index + 1)
         if inputs["M0"] is None:
             n = batch if cu_seqlens is None else 1
-            m = inputs["v"].new_zeros(n, HEADS, HEAD_DIM, STATE)
+            m = inputs["v"].new_zeros(n, HEADS, inputs["v"].shape[-1], STATE)
             i = torch.full_like(m, prior)
         else:
             m = inputs["M0"][rows]
@@ -163,7 +166,7 @@ def check_case(name, inputs, tol, prior, cu_seqlens=None, with_naive=False, back
 
 def shapes_of(inputs, cu_seqlens):
     n_states = inputs["v"].shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
-    state = (n_states, HEADS, HEAD_DIM, STATE)
+    state = (n_states, HEADS, inputs["v"].shape[-1], STATE)
     return [inputs["v"].shape, state, state, inputs["v"].shape]
 
 
@@ -209,7 +212,7 @@ def main() -> int:
         backend = "gluon"
     long = 4096 if args.quick else 16384
     fused_recurrent.POISON_OUTPUTS = True  # every output starts NaN: an unwritten element fails the check
-    f32, bf16 = torch.float32, torch.bfloat16
+    f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
     cases = [
         ("B2 L128 G2 f32 beta state (+naive)", make_inputs(2, 128, 2, f32, seed=1), 1e-5, 0.7, None, True),
         (f"B1 L{long} G1 f32 beta state", make_inputs(1, long, 1, f32, seed=2), 1e-5, 1.0, None, False),
@@ -224,16 +227,34 @@ def main() -> int:
     cases.append(("varlen 1000/1/2002/1093 G2 f32 beta state",
                   make_inputs(1, 4096, 2, f32, n_states=len(bounds) - 1, seed=6), 1e-5, 0.7,
                   torch.tensor(bounds, dtype=torch.int32, device="cuda"), False))
+    # what the CUDA chunk walk runs but auto leaves to the Triton walk: the chunked forward and the CUDA walk forced
+    # (without the uncertainty output, which keeps the Triton walk)
+    forced = {fused_recurrent.FORWARD_ENV: "chunked", cuda_walk.ENV: "1" if args.without_uncertainty else "auto"}
+    for name, inputs in (
+        ("B1 L4096 G1 fp16 beta state [cuda walk]", make_inputs(1, 4096, 1, f16, seed=8)),
+        ("B1 L4096 G2 bf16 P32 beta state [cuda walk]", make_inputs(1, 4096, 2, bf16, seed=9, head_dim=32)),
+        ("B1 L4096 G1 f32 P128 beta state [cuda walk]", make_inputs(1, 4096, 1, f32, seed=10, head_dim=128)),
+    ):
+        cases.append((name, inputs, 1e-5 if inputs["v"].dtype == f32 else 1e-2, 0.7, None, False, forced))
     rows, errors, local_runs, walk_runs = [], {}, {}, {}
-    for name, inputs, tol, prior, cu_seqlens, with_naive in cases:
+    for name, inputs, tol, prior, cu_seqlens, with_naive, *forcing in cases:
         before = dict(chunked_bwd.LOCAL_RUNS)
         walks_before = dict(chunked_fwd.WALK_RUNS)
+        env = forcing[0] if forcing else {}  # the case's environment, restored after it
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
         try:
             rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, backend, not args.without_uncertainty)
         except Exception as error:  # noqa: BLE001 - report a failing kernel and go on with the other cases
             traceback.print_exc()
             errors[name] = f"{type(error).__name__}: {error}"
             rows.append((name, "error", args.backend, float("inf"), tol, False))
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         local_runs[name] = chunked_bwd.local_runs_since(before)
         walk_runs[name] = {k: n - walks_before[k] for k, n in chunked_fwd.WALK_RUNS.items() if n > walks_before[k]}
         torch.cuda.empty_cache()

@@ -4,8 +4,11 @@ NVRTC compiles the kernel for sm_90a without a GPU and Triton's ``cuobjdump`` di
 bf16, fp16 and float32, at 2.7b shapes and a small one, with and without packed sequences and the final state: its
 registers within ``__launch_bounds__`` (two 8-warp CTAs an SM), no local memory, and its token loop (two tokens an
 iteration) without spills, with the channel-shared reciprocals compiled in and within its instruction count a
-token. Then the dispatch on CPU tensors (``unsupported``, ``mode``, ``wanted``), the CTA's channels and shared
-memory, and a failed compile's error. Its outputs are checked on a GPU against float64 and the Triton walk
+token. Then the dispatch on CPU tensors (``unsupported``, ``mode``, ``wanted``: ``auto`` only for the bf16 and float32
+inputs with head dimensions a multiple of 64 that ran on a GPU, ``walk_CUDA=1`` for all the kernel takes), the CTA's
+channels and shared memory, a failed compile's error, and what the chunked forward does when the walk fails (under the
+interpreter: out of memory raises, a failed compile or load turns the walk off for the process, a failed launch
+only for its call). Its outputs are checked on a GPU against float64 and the Triton walk
 (docs/bench/nvrtc-walk-2026-11-28).
 """
 
@@ -19,7 +22,7 @@ import tempfile
 
 import pytest
 import torch
-from palimpsa.kernels import cuda_walk
+from palimpsa.kernels import cuda_build, cuda_walk
 
 SHAPES = {  # heads, groups, head dim, chunk
     "2.7b": (80, 1, 64, 512),  # 64 channels a CTA: 8 warps, MINB 2
@@ -179,9 +182,10 @@ def test_unsupported_on_the_cpu(dtype, head_dim, states, with_beta, uncertainty)
 @pytest.mark.parametrize("value, want", [
     ("auto", "auto"), ("AUTO", "auto"), (0, "off"), (1, "on"), ("0", "off"), ("1", "on"), ("off", "off"),
     ("on", "on"), ("false", "off"), ("true", "on"), ("no", "off"), ("yes", "on"), (False, "off"), (True, "on"),
+    (None, "auto"),
 ])
 def test_mode(value, want, monkeypatch):
-    """``walk_CUDA`` parses as auto, on or off."""
+    """``walk_CUDA`` parses as auto, on or off (None as unset: auto without the environment variable)."""
     monkeypatch.delenv(cuda_walk.ENV, raising=False)
     assert cuda_walk.mode({"walk_CUDA": value}) == want
 
@@ -209,6 +213,7 @@ def test_mode_environment(monkeypatch):
     monkeypatch.setenv(cuda_walk.ENV, "1")
     assert cuda_walk.mode({"walk_CUDA": 0}) == "off"
     assert cuda_walk.mode({"walk_CUDA": "auto"}) == "auto"
+    assert cuda_walk.mode({"walk_CUDA": None}) == "on"  # None leaves it to the environment
 
 
 @pytest.mark.parametrize("config, env", [
@@ -236,6 +241,104 @@ def test_wanted_on_raises_on_the_cpu(config, env, monkeypatch):
     v, k, beta = cpu_inputs()
     with pytest.raises(ValueError, match="cannot run here \\(not a CUDA tensor\\)"):
         cuda_walk.wanted(v, k, beta, False, config)
+
+
+@pytest.fixture
+def on_hopper(monkeypatch):
+    """CPU tensors that ``wanted`` takes for a Hopper GPU's: nothing ``unsupported``, compute capability 9.0, no
+    failure recorded (``unsupported`` itself is checked on a GPU)."""
+    monkeypatch.delenv(cuda_walk.ENV, raising=False)
+    monkeypatch.setattr(cuda_walk, "unsupported", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(cuda_walk, "FAILED", None)
+
+
+@pytest.mark.parametrize("dtype, head_dim, want", [
+    ("bf16", 64, True), ("fp32", 64, True), ("bf16", 128, True), ("fp32", 256, True),
+    # what the kernel runs but no GPU check did (auto took these until 2026-11-29)
+    ("fp16", 64, False), ("fp16", 128, False), ("bf16", 32, False), ("fp32", 8, False), ("bf16", 40, False),
+])
+def test_auto_takes_what_ran_on_a_gpu(dtype, head_dim, want, on_hopper, monkeypatch):
+    """``auto`` takes bf16 and float32 with a head dimension a multiple of 64, the inputs of the GPU checks; fp16 and
+    head dimensions below 64 only under ``walk_CUDA=1`` (or ``PALIMPSA_CUDA_WALK=1``). Under ``auto`` a compute
+    capability other than 9.x and a failed compile or load keep the Triton walk."""
+    v, k, beta = cpu_inputs(DTYPES[dtype], head_dim)
+    assert cuda_walk.wanted(v, k, beta, False, {}) is want
+    assert cuda_walk.wanted(v, k, beta, False, {"walk_CUDA": None}) is want
+    assert cuda_walk.wanted(v, k, beta, False, {"walk_CUDA": 1}) is True
+    monkeypatch.setenv(cuda_walk.ENV, "1")
+    assert cuda_walk.wanted(v, k, beta, False, {}) is True
+    assert cuda_walk.wanted(v, k, beta, False, {"walk_CUDA": "auto"}) is want
+    monkeypatch.delenv(cuda_walk.ENV)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert cuda_walk.wanted(v, k, beta, False, {}) is False
+    assert cuda_walk.wanted(v, k, beta, False, {"walk_CUDA": 1}) is True
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(cuda_walk, "FAILED", "NVRTC could not compile the walk")
+    assert cuda_walk.wanted(v, k, beta, False, {}) is False
+
+
+@pytest.mark.parametrize("config, env", [
+    ({"walk_CUDA": 1, "walk_BV": 2}, None), ({"walk_CUDA": "on", "walk_SCATTER": 0}, "0"), ({"walk_BV": 0}, "1"),
+])
+def test_on_with_the_triton_walks_keys_raises(config, env, on_hopper, monkeypatch):
+    """``walk_CUDA=1`` (or ``PALIMPSA_CUDA_WALK=1``) with a key of the Triton walk's tiling, which the CUDA walk
+    would ignore, is an error naming the key, before the device is looked at; under ``auto`` the key keeps the
+    Triton walk."""
+    if env is not None:
+        monkeypatch.setenv(cuda_walk.ENV, env)
+    v, k, beta = cpu_inputs()
+    key = next(key for key in config if key != "walk_CUDA")
+    with pytest.raises(ValueError, match=f"ignores the Triton walk's keys {key}"):
+        cuda_walk.wanted(v, k, beta, False, config)
+    monkeypatch.setattr(cuda_walk, "unsupported", lambda *args: "not a CUDA tensor")
+    with pytest.raises(ValueError, match=f"ignores the Triton walk's keys {key}"):
+        cuda_walk.wanted(v, k, beta, False, config)
+    assert cuda_walk.wanted(v, k, beta, False, {**config, "walk_CUDA": "auto"}) is False
+
+
+@pytest.mark.parametrize("error, mode, raises, failed", [
+    (torch.OutOfMemoryError("CUDA out of memory"), "auto", True, False),  # memory: the Triton walk needs it too
+    (cuda_build.CompileError("NVRTC could not compile the walk (sm_90a): error"), "auto", False, True),
+    (cuda_build.LoadError("cuModuleLoadData failed with CUDA error 218"), "auto", False, True),
+    (OSError("libnvrtc.so.12: cannot open shared object file"), "auto", False, True),
+    (RuntimeError("cuLaunchKernel failed with CUDA error 701"), "auto", False, False),  # this call only
+    (RuntimeError("cuLaunchKernel failed with CUDA error 701"), 1, True, False),
+    (cuda_build.CompileError("NVRTC could not compile the walk (sm_90a): error"), 1, True, False),
+], ids=["oom", "compile", "load", "oserror", "launch", "launch-on", "compile-on"])
+def test_the_chunked_forward_when_the_walk_fails(error, mode, raises, failed, monkeypatch):
+    """The chunked forward with the CUDA walk chosen and failing: out of memory raises (and leaves the walk on);
+    under ``auto`` a failed compile or load warns, records ``cuda_walk.FAILED`` (the walk then stays off in the
+    process) and walks with Triton, a failed launch warns and walks this call with Triton, leaving the walk on for
+    the next; under ``walk_CUDA=1`` every error raises."""
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
+    from palimpsa.kernels import chunked_fwd, fused_recurrent
+    from scan_inputs import make_inputs
+
+    x = make_inputs(1, 20, 2, 1, 4, 16)
+    args = (x["v"], x["k"], x["q"], x["log_decay"], x["beta"], x["M0"], x["I0"], 0.7, None, True, False, False)
+    want = fused_recurrent._forward(*args, {"kernel": "chunked", "walk_CUDA": 0}, 8)[0]  # the Triton walk
+
+    def walk(*args):
+        raise error
+
+    monkeypatch.delenv(cuda_walk.ENV, raising=False)
+    monkeypatch.setattr(cuda_walk, "FAILED", None)
+    monkeypatch.setattr(cuda_walk, "wanted", lambda *args: True)
+    monkeypatch.setattr(cuda_walk, "walk", walk)
+    monkeypatch.setattr(chunked_fwd, "WALK_RUNS", {"cuda": 0, "triton": 0})
+    config = {"kernel": "chunked", "walk_CUDA": mode}
+    if raises:
+        with pytest.raises(type(error), match=str(error).split(" (")[0]):
+            fused_recurrent._forward(*args, config, 8)
+        assert chunked_fwd.WALK_RUNS == {"cuda": 0, "triton": 0}
+    else:
+        with pytest.warns(RuntimeWarning, match="the CUDA chunk walk failed"):
+            y = fused_recurrent._forward(*args, config, 8)[0]
+        assert torch.equal(y, want)
+        assert chunked_fwd.WALK_RUNS == {"cuda": 0, "triton": 1}
+    assert (cuda_walk.FAILED == str(error)) if failed else cuda_walk.FAILED is None
 
 
 @pytest.mark.parametrize("head_dim, want", [(64, 64), (128, 64), (256, 64), (32, 32), (40, 40), (8, 8), (12, 0),
