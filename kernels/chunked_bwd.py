@@ -559,14 +559,14 @@ def _cuda_plan(config, v, k, q, beta, log_decay, dy, du, chunk_size) -> bool:
 
 def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, buffers, cu_seqlens, offsets,
                 n_states, max_chunks, chunk_size):
-    """The local pass in CUDA C++ (``LOCAL`` "cuda"; ``CUDA_CH``: its channels a lane, 8 or 4; ``CUDA_PROBE``:
-    timing bits of ``cuda_local``, which leave parts out and give wrong gradients)."""
+    """The local pass in CUDA C++ (``LOCAL`` "cuda"; ``CUDA_PROBE``: timing bits of ``cuda_local``, which leave
+    parts out and give wrong gradients; ``CUDA_VEC`` 0: ``dq``, ``dk`` added one state at a time)."""
     from . import cuda_local
 
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     cuda_local.launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
                       cu_seqlens, offsets, n_states, max_chunks, chunk_size,
-                      lane_channels=int(config.get("CUDA_CH", 0)) or None, probe=int(config.get("CUDA_PROBE", 0)))
+                      probe=int(config.get("CUDA_PROBE", 0)), vector_atomics=bool(config.get("CUDA_VEC", 1)))
 
 
 def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,

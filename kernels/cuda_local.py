@@ -3,15 +3,14 @@ pass in CUDA C++").
 
 ``chunked_bwd.py``'s first launch walks every chunk backwards from a zero adjoint at its end and writes the tokens'
 local ``dv``, ``dbeta``, adds their ``dk``, ``dq``, ``dlog_decay``, and stores the chunk's local adjoint at its start
-for the carry. The Triton and Gluon passes give a warp 4 channels of a head, so every sum over the channels (``dq``,
-``dk``) leaves the warp by atomics, and each token's inputs are loaded and unpacked for every 4 channels. This kernel
-does the same pass with the mapping chosen by hand:
+for the carry. The Triton and Gluon passes give a one-warp program 4 channels of a head. This kernel does the same
+pass with the mapping chosen by hand:
 
 * a CTA takes one (sequence, head, chunk, block of 64 channels) at a time (persistent CTAs, one an SM), 8 warps;
-  warp ``w`` holds states ``16 w .. 16 w + 15`` of all 64 channels, a lane 8 channels x 4 states, so ``dq`` and
-  ``dk`` are summed inside the warp (a reduce-scatter butterfly of 7 shuffles, one atomic a lane and token, 16x
-  fewer than 4-channel programs make), and ``dv``, ``dbeta`` over 4 lanes and then the 8 warps through shared
-  memory (one barrier a token);
+  warp ``w`` holds channels ``8 w .. 8 w + 7`` of the block and all 128 states, a lane 2 channels x 16 states
+  (states ``32 j + 4 (lane % 8) + u``, as the CUDA chunk walk's), so ``dv``, ``dbeta`` and the decay gradient are
+  summed inside the warp and the token loop has no barrier; ``dq``, ``dk`` leave each warp reduce-scattered over
+  its 4 channel pairs, by two-state vector atomics (``red.global.add.v2.f32``, 4 a lane and token);
 * the decay gradient from the token's own state, ``a_t <dM_t, M_{t-1}> = <dM_t, M_t> - v . dv`` (likewise ``J``),
   so no previous state is kept;
 * the recompute: pass A walks the chunk from its checkpoint and keeps every ``SEG``-th state in a global slab (one
@@ -22,45 +21,45 @@ does the same pass with the mapping chosen by hand:
   renormalised where ``-log A`` would pass 20; a token whose own log decay would pass it is applied plainly), and the
   reverse step on the rescaled states as they are: ``M / I = M' / (J' + I_prior / A)``, the output gradient times
   ``1 / A``;
-* each segment's inputs (16-bit keys, queries, values, gains, output gradients; the log decays) copied to shared
-  memory by ``cp.async`` at its start, the next segment's asked for in L2.
+* each segment's inputs copied to shared memory by ``cp.async`` at its start (the next segment's asked for in L2),
+  then keys, values and gains widened to float32 and the keys squared there, so that the walks load them without
+  unpacking.
+
+A first form (git ac9a4b3: a warp all 64 channels of 16 states, ``dv`` and ``dbeta`` summed over the warps through
+shared memory with a barrier a token, 16-bit staged inputs) took the same time, 12.41 ms.
 
 Scope (:func:`unsupported` names what it refuses): compute capability 9.x, bf16 or fp16 inputs of one dtype, 128
-states, ``P`` a multiple of 64, no uncertainty gradient. Correct, but slower than the Gluon pass (12.4 against 11.1 ms
-at B = 1, L = 8192 on an H200; docs/bench/cuda-local-2026-11-29), so only ``bwd_config`` ``LOCAL`` "cuda" (or
+states, ``P`` a multiple of 64, no uncertainty gradient. Correct, but slower than the Gluon pass (12.42 against 11.18
+ms at B = 1, L = 8192 on an H200; docs/bench/cuda-local-2026-11-29), so only ``bwd_config`` ``LOCAL`` "cuda" (or
 ``PALIMPSA_CHUNKED_LOCAL=cuda``) runs it.
 """
 
 import functools
-import os
 
 import torch
 
 from . import cuda_build
 from .cuda_build import nvrtc
 
-CHANNELS_ENV = "PALIMPSA_CUDA_LOCAL_CHANNELS"  # channels a lane (8 by default, or 4)
 STATES = 128
 CHANNELS = 64  # a CTA's channels
 SEG = 16  # tokens between slab states
 SUB = 4  # tokens a sub-block (its start in shared memory)
 SLOTS = 3  # shared-memory state slots: the starts of a segment's sub-blocks 1-3
-LANE_CHANNELS = 8  # channels a lane: 8 (8 warps of up to 255 registers) or 4 (16 warps of up to 128)
+THREADS = 256  # 8 warps: a warp 8 channels of all 128 states, a lane 2 channels x 16 states
 KERNEL = "palimpsa_bwd_local_cuda"
 
 SOURCE = r"""
 #define N 128
 #define CW 64
-#ifndef CH
-#define CH 8                    // channels a lane (8: 8 warps of 255 registers; 4: 16 warps of 128)
-#endif
-#define LG (CW / CH)            // lanes along the channels
-#define SQ (32 / LG)            // state quads a warp
-#define WARPS (N / (4 * SQ))
-#define THREADS (WARPS * 32)
+#define WARPS 8
+#define THREADS 256
 #ifndef PROBE
-#define PROBE 0                 // timing only (wrong gradients): 1 no per-token barrier and warp sums of dv, dbeta;
-#endif                          // 2 no dq, dk, decay-gradient butterflies; 4 walks of one token; 8 no pass A
+#define PROBE 0                 // timing only (wrong gradients): 2 no dq, dk, decay-gradient butterflies or atomics;
+#endif                          // 4 walks of one token; 8 no pass A
+#ifndef VEC
+#define VEC 1                   // dq, dk added two states at a time (red.global.add.v2.f32)
+#endif
 #define SEG 16
 #define SUB 4
 #define SLOTS 3
@@ -69,20 +68,19 @@ SOURCE = r"""
 
 typedef unsigned short vt;
 
-struct Stage {          // one segment's inputs
-    vt k[SEG][N];
+struct Stage {          // one segment's inputs: keys, squared keys, values and gains widened to float32
+    float kw[SEG][N];   // (the 16-bit keys land in kk's bytes, values and gains in the first halves of their own)
+    float kk[SEG][N];
+    float vw[SEG][CW];
+    float bw[SEG][CW];
     vt q[SEG][N];
-    vt v[SEG][CW];
-    vt b[SEG][CW];
     vt dy[SEG][CW];
     float g[SEG];
 };
 
 struct Shared {
-    float4 slot[SLOTS][2 * CH][THREADS];  // sub-block starts: a thread's CH channels x 4 states of M', then of J'
+    float4 slot[SLOTS][16][THREADS];  // sub-block starts: a thread's (channel, 4 states) of M', then of J'
     Stage st;
-    float red[2][WARPS][2 * CW];          // a token's dv, dbeta partial sums of each warp (two tokens in turn)
-    float dgr[2][WARPS];                  // its decay-gradient partial sums
 };
 
 __device__ __forceinline__ float rcp(float x) {
@@ -106,6 +104,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 __device__ __forceinline__ void red_add(float* p, float x) {
     asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(x) : "memory");
 }
+__device__ __forceinline__ void red_add2(float* p, float x, float y) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(x), "f"(y) : "memory");
+}
 
 // two 16-bit values of a 32-bit word as float32
 __device__ __forceinline__ void unpack(unsigned w, float& a, float& b) {
@@ -127,24 +128,6 @@ __device__ __forceinline__ vt to_vt(float x) {
 #endif
     return r;
 }
-// 4 consecutive 16-bit values (8 bytes) as float32
-__device__ __forceinline__ void four(const vt* p, float* f) {
-    const uint2 w = *(const uint2*)p;
-    unpack(w.x, f[0], f[1]); unpack(w.y, f[2], f[3]);
-}
-// 8 consecutive 16-bit values (16 bytes) as float32
-__device__ __forceinline__ void eight(const vt* p, float* f) {
-    const uint4 w = *(const uint4*)p;
-    unpack(w.x, f[0], f[1]); unpack(w.y, f[2], f[3]); unpack(w.z, f[4], f[5]); unpack(w.w, f[6], f[7]);
-}
-
-__device__ __forceinline__ void chans(const vt* p, float* f) {  // a lane's CH channels
-#if CH == 8
-    eight(p, f);
-#else
-    four(p, f);
-#endif
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, const vt* __restrict__ q,
@@ -160,15 +143,15 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
     Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
     Stage& st = sh.st;
     const int tid = threadIdx.x, w = tid >> 5, ln = tid & 31;
-    const int cg = ln % LG, sq4 = ln / LG;          // channel group (CH channels), state quad (4 states)
-    const int c0 = CH * cg;                         // the lane's first channel in the CTA's block
-    const int n0 = 4 * SQ * w + 4 * sq4;            // the lane's first state
+    const int i = ln & 7;                     // the lane's states 32 j + 4 i + u
+    const int c0 = 8 * w + 2 * (ln >> 3);     // its two channels c0, c0 + 1 of the CTA's block
     const float ip = *ip_ptr;
-    constexpr int PB = P / CW;                      // channel blocks a head
-    constexpr int NSLAB = CT / SEG - 1;             // slab states a CTA: every segment's start but the first
-    float4* my_slab = slab + (size_t)blockIdx.x * NSLAB * 2 * CH * THREADS + tid;
+    constexpr int PB = P / CW;                // channel blocks a head
+    constexpr int NSLAB = CT / SEG - 1;       // slab states a CTA: every segment's start but the first
+    float4* my_slab = slab + (size_t)blockIdx.x * NSLAB * 16 * THREADS + tid;
+    const bool h4 = (ln >> 4) & 1, h3 = (ln >> 3) & 1, e2 = (ln >> 2) & 1, e1 = (ln >> 1) & 1;
 
-    float M[CH][4], J[CH][4], dM[CH][4], dI[CH][4];
+    float M[2][16], J[2][16], dM[2][16], dI[2][16];
 
     for (int work = blockIdx.x; work < n_work; work += gridDim.x) {
         const int hb = work % (H * PB), rest = work / (H * PB);
@@ -188,25 +171,29 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
         if (n_tok <= 0) continue;  // a chunk past its sequence's end (packed sequences of unequal lengths)
         const int n_seg = (n_tok + SEG - 1) / SEG;
         const int pc = cb * CW + c0;  // the lane's first channel in the head
-        const size_t ck = ((size_t)(boc + c) * H + h) * P * N + (size_t)pc * N + n0;
+        const size_t ck = ((size_t)(boc + c) * H + h) * P * N + (size_t)pc * N + 4 * i;
 
-        // a segment's inputs into the stage (tokens past the chunk zero-filled, read from its first token)
+        // a segment's inputs into the stage (tokens past the chunk zero-filled, read from its first token), then
+        // keys, values and gains widened to float32 and the keys squared
         auto stage = [&](int s) {
             const int tb = t0 + s * SEG, end = t0 + n_tok;
+            vt* raw_k = reinterpret_cast<vt*>(&st.kk[0][0]);
+            vt* raw_v = reinterpret_cast<vt*>(&st.vw[0][0]);
+            vt* raw_b = reinterpret_cast<vt*>(&st.bw[0][0]);
             __syncthreads();  // every warp done with the stage's previous contents
-            for (int x = tid; x < SEG * (N / 8); x += THREADS) {  // 16 bytes: 8 states
-                const int t = x / (N / 8), col = (x % (N / 8)) * 8;
+            {
+                const int t = tid / (N / 8), col = (tid % (N / 8)) * 8;  // SEG * N / 8 = THREADS copies of 16 bytes
                 const bool ok = tb + t < end;
                 const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * G + ig) * N + col;
-                cp16(&st.k[t][col], k + row, ok);
+                cp16(raw_k + t * N + col, k + row, ok);
                 cp16(&st.q[t][col], q + row, ok);
             }
             if (tid < SEG * (CW / 8)) {
                 const int t = tid / (CW / 8), col = (tid % (CW / 8)) * 8;
                 const bool ok = tb + t < end;
                 const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * H + h) * P + cb * CW + col;
-                cp16(&st.v[t][col], v + row, ok);
-                cp16(&st.b[t][col], beta + row, ok);
+                cp16(raw_v + t * CW + col, v + row, ok);
+                cp16(raw_b + t * CW + col, beta + row, ok);
                 cp16(&st.dy[t][col], dy + row, ok);
             } else if (tid >= THREADS - SEG) {
                 const int t = tid - (THREADS - SEG);
@@ -215,6 +202,23 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
             }
             commit();
             wait_copies();
+            __syncthreads();
+            const uint4 rk = *reinterpret_cast<const uint4*>(raw_k + 8 * tid);      // 8 keys a thread
+            const uint2 rv = *reinterpret_cast<const uint2*>(raw_v + 4 * tid);      // 4 values
+            const uint2 rb = *reinterpret_cast<const uint2*>(raw_b + 4 * tid);      // 4 gains
+            __syncthreads();
+            float f[8];
+            unpack(rk.x, f[0], f[1]); unpack(rk.y, f[2], f[3]); unpack(rk.z, f[4], f[5]); unpack(rk.w, f[6], f[7]);
+            float* kw = &st.kw[0][0] + 8 * tid;
+            float* kk = &st.kk[0][0] + 8 * tid;
+            *reinterpret_cast<float4*>(kw) = make_float4(f[0], f[1], f[2], f[3]);
+            *reinterpret_cast<float4*>(kw + 4) = make_float4(f[4], f[5], f[6], f[7]);
+            *reinterpret_cast<float4*>(kk) = make_float4(f[0] * f[0], f[1] * f[1], f[2] * f[2], f[3] * f[3]);
+            *reinterpret_cast<float4*>(kk + 4) = make_float4(f[4] * f[4], f[5] * f[5], f[6] * f[6], f[7] * f[7]);
+            unpack(rv.x, f[0], f[1]); unpack(rv.y, f[2], f[3]);
+            *reinterpret_cast<float4*>(&st.vw[0][0] + 4 * tid) = make_float4(f[0], f[1], f[2], f[3]);
+            unpack(rb.x, f[0], f[1]); unpack(rb.y, f[2], f[3]);
+            *reinterpret_cast<float4*>(&st.bw[0][0] + 4 * tid) = make_float4(f[0], f[1], f[2], f[3]);
             __syncthreads();
         };
         // the next segment's inputs asked for in L2 (a line of 128 bytes a thread at most)
@@ -236,87 +240,77 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
         // renormalised first and applied plainly (la: the log decay since the walk's start or renormalisation)
         auto update = [&](int t, float& la) {
             const float gt = st.g[t];
-            float kf[4], vv[CH], bb[CH];
-            four(&st.k[t][n0], kf);
-            chans(&st.v[t][c0], vv);
-            chans(&st.b[t][c0], bb);
+            const float2 vv = *reinterpret_cast<const float2*>(&st.vw[t][c0]);
+            const float2 bb = *reinterpret_cast<const float2*>(&st.bw[t][c0]);
+            float v0 = vv.x, v1 = vv.y, b0 = bb.x, b1 = bb.y;
             if (la + gt >= -TAU) {
                 la += gt;
                 const float inv = ex2(-la * LOG2E);
-                float ks[4], kks[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) { ks[u] = kf[u] * inv; kks[u] = kf[u] * ks[u]; }
-#pragma unroll
-                for (int ch = 0; ch < CH; ++ch)
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        M[ch][u] = fmaf(vv[ch], ks[u], M[ch][u]);
-                        J[ch][u] = fmaf(bb[ch], kks[u], J[ch][u]);
-                    }
+                v0 *= inv; v1 *= inv; b0 *= inv; b1 *= inv;
             } else {
-                const float r = ex2(la * LOG2E), a = ex2(gt * LOG2E);
-                const float ra = r * a;
+                const float keep = ex2((la + gt) * LOG2E);  // to true states, then this token's decay
 #pragma unroll
-                for (int ch = 0; ch < CH; ++ch)
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        M[ch][u] = fmaf(vv[ch], kf[u], M[ch][u] * ra);
-                        J[ch][u] = fmaf(bb[ch] * kf[u], kf[u], J[ch][u] * ra);
-                    }
+                for (int n = 0; n < 16; ++n) { M[0][n] *= keep; M[1][n] *= keep; J[0][n] *= keep; J[1][n] *= keep; }
                 la = 0.f;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float4 K = *reinterpret_cast<const float4*>(&st.kw[t][32 * j + 4 * i]);
+                const float4 Q = *reinterpret_cast<const float4*>(&st.kk[t][32 * j + 4 * i]);
+                const float kv[4] = {K.x, K.y, K.z, K.w}, kq[4] = {Q.x, Q.y, Q.z, Q.w};
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int n = 4 * j + u;
+                    M[0][n] = fmaf(v0, kv[u], M[0][n]);
+                    M[1][n] = fmaf(v1, kv[u], M[1][n]);
+                    J[0][n] = fmaf(b0, kq[u], J[0][n]);
+                    J[1][n] = fmaf(b1, kq[u], J[1][n]);
+                }
             }
         };
         auto to_true = [&](float& la) {  // rescaled -> true states
             if (la != 0.f) {
                 const float r = ex2(la * LOG2E);
 #pragma unroll
-                for (int ch = 0; ch < CH; ++ch)
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) { M[ch][u] *= r; J[ch][u] *= r; }
+                for (int n = 0; n < 16; ++n) { M[0][n] *= r; M[1][n] *= r; J[0][n] *= r; J[1][n] *= r; }
                 la = 0.f;
             }
         };
-        auto load_global = [&](const float* m, const float* i, size_t at) {  // [P, N] rows from at, J = I - I_prior
+        auto load_global = [&](const float* m, const float* ii, size_t at) {  // [P, N] rows, J = I - I_prior
 #pragma unroll
-            for (int ch = 0; ch < CH; ++ch) {
-                const float4 a = *(const float4*)(m + at + (size_t)ch * N);
-                const float4 b = *(const float4*)(i + at + (size_t)ch * N);
-                M[ch][0] = a.x; M[ch][1] = a.y; M[ch][2] = a.z; M[ch][3] = a.w;
-                J[ch][0] = b.x - ip; J[ch][1] = b.y - ip; J[ch][2] = b.z - ip; J[ch][3] = b.w - ip;
-            }
-        };
-        auto save_slab = [&](int s) {  // the true state at segment s's start (s >= 1)
-            float4* p = my_slab + (size_t)(s - 1) * 2 * CH * THREADS;
+            for (int cc = 0; cc < 2; ++cc)
 #pragma unroll
-            for (int ch = 0; ch < CH; ++ch) {
-                p[ch * THREADS] = make_float4(M[ch][0], M[ch][1], M[ch][2], M[ch][3]);
-                p[(CH + ch) * THREADS] = make_float4(J[ch][0], J[ch][1], J[ch][2], J[ch][3]);
-            }
+                for (int j = 0; j < 4; ++j) {
+                    const float4 a = *(const float4*)(m + at + (size_t)cc * N + 32 * j);
+                    const float4 b = *(const float4*)(ii + at + (size_t)cc * N + 32 * j);
+                    M[cc][4 * j] = a.x; M[cc][4 * j + 1] = a.y; M[cc][4 * j + 2] = a.z; M[cc][4 * j + 3] = a.w;
+                    J[cc][4 * j] = b.x - ip; J[cc][4 * j + 1] = b.y - ip; J[cc][4 * j + 2] = b.z - ip;
+                    J[cc][4 * j + 3] = b.w - ip;
+                }
         };
-        auto load_slab = [&](int s) {
-            const float4* p = my_slab + (size_t)(s - 1) * 2 * CH * THREADS;
+        auto put = [&](float4* p) {  // 16 float4 a thread, THREADS apart
 #pragma unroll
-            for (int ch = 0; ch < CH; ++ch) {
-                const float4 a = p[ch * THREADS], b = p[(CH + ch) * THREADS];
-                M[ch][0] = a.x; M[ch][1] = a.y; M[ch][2] = a.z; M[ch][3] = a.w;
-                J[ch][0] = b.x; J[ch][1] = b.y; J[ch][2] = b.z; J[ch][3] = b.w;
-            }
-        };
-        auto save_slot = [&](int j) {
+            for (int cc = 0; cc < 2; ++cc)
 #pragma unroll
-            for (int ch = 0; ch < CH; ++ch) {
-                sh.slot[j][ch][tid] = make_float4(M[ch][0], M[ch][1], M[ch][2], M[ch][3]);
-                sh.slot[j][CH + ch][tid] = make_float4(J[ch][0], J[ch][1], J[ch][2], J[ch][3]);
-            }
+                for (int j = 0; j < 4; ++j) {
+                    const int n = 4 * j;
+                    p[(4 * cc + j) * THREADS] = make_float4(M[cc][n], M[cc][n + 1], M[cc][n + 2], M[cc][n + 3]);
+                    p[(8 + 4 * cc + j) * THREADS] = make_float4(J[cc][n], J[cc][n + 1], J[cc][n + 2], J[cc][n + 3]);
+                }
         };
-        auto load_slot = [&](int j) {
+        auto get = [&](const float4* p) {
 #pragma unroll
-            for (int ch = 0; ch < CH; ++ch) {
-                const float4 a = sh.slot[j][ch][tid], b = sh.slot[j][CH + ch][tid];
-                M[ch][0] = a.x; M[ch][1] = a.y; M[ch][2] = a.z; M[ch][3] = a.w;
-                J[ch][0] = b.x; J[ch][1] = b.y; J[ch][2] = b.z; J[ch][3] = b.w;
-            }
+            for (int cc = 0; cc < 2; ++cc)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int n = 4 * j;
+                    const float4 a = p[(4 * cc + j) * THREADS], b = p[(8 + 4 * cc + j) * THREADS];
+                    M[cc][n] = a.x; M[cc][n + 1] = a.y; M[cc][n + 2] = a.z; M[cc][n + 3] = a.w;
+                    J[cc][n] = b.x; J[cc][n + 1] = b.y; J[cc][n + 2] = b.z; J[cc][n + 3] = b.w;
+                }
         };
+        auto slab_at = [&](int s) { return my_slab + (size_t)(s - 1) * 16 * THREADS; };
+        auto slot_at = [&](int j) { return &sh.slot[j][0][tid]; };
 
         // pass A: the chunk walked from its checkpoint, every segment's start but the first kept in the slab
         load_global(ck_m, ck_i, ck);
@@ -326,156 +320,118 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
             float la = 0.f;
             for (int t = 0; t < SEG; ++t) update(t, la);
             to_true(la);
-            save_slab(s + 1);
+            put(slab_at(s + 1));
         }
 
         // pass B
 #pragma unroll
-        for (int ch = 0; ch < CH; ++ch)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) { dM[ch][u] = 0.f; dI[ch][u] = 0.f; }
+        for (int n = 0; n < 16; ++n) { dM[0][n] = 0.f; dM[1][n] = 0.f; dI[0][n] = 0.f; dI[1][n] = 0.f; }
         float an = 0.f;  // the decay of the token after the one reversed (the adjoint's factor)
-        int par = 0;
         for (int s = n_seg - 1; s >= 0; --s) {
             ask(s - 1);
             stage(s);
             const int n_s = min(SEG, n_tok - s * SEG), nb = (n_s + SUB - 1) / SUB;
             const long long tseg = bos + t0 + s * SEG;  // the segment's first token
-            if (s == 0) load_global(ck_m, ck_i, ck); else load_slab(s);
+            if (s == 0) load_global(ck_m, ck_i, ck); else get(slab_at(s));
             if (nb == 1) {
-                save_slot(0);
+                put(slot_at(0));
             } else {  // the starts of sub-blocks 1 .. nb - 1 into slots 0 .. nb - 2
                 float la = 0.f;
                 for (int t = 0; t < SUB * (nb - 1); ++t) {
                     update(t, la);
-                    if ((t + 1) % SUB == 0) { to_true(la); save_slot((t + 1) / SUB - 1); }
+                    if ((t + 1) % SUB == 0) { to_true(la); put(slot_at((t + 1) / SUB - 1)); }
                 }
             }
             for (int j = nb - 1; j >= 0; --j) {
                 const int slot = j > 0 ? j - 1 : (nb > 1 ? nb - 2 : 0);
                 if (j == 0 && nb > 1) {  // the segment's start into the slot sub-block 1 no longer needs
-                    if (s == 0) load_global(ck_m, ck_i, ck); else load_slab(s);
-                    save_slot(slot);
+                    if (s == 0) load_global(ck_m, ck_i, ck); else get(slab_at(s));
+                    put(slot_at(slot));
                 }
                 const int m = min(SUB, n_s - SUB * j);
                 for (int r = m; r >= 1; --r) {
                     // the state after token tt, walked from the sub-block's start
                     const int tt = SUB * j + r - 1;
-                    load_slot(slot);
+                    get(slot_at(slot));
                     float la = 0.f;
                     for (int t = (PROBE & 4) ? tt : SUB * j; t <= tt; ++t) update(t, la);
                     const float inv = ex2(-la * LOG2E), A = ex2(la * LOG2E), ipi = ip * inv;
+                    const long long tok = tseg + tt;
                     // the reverse step of token tt
-                    float kf[4], qf[4], kk2[4], vv[CH], bb[CH], gg[CH];
-                    four(&st.k[tt][n0], kf);
-                    four(&st.q[tt][n0], qf);
-                    chans(&st.v[tt][c0], vv);
-                    chans(&st.b[tt][c0], bb);
-                    chans(&st.dy[tt][c0], gg);
-                    float dqa[4] = {0.f, 0.f, 0.f, 0.f}, dka[4] = {0.f, 0.f, 0.f, 0.f};
-                    float dkb[4] = {0.f, 0.f, 0.f, 0.f};
-                    float pv[CH], pb[CH], ss = 0.f;
+                    const float2 vv = *reinterpret_cast<const float2*>(&st.vw[tt][c0]);
+                    const float2 bb = *reinterpret_cast<const float2*>(&st.bw[tt][c0]);
+                    float g0, g1;
+                    unpack(*reinterpret_cast<const unsigned*>(&st.dy[tt][c0]), g0, g1);
+                    const float vc[2] = {vv.x, vv.y}, bc[2] = {bb.x, bb.y}, gc[2] = {g0, g1};
+                    const float gs[2] = {g0 * inv, g1 * inv};
+                    float pv[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f}, ss = 0.f;
+                    float* row_q = dq + ((size_t)tok * G + ig) * N + 4 * i;
+                    float* row_k = dk + ((size_t)tok * G + ig) * N + 4 * i;
 #pragma unroll
-                    for (int ch = 0; ch < CH; ++ch) {
-                        const float gc = gg[ch] * inv;
-                        float sv = 0.f, sb = 0.f;
+                    for (int jj = 0; jj < 4; ++jj) {
+                        const float4 K = *reinterpret_cast<const float4*>(&st.kw[tt][32 * jj + 4 * i]);
+                        const float4 KQ = *reinterpret_cast<const float4*>(&st.kk[tt][32 * jj + 4 * i]);
+                        const uint2 qw = *reinterpret_cast<const uint2*>(&st.q[tt][32 * jj + 4 * i]);
+                        float qf[4];
+                        unpack(qw.x, qf[0], qf[1]); unpack(qw.y, qf[2], qf[3]);
+                        const float kv[4] = {K.x, K.y, K.z, K.w}, kq[4] = {KQ.x, KQ.y, KQ.z, KQ.w};
+                        float dqa[4], dka[4], dkb[4];
 #pragma unroll
                         for (int u = 0; u < 4; ++u) {
-                            const float rr = rcp(J[ch][u] + ipi);
-                            const float mu = M[ch][u] * rr;
-                            const float tq = gc * qf[u] * rr;
-                            dM[ch][u] = fmaf(an, dM[ch][u], tq);
-                            dI[ch][u] = fmaf(an, dI[ch][u], -tq * mu);
-                            dqa[u] = fmaf(mu, gg[ch], dqa[u]);
-                            dka[u] = fmaf(dM[ch][u], vv[ch], dka[u]);
-                            dkb[u] = fmaf(dI[ch][u], bb[ch], dkb[u]);
-                            sv = fmaf(dM[ch][u], kf[u], sv);
-                            sb = fmaf(dI[ch][u], kf[u] * kf[u], sb);
-                            ss = fmaf(dM[ch][u], M[ch][u], ss);
-                            ss = fmaf(dI[ch][u], J[ch][u], ss);
+                            const int n = 4 * jj + u;
+                            dqa[u] = 0.f; dka[u] = 0.f; dkb[u] = 0.f;
+#pragma unroll
+                            for (int cc = 0; cc < 2; ++cc) {
+                                const float rr = rcp(J[cc][n] + ipi);
+                                const float mu = M[cc][n] * rr;
+                                const float tq = gs[cc] * qf[u] * rr;
+                                dM[cc][n] = fmaf(an, dM[cc][n], tq);
+                                dI[cc][n] = fmaf(an, dI[cc][n], -tq * mu);
+                                dqa[u] = fmaf(mu, gc[cc], dqa[u]);
+                                dka[u] = fmaf(dM[cc][n], vc[cc], dka[u]);
+                                dkb[u] = fmaf(dI[cc][n], bc[cc], dkb[u]);
+                                pv[cc] = fmaf(dM[cc][n], kv[u], pv[cc]);
+                                pb[cc] = fmaf(dI[cc][n], kq[u], pb[cc]);
+                                ss = fmaf(dM[cc][n], M[cc][n], ss);
+                                ss = fmaf(dI[cc][n], J[cc][n], ss);
+                            }
+                            dka[u] = fmaf(2.f * kv[u], dkb[u], dka[u]);  // dk's partial
                         }
-                        pv[ch] = sv; pb[ch] = sb;
+#if !(PROBE & 2)
+                        // dq, dk of the 4 states over the 4 channel pairs (lane bits 3, 4): reduce-scattered to 2
+                        // consecutive states of one of them a lane
+                        float x[4];
+#pragma unroll
+                        for (int u = 0; u < 4; ++u)
+                            x[u] = (h4 ? dka[u] : dqa[u]) + __shfl_xor_sync(0xffffffffu, h4 ? dqa[u] : dka[u], 16);
+                        const float y0 = (h3 ? x[2] : x[0]) + __shfl_xor_sync(0xffffffffu, h3 ? x[0] : x[2], 8);
+                        const float y1 = (h3 ? x[3] : x[1]) + __shfl_xor_sync(0xffffffffu, h3 ? x[1] : x[3], 8);
+                        float* at = (h4 ? row_k : row_q) + 32 * jj + 2 * h3;
+#if VEC
+                        red_add2(at, y0, y1);
+#else
+                        red_add(at, y0); red_add(at + 1, y1);
+#endif
+#else
+                        if (ss == 12345.f) red_add(row_q, dqa[0] + dqa[1] + dqa[2] + dqa[3] + dka[0] + dka[3]);
+#endif
                     }
                     // decay gradient: a_t <dM, M_{t-1}> + a_t <dI, J_{t-1}> = <dM, M_t> - v . dv + <dI, J_t> - b . db
-                    float dgl = ss * A;
-#pragma unroll
-                    for (int ch = 0; ch < CH; ++ch) dgl -= vv[ch] * pv[ch] + bb[ch] * pb[ch];
-                    // dq, dk: 8 sums over the warp's 8 channel groups (lane bits 0-2), reduce-scattered
-#if !(PROBE & 2)
-                    float x[4];
-                    const bool b2 = (ln >> 2) & 1, b1 = (ln >> 1) & 1, b0 = ln & 1;
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        kk2[u] = fmaf(2.f * kf[u], dkb[u], dka[u]);  // dk's partial
-                        const float keep = b2 ? kk2[u] : dqa[u], send = b2 ? dqa[u] : kk2[u];
-                        x[u] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+                    float dgl = ss * A - (vc[0] * pv[0] + vc[1] * pv[1] + bc[0] * pb[0] + bc[1] * pb[1]);
+                    // dv, dbeta of the two channels over the 8 state lanes (bits 0-2): reduce-scattered
+                    float z0 = (e2 ? pb[0] : pv[0]) + __shfl_xor_sync(0xffffffffu, e2 ? pv[0] : pb[0], 4);
+                    float z1 = (e2 ? pb[1] : pv[1]) + __shfl_xor_sync(0xffffffffu, e2 ? pv[1] : pb[1], 4);
+                    float z = (e1 ? z1 : z0) + __shfl_xor_sync(0xffffffffu, e1 ? z0 : z1, 2);
+                    z += __shfl_xor_sync(0xffffffffu, z, 1);
+                    if ((ln & 1) == 0) {
+                        const size_t at = ((size_t)tok * H + h) * P + cb * CW + c0 + e1;
+                        (e2 ? dbeta : dv)[at] = to_vt(z);
                     }
-                    float y0 = b1 ? x[2] : x[0], y1 = b1 ? x[3] : x[1];
-                    y0 += __shfl_xor_sync(0xffffffffu, b1 ? x[0] : x[2], 2);
-                    y1 += __shfl_xor_sync(0xffffffffu, b1 ? x[1] : x[3], 2);
-                    float z = b0 ? y1 : y0;
-                    z += __shfl_xor_sync(0xffffffffu, b0 ? y0 : y1, 1);
-#if LG == 16
-                    z += __shfl_xor_sync(0xffffffffu, z, 8);
-#endif
-                    const long long tok = tseg + tt;
-                    if (LG == 8 || !((ln >> 3) & 1))
-                        red_add((b2 ? dk : dq) + ((size_t)tok * G + ig) * N + n0 + 2 * b1 + b0, z);
-#else
-                    const long long tok = tseg + tt;
-                    if (ss == 12345.f) red_add(dq + tok, dqa[0] + dqa[1] + dqa[2] + dqa[3] + dka[0] + dkb[0] + dgl);
-#endif
-                    // dv, dbeta: 2 CH sums over the SQ state quads (the lane bits above the channel groups'),
-                    // reduce-scattered, then the warps
-#if CH == 8
-                    const bool h4 = (ln >> 4) & 1, h3 = (ln >> 3) & 1;
-                    float e[8];
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const float kv = h4 ? pv[4 + i] : pv[i], sv = h4 ? pv[i] : pv[4 + i];
-                        const float kb = h4 ? pb[4 + i] : pb[i], sb = h4 ? pb[i] : pb[4 + i];
-                        e[i] = kv + __shfl_xor_sync(0xffffffffu, sv, 16);
-                        e[4 + i] = kb + __shfl_xor_sync(0xffffffffu, sb, 16);
-                    }
-                    float f0 = h3 ? e[2] : e[0], f1 = h3 ? e[3] : e[1], f2 = h3 ? e[6] : e[4], f3 = h3 ? e[7] : e[5];
-                    f0 += __shfl_xor_sync(0xffffffffu, h3 ? e[0] : e[2], 8);
-                    f1 += __shfl_xor_sync(0xffffffffu, h3 ? e[1] : e[3], 8);
-                    f2 += __shfl_xor_sync(0xffffffffu, h3 ? e[4] : e[6], 8);
-                    f3 += __shfl_xor_sync(0xffffffffu, h3 ? e[5] : e[7], 8);
-                    const int cc = c0 + 4 * h4 + 2 * h3;
-#else
-                    const bool h4 = (ln >> 4) & 1;
-                    float f0 = h4 ? pv[2] : pv[0], f1 = h4 ? pv[3] : pv[1], f2 = h4 ? pb[2] : pb[0];
-                    float f3 = h4 ? pb[3] : pb[1];
-                    f0 += __shfl_xor_sync(0xffffffffu, h4 ? pv[0] : pv[2], 16);
-                    f1 += __shfl_xor_sync(0xffffffffu, h4 ? pv[1] : pv[3], 16);
-                    f2 += __shfl_xor_sync(0xffffffffu, h4 ? pb[0] : pb[2], 16);
-                    f3 += __shfl_xor_sync(0xffffffffu, h4 ? pb[1] : pb[3], 16);
-                    const int cc = c0 + 2 * h4;
-#endif
-                    *(float2*)&sh.red[par][w][cc] = make_float2(f0, f1);
-                    *(float2*)&sh.red[par][w][CW + cc] = make_float2(f2, f3);
 #if !(PROBE & 2)
 #pragma unroll
                     for (int o = 16; o >= 1; o >>= 1) dgl += __shfl_xor_sync(0xffffffffu, dgl, o);
+                    if (ln == 0) red_add(dg + (size_t)tok * H + h, dgl);
 #endif
-                    if (ln == 0) sh.dgr[par][w] = dgl;
-#if !(PROBE & 1)
-                    __syncthreads();
-                    if (tid < 2 * CW) {
-                        float sum = 0.f;
-#pragma unroll
-                        for (int ww = 0; ww < WARPS; ++ww) sum += sh.red[par][ww][tid];
-                        const size_t at = ((size_t)tok * H + h) * P + cb * CW + (tid % CW);
-                        if (tid < CW) dv[at] = to_vt(sum); else dbeta[at] = to_vt(sum);
-                    } else if (tid == 2 * CW) {
-                        float sum = 0.f;
-#pragma unroll
-                        for (int ww = 0; ww < WARPS; ++ww) sum += sh.dgr[par][ww];
-                        red_add(dg + (size_t)tok * H + h, sum);
-                    }
-#endif
-                    par ^= 1;
                     an = ex2(st.g[tt] * LOG2E);
                 }
             }
@@ -486,54 +442,55 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
         size_t at = 0;
         if (c > 0) {
             const long long slot0 = boc - sq > 0 ? boc - sq : 0;
-            at = ((size_t)(slot0 + c - 1) * H + h) * P * N + (size_t)pc * N + n0;
+            at = ((size_t)(slot0 + c - 1) * H + h) * P * N + (size_t)pc * N + 4 * i;
             om = lm; oi = li;
         } else {
-            at = ((size_t)sq * H + h) * P * N + (size_t)pc * N + n0;
+            at = ((size_t)sq * H + h) * P * N + (size_t)pc * N + 4 * i;
             om = dm0; oi = di0;
         }
 #pragma unroll
-        for (int ch = 0; ch < CH; ++ch) {
-            if (om) *(float4*)(om + at + (size_t)ch * N) = make_float4(an * dM[ch][0], an * dM[ch][1],
-                                                                       an * dM[ch][2], an * dM[ch][3]);
-            if (oi) *(float4*)(oi + at + (size_t)ch * N) = make_float4(an * dI[ch][0], an * dI[ch][1],
-                                                                       an * dI[ch][2], an * dI[ch][3]);
-        }
+        for (int cc = 0; cc < 2; ++cc)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int n = 4 * j;
+                const size_t o = at + (size_t)cc * N + 32 * j;
+                if (om) *(float4*)(om + o) = make_float4(an * dM[cc][n], an * dM[cc][n + 1], an * dM[cc][n + 2],
+                                                         an * dM[cc][n + 3]);
+                if (oi) *(float4*)(oi + o) = make_float4(an * dI[cc][n], an * dI[cc][n + 1], an * dI[cc][n + 2],
+                                                         an * dI[cc][n + 3]);
+            }
+        __syncthreads();  // (the next work item's stage overwrites this one's)
     }
 }
 """
 
 
-def warps(lane_channels: int = LANE_CHANNELS) -> int:
-    """A CTA's warps: a warp holds all 64 channels of ``4 * 32 / (64 / lane_channels)`` states."""
-    return STATES // (4 * (32 // (CHANNELS // lane_channels)))
-
-
-def shared_bytes(lane_channels: int = LANE_CHANNELS) -> int:
-    """The dynamic shared memory of a CTA: three state slots (64 KB each), one segment's 16-bit inputs, and the
-    per-token reduction buffers."""
+def shared_bytes() -> int:
+    """The dynamic shared memory of a CTA: three state slots (64 KB each) and one segment's inputs (keys, squared
+    keys, values and gains in float32; queries and output gradients as they come, 16-bit; the log decays)."""
     slots = SLOTS * STATES * CHANNELS * 2 * 4
-    stage = SEG * (2 * STATES + 3 * CHANNELS) * 2 + SEG * 4
-    n = warps(lane_channels)
-    return slots + stage + 2 * n * 2 * CHANNELS * 4 + 2 * n * 4
+    stage = SEG * (2 * STATES + 2 * CHANNELS) * 4 + SEG * (STATES + CHANNELS) * 2 + SEG * 4
+    return slots + stage
 
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
-                  arch: str = "sm_90a", lane_channels: int = LANE_CHANNELS, probe: int = 0) -> bytes:
-    """The local pass compiled for ``arch`` (a CPU is enough): the cubin's bytes."""
+                  arch: str = "sm_90a", probe: int = 0, vector_atomics: bool = True) -> bytes:
+    """The local pass compiled for ``arch`` (a CPU is enough): the cubin's bytes (``probe``: the timing bits of
+    the source's ``PROBE``, which leave parts out; ``vector_atomics``: ``dq``, ``dk`` added two states at a
+    time)."""
     flag = "VT_BF16" if dtype == torch.bfloat16 else "VT_F16"
     options = [f"--gpu-architecture={arch}", "-std=c++17", f"-D{flag}=1", f"-DH={heads}", f"-DG={groups}",
-               f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DCH={lane_channels}",
-               f"-DPROBE={probe}"]
+               f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
+               f"-DVEC={int(vector_atomics)}"]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_local.cu", options, "the local pass")
 
 
 @functools.lru_cache(maxsize=32)
 def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, varlen: bool,
-            lane_channels: int, probe: int = 0):
+            probe: int = 0, vector_atomics: bool = True):
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, arch=cuda_build.arch(device),
-                          lane_channels=lane_channels, probe=probe)
-    return cuda_build.load(device, cubin, KERNEL, shared_bytes(lane_channels))
+                          probe=probe, vector_atomics=vector_atomics)
+    return cuda_build.load(device, cubin, KERNEL, shared_bytes())
 
 
 def slab_states(chunk: int) -> int:
@@ -576,18 +533,15 @@ def programs(device: torch.device, n_work: int) -> int:
 
 
 def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
-           n_states, max_chunks, chunk_size, lane_channels: int | None = None, probe: int = 0):
+           n_states, max_chunks, chunk_size, probe: int = 0, vector_atomics: bool = True):
     """The local pass into the chunked backward's buffers (``dv``, ``dbeta`` written; ``dk``, ``dq``, ``dg`` added
-    to; ``lm``, ``li``, ``dm0``, ``di0`` as the Triton pass writes them); ``lane_channels``: 8 or 4 (None:
-    ``PALIMPSA_CUDA_LOCAL_CHANNELS``, else ``LANE_CHANNELS``)."""
+    to; ``lm``, ``li``, ``dm0``, ``di0`` as the Triton pass writes them); ``probe``, ``vector_atomics``: as
+    :func:`compile_cubin`'s."""
     batch, length, heads, head_dim = v.shape
     groups = k.shape[2]
     varlen = cu_seqlens is not None
     device = v.device.index if v.device.index is not None else torch.cuda.current_device()
-    lane_channels = int(lane_channels or os.environ.get(CHANNELS_ENV, LANE_CHANNELS))
-    if lane_channels not in (4, 8):
-        raise ValueError(f"the CUDA local pass takes 4 or 8 channels a lane, not {lane_channels}")
-    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, lane_channels, probe)
+    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, vector_atomics)
     n_work = n_states * max_chunks * heads * (head_dim // CHANNELS)
     if n_work == 0:
         return
@@ -595,10 +549,10 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     v, k, q, beta, dy = (_aligned(t) for t in (v, k, q, beta, dy))
     log_decay = log_decay.float().contiguous()
     slab = torch.empty((grid * slab_states(chunk_size) * 2 * CHANNELS * STATES,), dtype=torch.float32,
-                       device=v.device)
+                       device=v.device)  # 64 KB a state: a thread's 16 float4, THREADS apart
     empty = torch.empty((1,), dtype=torch.int32, device=v.device)
     tensors = [v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, slab, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
                cu_seqlens.to(torch.int32) if varlen else empty, offsets.to(torch.int32) if varlen else empty]
     n_chunks = 0 if varlen else max_chunks
-    cuda_build.launch(func, v.device, (grid, 1, 1), 32 * warps(lane_channels), shared_bytes(lane_channels), tensors,
+    cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(), tensors,
                       [length, n_chunks, max_chunks, n_work])

@@ -367,12 +367,13 @@ def test_a_gluon_pass_that_fails_to_compile_leaves_auto_to_the_triton_pass(monke
 def test_an_unknown_default_local_pass_is_refused(monkeypatch):
     from palimpsa.kernels import chunked_bwd
 
-    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "LOCAL", "cuda")
-    with pytest.raises(ValueError, match=r"CHUNKED_CONFIG\['LOCAL'\] must be one of auto, triton, gluon, got 'cuda'"):
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "LOCAL", "fast")
+    with pytest.raises(ValueError,
+                       match=r"CHUNKED_CONFIG\['LOCAL'\] must be one of auto, triton, gluon, cuda, got 'fast'"):
         chunked_bwd.local_default()
     monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "LOCAL", "auto")  # as shipped, so the environment applies
-    monkeypatch.setenv(chunked_bwd.LOCAL_ENV, "cuda")
-    with pytest.raises(ValueError, match="PALIMPSA_CHUNKED_LOCAL must be one of auto, triton, gluon, got 'cuda'"):
+    monkeypatch.setenv(chunked_bwd.LOCAL_ENV, "fast")
+    with pytest.raises(ValueError, match="PALIMPSA_CHUNKED_LOCAL must be one of auto, triton, gluon, cuda, got 'fast'"):
         chunked_bwd.local_default()
     monkeypatch.delenv(chunked_bwd.LOCAL_ENV)
     assert chunked_bwd.local_default() == "auto"
@@ -388,7 +389,7 @@ def test_an_unknown_local_pass_is_refused():
         inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False, None,
         fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
         bwd_config={"kernel": "chunked", "NSPLIT": 2, "LOCAL": "glu"}, chunk_size=8, block_size=4)
-    with pytest.raises(ValueError, match="LOCAL is 'auto', 'triton' or 'gluon', not 'glu'"):
+    with pytest.raises(ValueError, match="LOCAL is 'auto', 'triton', 'gluon' or 'cuda', not 'glu'"):
         y.sum().backward()
 
 

@@ -21,11 +21,8 @@ from palimpsa.kernels import chunked_bwd, fused_recurrent  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4096 tokens instead of 16384 in the long case")
-    parser.add_argument("--lane-channels", type=int, default=0, help="the CUDA pass's channels a lane (CUDA_CH)")
     parser.add_argument("--cases", default="", help="comma-separated case numbers (from 0) to run; all by default")
     args = parser.parse_args()
-    if args.lane_channels:
-        chunked_bwd.CHUNKED_CONFIG["CUDA_CH"] = args.lane_channels
     os.environ[fused_recurrent.BACKWARD_ENV] = "chunked"
     fused_recurrent.POISON_OUTPUTS = True
     bf16, f16 = torch.bfloat16, torch.float16
