@@ -550,3 +550,74 @@ def local_pass_block(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, dm_
         grads["log_decay"][t] = a * 2.0 ** (-s_p) * (dm * m_p + di * j_p).sum()
         a_next = a
     return grads, dm * a_next, di * a_next
+
+
+def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, tau=20.0, seg=16, sub=4):
+    """The CUDA local pass (``kernels/cuda_local.py``) over one chunk of one head, as the kernel computes it, from a
+    zero adjoint at the chunk's end: ``[T, P]`` values, gains and output gradients, ``[T, N]`` keys and queries,
+    ``[T]`` log decays, the chunk's checkpoint ``m0``, ``i0`` (``[P, N]``).
+
+    Pass A keeps the state before every ``seg``-th token; pass B takes the segments from the last, walks each once
+    keeping the starts of its sub-blocks of ``sub`` tokens, and walks every token from its sub-block's start. Each walk
+    starts from a true state and keeps ``(M', J', la)``: ``la`` the log decay since the walk's start (or its last
+    renormalisation), ``M' = M / e^la``, updated by ``M' += (v e^-la) k`` while ``la`` stays above ``-tau``; a token
+    that would take it below is applied to the true states plainly (``M = a e^la M' + v k``) and ``la`` restarts at 0.
+    The reverse step reads the rescaled states as they are and takes the decay gradient from the token's own state
+    (``<dM, M_t> - v . dv + <dI, J_t> - beta . dbeta``). Returns the gradients of ``v``, ``k``, ``q``, ``log_decay``,
+    ``beta``, the local adjoints of the chunk's start state, and the state updates run."""
+    tokens = v.shape[0]
+    updates = 0
+
+    def walk(m, j, start, end):
+        nonlocal updates
+        la = torch.zeros((), dtype=v.dtype)
+        for t in range(start, end):
+            updates += 1
+            if la + log_decay[t] >= -tau:
+                la = la + log_decay[t]
+                inv = torch.exp(-la)
+                m = m + (v[t] * inv)[:, None] * k[t][None, :]
+                j = j + (beta[t] * inv)[:, None] * (k[t] * k[t])[None, :]
+            else:
+                keep = torch.exp(la + log_decay[t])
+                m = m * keep + v[t][:, None] * k[t][None, :]
+                j = j * keep + beta[t][:, None] * (k[t] * k[t])[None, :]
+                la = torch.zeros((), dtype=v.dtype)
+        return m, j, la
+
+    def true(m, j, la):
+        return m * torch.exp(la), j * torch.exp(la)
+
+    grads = {name: torch.zeros_like(x) for name, x in (("v", v), ("k", k), ("q", q), ("log_decay", log_decay),
+                                                        ("beta", beta))}
+    n_seg = -(-tokens // seg)
+    starts = [(m0.clone(), i0 - importance_prior)]  # pass A: the slab (and the checkpoint)
+    for s in range(n_seg - 1):
+        starts.append(true(*walk(*starts[-1], s * seg, s * seg + seg)))
+    dm = torch.zeros_like(m0)
+    di = torch.zeros_like(m0)
+    a_next = torch.zeros((), dtype=v.dtype)
+    for s in range(n_seg - 1, -1, -1):
+        t0, n_s = s * seg, min(seg, tokens - s * seg)
+        n_sub = -(-n_s // sub)
+        slots = [starts[s]]
+        for b in range(1, n_sub):
+            slots.append(true(*walk(*slots[-1], t0 + (b - 1) * sub, t0 + b * sub)))
+        for b in range(n_sub - 1, -1, -1):
+            first = t0 + b * sub
+            for t in range(min(first + sub, t0 + n_s) - 1, first - 1, -1):
+                m, j, la = walk(*slots[b], first, t + 1)
+                inv, scale = torch.exp(-la), torch.exp(la)
+                r = 1 / (j + importance_prior * inv)
+                mu = m * r
+                tq = (dy[t] * inv)[:, None] * q[t][None, :] * r
+                dm = a_next * dm + tq
+                di = a_next * di - tq * mu
+                grads["q"][t] = (mu * dy[t][:, None]).sum(0)
+                grads["v"][t] = (dm * k[t][None, :]).sum(1)
+                grads["beta"][t] = (di * (k[t] * k[t])[None, :]).sum(1)
+                grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
+                grads["log_decay"][t] = (scale * ((dm * m).sum() + (di * j).sum())
+                                         - (v[t] * grads["v"][t]).sum() - (beta[t] * grads["beta"][t]).sum())
+                a_next = torch.exp(log_decay[t])
+    return grads, a_next * dm, a_next * di, updates

@@ -1,5 +1,6 @@
 """The Gluon kernels' algorithm (rescaled states, pair-shared reciprocals, the blocked recompute schedule, the
-gauge-form decay gradient), emulated in PyTorch by ``kernels/emulation.py``, against the sequential reference.
+gauge-form decay gradient), and the CUDA local pass's schedule, emulated in PyTorch by ``kernels/emulation.py``,
+against the sequential reference.
 
 In float64 every output and every gradient must agree to rounding (1e-12): any algebra or indexing slip in the
 algorithm shows far above that. In float32 the emulation shows the rounding the kernels will have, which must stay
@@ -288,3 +289,76 @@ def test_blocks_reversed_with_their_adjoints_carried_give_a_whole_sequences_grad
     for name, got in {**grads, "M0": dm, "I0": di}.items():
         want = leaves[name].grad[0, :, 0] if name not in ("M0", "I0") else leaves[name].grad[0, 0]
         assert torch.allclose(got, want, rtol=1e-9, atol=1e-9 * want.abs().max().item()), name
+
+
+def _local_case(seed: int, tokens: int, decay_scale: float, prior: float, p: int = 3, n: int = 8):
+    """One head's float64 inputs and the reference scan's gradients of ``sum(y * dy)`` (no end-state gradient: the
+    local pass's zero adjoint at a chunk's end)."""
+    gen = torch.Generator().manual_seed(seed)
+    f64 = {"dtype": torch.float64}
+    x = {"v": torch.randn(1, tokens, 1, p, generator=gen, **f64),
+         "k": torch.randn(1, tokens, 1, n, generator=gen, **f64),
+         "q": torch.randn(1, tokens, 1, n, generator=gen, **f64),
+         "log_decay": -decay_scale * torch.rand(1, tokens, 1, generator=gen, **f64),
+         "beta": 10 * torch.rand(1, tokens, 1, p, generator=gen, **f64),
+         "M0": torch.randn(1, 1, p, n, generator=gen, **f64), "I0": 0.5 + torch.rand(1, 1, p, n, generator=gen, **f64)}
+    dy = torch.randn(1, tokens, 1, p, generator=gen, **f64)
+    leaves = {name: t.clone().requires_grad_(True) for name, t in x.items()}
+    y, _, _ = palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], leaves["beta"],
+                            importance_prior=prior, initial_state=(leaves["M0"], leaves["I0"]), backend="torch")
+    (y * dy).sum().backward()
+    one = {name: t[0, :, 0] if name not in ("M0", "I0") else t[0, 0] for name, t in x.items()}
+    return one, dy[0, :, 0], {name: t.grad[0, :, 0] if name not in ("M0", "I0") else t.grad[0, 0]
+                              for name, t in leaves.items()}
+
+
+@pytest.mark.parametrize("tokens", [5, 37, 64])
+@pytest.mark.parametrize("decay_scale", [1.0, 12.0, 30.0])
+def test_the_cuda_local_pass_schedule_gives_the_reference_gradients(tokens, decay_scale):
+    """The CUDA local pass over one chunk (``emulation.cuda_local_chunk``: its slab every 16 tokens, sub-block starts
+    every 4, a walk from the sub-block's start for every token, rescaled walks renormalised below -20 and tokens past
+    it applied plainly, the reverse step on the rescaled states, the decay gradient from the token's own state) gives
+    the reference scan's float64 gradients: slow decays, decays whose walks renormalise (up to -12 a token) and decays
+    past -20 a token (every such token applied plainly), and chunks ending inside a segment and a sub-block. It runs
+    the updates the kernel's schedule promises: a token each in pass A, the sub-block starts, and 1 + ... + 4 a
+    sub-block."""
+    prior = 0.7
+    x, dy, want = _local_case(tokens + int(decay_scale), tokens, decay_scale, prior)
+    grads, d_m0, d_i0, updates = emulation.cuda_local_chunk(x["v"], x["k"], x["q"], x["log_decay"], x["beta"],
+                                                             x["M0"], x["I0"], prior, dy)
+    for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items():
+        assert torch.allclose(got, want[name], rtol=1e-10, atol=1e-10 * want[name].abs().max().item()), name
+    segments = -(-tokens // 16)
+    expected = 16 * (segments - 1)  # pass A
+    for s in range(segments):
+        n_s = min(16, tokens - 16 * s)
+        subs = -(-n_s // 4)
+        expected += 4 * (subs - 1)  # the sub-block starts
+        expected += sum(m * (m + 1) // 2 for m in (min(4, n_s - 4 * b) for b in range(subs)))
+    assert updates == expected
+
+
+def test_the_cuda_local_pass_in_float32_stays_inside_the_gpu_tolerance():
+    """In float32, with a third of the decays near 1 and the rest down to e^-9 and gains up to 10 (the GPU check's
+    mix), the emulated pass stays within 1e-5 of the float64 reference: the rescaled walks' scales (up to e^20) cost
+    no accuracy that the check would see."""
+    x, dy, want = _local_case(3, 70, 9.0, 0.7)
+    near_one = torch.rand(70, generator=torch.Generator().manual_seed(4), dtype=torch.float64) < 0.3
+    x["log_decay"] = torch.where(near_one, -1e-4 * torch.ones_like(x["log_decay"]), x["log_decay"])
+    x, dy, want = _local_case_with(x, dy, 0.7)
+    f32 = {name: t.float() for name, t in x.items()}
+    grads, d_m0, d_i0, _ = emulation.cuda_local_chunk(f32["v"], f32["k"], f32["q"], f32["log_decay"], f32["beta"],
+                                                       f32["M0"], f32["I0"], 0.7, dy.float())
+    for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items():
+        error = (got.double() - want[name]).norm() / want[name].norm()
+        assert error < 1e-5, (name, error.item())
+
+
+def _local_case_with(x: dict, dy, prior: float):
+    """The reference gradients of ``sum(y * dy)`` for one head's given inputs (as ``_local_case``'s)."""
+    leaves = {name: (t[None, :, None] if name not in ("M0", "I0") else t[None, None]).clone().requires_grad_(True)
+              for name, t in x.items()}
+    y, _, _ = palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], leaves["beta"],
+                            importance_prior=prior, initial_state=(leaves["M0"], leaves["I0"]), backend="torch")
+    (y * dy[None, :, None]).sum().backward()
+    return x, dy, {name: t.grad[0, :, 0] if name not in ("M0", "I0") else t.grad[0, 0] for name, t in leaves.items()}
