@@ -39,14 +39,16 @@ import torch
 from . import cuda_build
 from .cuda_build import nvrtc  # noqa: F401  (where the tests and records look for it)
 
-# auto (default): where it can run on compute capability 9.x, in AUTO_DTYPES and AUTO_HEAD_DIM; 0: never; 1: wherever
-# it can run
+# auto (default): where it can run on compute capability 9.x, in AUTO_DTYPES with a head dimension auto_head_dim
+# allows; 0: never; 1: wherever it can run
 ENV = "PALIMPSA_CUDA_WALK"
-# what auto takes, of what the kernel can run: the dtypes and head dimensions that ran on a GPU against float64 and
-# the Triton walk (docs/bench/nvrtc-walk-2026-11-28: bf16 and float32, P = 64). fp16 differs from bf16 only in the
-# conversions and P below 64 only in the CTA's channels, but neither ran on a GPU: PALIMPSA_CUDA_WALK=1 asks for them
-AUTO_DTYPES = (torch.bfloat16, torch.float32)
-AUTO_HEAD_DIM = 64  # auto: head dimensions a multiple of this (64 channels a CTA)
+# what auto takes, of what the kernel can run: the dtypes and head dimensions that ran on a GPU against float64
+# (docs/bench/nvrtc-walk-2026-11-28: bf16 and float32 at P = 64; docs/bench/cuda-local-2026-11-29 call 8: fp16 at
+# P = 64, bf16 at P = 32, float32 at P = 128). Other head dimensions below 64 differ from 32 only in the CTA's
+# channels, but did not run on a GPU: PALIMPSA_CUDA_WALK=1 asks for them
+AUTO_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+AUTO_HEAD_DIM = 64  # auto: head dimensions a multiple of this (64 channels a CTA) ...
+AUTO_SMALL_HEAD_DIMS = (32,)  # ... and these (one CTA of P channels)
 BLOCK = 16  # tokens a shared-memory stage
 PAIR_GROUPS = 2  # groups of 4 states (of a lane's 4) whose two channels share a reciprocal
 STATES = 128  # the state size the kernel is written for (every Mamba2 release)
@@ -426,11 +428,11 @@ def triton_walk_keys(config: dict) -> list:
 def wanted(v: torch.Tensor, k: torch.Tensor, beta, output_uncertainty: bool, config: dict) -> bool:
     """Whether the chunked forward walks its chunks with this kernel (``config`` as the caller gave it):
     :func:`mode` ``auto`` (the default) where it can run on compute capability 9.x, the GPUs it was measured on, in
-    ``AUTO_DTYPES`` (bf16, float32) with a head dimension a multiple of ``AUTO_HEAD_DIM`` (64), the inputs its GPU
-    checks ran, unless the config names a key of the Triton walk's tiling (``walk_BV``, ``walk_SCATTER``, ...) or
-    its compile or load has failed in this process (``FAILED``); ``on`` wherever it can run, fp16 and head
-    dimensions below 64 included (else an error saying why, and an error where the config also names the Triton
-    walk's keys, which it would ignore); ``off`` never."""
+    ``AUTO_DTYPES`` (bf16, fp16, float32) with a head dimension a multiple of ``AUTO_HEAD_DIM`` (64) or in
+    ``AUTO_SMALL_HEAD_DIMS`` (32), the inputs its GPU checks ran, unless the config names a key of the Triton walk's
+    tiling (``walk_BV``, ``walk_SCATTER``, ...) or its compile or load has failed in this process (``FAILED``);
+    ``on`` wherever it can run, the other head dimensions below 64 included (else an error saying why, and an error
+    where the config also names the Triton walk's keys, which it would ignore); ``off`` never."""
     chosen = mode(config)
     if chosen == "off":
         return False
@@ -443,7 +445,8 @@ def wanted(v: torch.Tensor, k: torch.Tensor, beta, output_uncertainty: bool, con
             raise ValueError(f"the CUDA chunk walk cannot run here ({reason}); use {ENV}=auto or 0")
         return True
     return (reason is None and not triton_walk_keys(config) and FAILED is None
-            and v.dtype in AUTO_DTYPES and v.shape[-1] % AUTO_HEAD_DIM == 0
+            and v.dtype in AUTO_DTYPES
+            and (v.shape[-1] % AUTO_HEAD_DIM == 0 or v.shape[-1] in AUTO_SMALL_HEAD_DIMS)
             and torch.cuda.get_device_capability(v.device)[0] == 9)
 
 

@@ -255,13 +255,14 @@ def on_hopper(monkeypatch):
 
 @pytest.mark.parametrize("dtype, head_dim, want", [
     ("bf16", 64, True), ("fp32", 64, True), ("bf16", 128, True), ("fp32", 256, True),
-    # what the kernel runs but no GPU check did (auto took these until 2026-11-29)
-    ("fp16", 64, False), ("fp16", 128, False), ("bf16", 32, False), ("fp32", 8, False), ("bf16", 40, False),
+    ("fp16", 64, True), ("fp16", 128, True), ("bf16", 32, True), ("fp32", 32, True),
+    # what the kernel runs but no GPU check did
+    ("fp32", 8, False), ("bf16", 40, False), ("fp16", 16, False),
 ])
 def test_auto_takes_what_ran_on_a_gpu(dtype, head_dim, want, on_hopper, monkeypatch):
-    """``auto`` takes bf16 and float32 with a head dimension a multiple of 64, the inputs of the GPU checks; fp16 and
-    head dimensions below 64 only under ``walk_CUDA=1`` (or ``PALIMPSA_CUDA_WALK=1``). Under ``auto`` a compute
-    capability other than 9.x and a failed compile or load keep the Triton walk."""
+    """``auto`` takes bf16, fp16 and float32 with a head dimension a multiple of 64 or 32 itself, the inputs of the
+    GPU checks; other head dimensions below 64 only under ``walk_CUDA=1`` (or ``PALIMPSA_CUDA_WALK=1``). Under
+    ``auto`` a compute capability other than 9.x and a failed compile or load keep the Triton walk."""
     v, k, beta = cpu_inputs(DTYPES[dtype], head_dim)
     assert cuda_walk.wanted(v, k, beta, False, {}) is want
     assert cuda_walk.wanted(v, k, beta, False, {"walk_CUDA": None}) is want
