@@ -16,6 +16,38 @@ import torch
 
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
+# device helpers both kernels' sources start with: fast reciprocal and exponential (flushing subnormals), the
+# asynchronous copies to shared memory (16 or 4 bytes, zero-filled where ``ok`` is false), and a sequence's bounds
+HELPERS = r"""
+__device__ __forceinline__ float rcp(float x) {
+    float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
+}
+__device__ __forceinline__ float ex2(float x) {
+    float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
+}
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// a sequence's first token, first checkpoint and length (packed sequences under VARLEN)
+struct Bounds { long long bos, boc; int len; };
+__device__ __forceinline__ Bounds bounds(int sq, const int* cu_seqlens, const int* chunk_offsets, int T, int n_chunks) {
+#if VARLEN
+    return {cu_seqlens[sq], chunk_offsets[sq], cu_seqlens[sq + 1] - cu_seqlens[sq]};
+#else
+    return {(long long)sq * T, (long long)sq * n_chunks, T};
+#endif
+}
+"""
+
 
 class CompileError(RuntimeError):
     """NVRTC refused a source, or no NVRTC library was found."""

@@ -49,7 +49,7 @@ SLOTS = 3  # shared-memory state slots: the starts of a segment's sub-blocks 1-3
 THREADS = 256  # 8 warps: a warp 8 channels of all 128 states, a lane 2 channels x 16 states
 KERNEL = "palimpsa_bwd_local_cuda"
 
-SOURCE = r"""
+SOURCE = cuda_build.HELPERS + r"""
 #define N 128
 #define CW 64
 #define WARPS 8
@@ -83,23 +83,6 @@ struct Shared {
     Stage st;
 };
 
-__device__ __forceinline__ float rcp(float x) {
-    float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
-}
-__device__ __forceinline__ float ex2(float x) {
-    float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
-}
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(ok ? 4 : 0));
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group 0;\n" ::); }
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 __device__ __forceinline__ void red_add(float* p, float x) {
     asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(x) : "memory");
@@ -157,15 +140,9 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
         const int hb = work % (H * PB), rest = work / (H * PB);
         const int c = rest % max_chunks, sq = rest / max_chunks;
         const int h = hb / PB, cb = hb % PB, ig = h / (H / G);
-#if VARLEN
-        const long long bos = cu_seqlens[sq];
-        const int len = cu_seqlens[sq + 1] - cu_seqlens[sq];
-        const long long boc = chunk_offsets[sq];
-#else
-        const long long bos = (long long)sq * T;
-        const int len = T;
-        const long long boc = (long long)sq * n_chunks;
-#endif
+        const Bounds sb = bounds(sq, cu_seqlens, chunk_offsets, T, n_chunks);
+        const long long bos = sb.bos, boc = sb.boc;
+        const int len = sb.len;
         const int t0 = c * CT;
         const int n_tok = min(CT, len - t0);
         if (n_tok <= 0) continue;  // a chunk past its sequence's end (packed sequences of unequal lengths)

@@ -54,7 +54,7 @@ PAIR_GROUPS = 2  # groups of 4 states (of a lane's 4) whose two channels share a
 STATES = 128  # the state size the kernel is written for (every Mamba2 release)
 MAX_WARPS = 16  # registers (128 a thread) for 16 warps an SM
 
-SOURCE = r"""
+SOURCE = cuda_build.HELPERS + r"""
 #ifndef PAIRS
 #define PAIRS 1  // two tokens an iteration (0: one, each with its own butterfly)
 #endif
@@ -84,23 +84,6 @@ struct Stage {
     float g[BT];
 };
 
-__device__ __forceinline__ float rcp(float x) {
-    float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
-}
-__device__ __forceinline__ float ex2(float x) {
-    float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
-}
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(ok ? 4 : 0));
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 // a lane's two channels (c, c + 1) of a staged row, as float32
 __device__ __forceinline__ void two(const vt* row, float& a, float& b) {
@@ -141,15 +124,9 @@ palimpsa_walk_cuda(const vt* __restrict__ v, const float* __restrict__ k, const 
     const int c = blockIdx.x, h = blockIdx.y / (P / CW), cb = blockIdx.y % (P / CW), sq = blockIdx.z;
     const int tid = threadIdx.x, w = tid >> 5, ln = tid & 31, i = ln & 7, cp = ln >> 3;
     const int ig = h / (H / G);
-#if VARLEN
-    const long long bos = cu_seqlens[sq];
-    const int len = cu_seqlens[sq + 1] - cu_seqlens[sq];
-    const long long boc = chunk_offsets[sq];
-#else
-    const long long bos = (long long)sq * T;
-    const int len = T;
-    const long long boc = (long long)sq * n_chunks;
-#endif
+    const Bounds sb = bounds(sq, cu_seqlens, chunk_offsets, T, n_chunks);
+    const long long bos = sb.bos, boc = sb.boc;
+    const int len = sb.len;
     const int t0 = c * CT;
     const int n_tok = min(CT, len - t0);
     if (n_tok <= 0) return;  // a chunk past its sequence's end (packed sequences of unequal lengths)

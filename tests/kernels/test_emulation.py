@@ -220,18 +220,26 @@ def test_chunk_parallel_forward_matches_naive_at_any_chunk_size(length, groups, 
         assert_close(fi, i_s, F64_TOL, f"I at chunk {index}")
 
 
+def _one_head_inputs(gen, tokens: int, decay_scale: float, p: int, n: int, gain: float) -> dict:
+    """Random float64 inputs of one head, ``[1, T, 1, ...]``: log decays uniform in ``[-decay_scale, 0]``, gains in
+    ``[0, gain]``, initial states."""
+    f64 = {"dtype": torch.float64}
+    return {"v": torch.randn(1, tokens, 1, p, generator=gen, **f64),
+            "k": torch.randn(1, tokens, 1, n, generator=gen, **f64),
+            "q": torch.randn(1, tokens, 1, n, generator=gen, **f64),
+            "log_decay": -decay_scale * torch.rand(1, tokens, 1, generator=gen, **f64),
+            "beta": gain * torch.rand(1, tokens, 1, p, generator=gen, **f64),
+            "M0": torch.randn(1, 1, p, n, generator=gen, **f64),
+            "I0": 0.5 + torch.rand(1, 1, p, n, generator=gen, **f64)}
+
+
 def _one_head_case(seed: int, tokens: int, decay_scale: float, prior: float, p: int = 4, n: int = 8):
     """Random float64 inputs of one head (log decays uniform in ``[-decay_scale, 0]``, initial states), an output
     gradient and end-state gradients, and the leaves after the reference scan's backward of that loss: ``(inputs,
     dy, dM_end, dI_end, leaves)``."""
     gen = torch.Generator().manual_seed(seed)
     f64 = {"dtype": torch.float64}
-    x = {"v": torch.randn(1, tokens, 1, p, generator=gen, **f64),
-         "k": torch.randn(1, tokens, 1, n, generator=gen, **f64),
-         "q": torch.randn(1, tokens, 1, n, generator=gen, **f64),
-         "log_decay": -decay_scale * torch.rand(1, tokens, 1, generator=gen, **f64),
-         "beta": 3 * torch.rand(1, tokens, 1, p, generator=gen, **f64),
-         "M0": torch.randn(1, 1, p, n, generator=gen, **f64), "I0": 0.5 + torch.rand(1, 1, p, n, generator=gen, **f64)}
+    x = _one_head_inputs(gen, tokens, decay_scale, p, n, 3.0)
     dy = torch.randn(1, tokens, 1, p, generator=gen, **f64)
     dm_end, di_end = torch.randn(1, 1, p, n, generator=gen, **f64), torch.randn(1, 1, p, n, generator=gen, **f64)
     leaves = {name: t.clone().requires_grad_(True) for name, t in x.items()}
@@ -295,21 +303,10 @@ def _local_case(seed: int, tokens: int, decay_scale: float, prior: float, p: int
     """One head's float64 inputs and the reference scan's gradients of ``sum(y * dy)`` (no end-state gradient: the
     local pass's zero adjoint at a chunk's end)."""
     gen = torch.Generator().manual_seed(seed)
-    f64 = {"dtype": torch.float64}
-    x = {"v": torch.randn(1, tokens, 1, p, generator=gen, **f64),
-         "k": torch.randn(1, tokens, 1, n, generator=gen, **f64),
-         "q": torch.randn(1, tokens, 1, n, generator=gen, **f64),
-         "log_decay": -decay_scale * torch.rand(1, tokens, 1, generator=gen, **f64),
-         "beta": 10 * torch.rand(1, tokens, 1, p, generator=gen, **f64),
-         "M0": torch.randn(1, 1, p, n, generator=gen, **f64), "I0": 0.5 + torch.rand(1, 1, p, n, generator=gen, **f64)}
-    dy = torch.randn(1, tokens, 1, p, generator=gen, **f64)
-    leaves = {name: t.clone().requires_grad_(True) for name, t in x.items()}
-    y, _, _ = palimpsa_scan(leaves["v"], leaves["k"], leaves["q"], leaves["log_decay"], leaves["beta"],
-                            importance_prior=prior, initial_state=(leaves["M0"], leaves["I0"]), backend="torch")
-    (y * dy).sum().backward()
+    x = _one_head_inputs(gen, tokens, decay_scale, p, n, 10.0)
+    dy = torch.randn(1, tokens, 1, p, generator=gen, dtype=torch.float64)
     one = {name: t[0, :, 0] if name not in ("M0", "I0") else t[0, 0] for name, t in x.items()}
-    return one, dy[0, :, 0], {name: t.grad[0, :, 0] if name not in ("M0", "I0") else t.grad[0, 0]
-                              for name, t in leaves.items()}
+    return _local_case_with(one, dy[0, :, 0], prior)
 
 
 @pytest.mark.parametrize("tokens", [5, 37, 64])
