@@ -81,7 +81,10 @@ from . import fused_recurrent as fr
 # gluon_local.unsupported finds nothing against it: sm_90, a Triton with Gluon, the inputs it maps) and "triton"
 # elsewhere, unless the config names a key of the Triton pass (fine-tuning interleaved in one process: 0.884x the
 # plain model's tokens/s against 0.875x with 8 layers upgraded, 0.529x against 0.512x with 64; call 8);
-# PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that bwd_config or a caller's CHUNKED_CONFIG sets);
+# "cuda" runs it in CUDA C++ (cuda_local: correct, 12.42 ms against the Gluon pass's 11.18, so never taken by "auto";
+# it raises where it cannot run; CUDA_PROBE, CUDA_VEC: its timing probes and one-state atomics,
+# docs/bench/cuda-local-2026-11-29); PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that bwd_config or a
+# caller's CHUNKED_CONFIG sets);
 # SEG: its tokens per shared-memory segment (4: 16 KB of states a program); PIPE: its walks load each token's inputs
 # a token ahead; STAGE: pass B copies each block's inputs to shared memory at its start (cp.async) and reads them
 # there: 1 the key and query rows, 2 also the values and gains, 3 also the decays and output gradients, as far as
@@ -754,8 +757,11 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         buffers = fr._gradient_buffers(v, k, q, log_decay, beta, m0, i0)
         mark = _marker()
         mark("local")
+        # the longest sequence's chunks (a packed batch's max_chunks above counts all its chunks, which would number
+        # n_states times too many work items)
+        longest = max_chunks if cu_seqlens is None else int(fr._chunk_counts(cu_seqlens, chunk_size).max())
         _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, buffers, cu_seqlens, offsets,
-                    n_states, max_chunks, chunk_size)
+                    n_states, longest, chunk_size)
         LOCAL_RUNS["cuda"] += 1
         return _carry_and_correct(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dm_t, di_t, lm, li,
                                   buffers, use_final_grad, offsets, n_chunks, n_states, sizes, config, acc, chunk_size,

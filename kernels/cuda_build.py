@@ -163,6 +163,8 @@ def load(device: int, cubin: bytes, name: str, shared: int) -> ctypes.c_void_p:
 def launch(func, device: torch.device, grid: tuple, threads: int, shared: int, tensors: list, ints: list):
     """``func`` on PyTorch's current stream of ``device``: its pointer arguments the ``tensors``' data (None: a null
     pointer), then the 32-bit ``ints``."""
+    if any(not -2**31 <= i < 2**31 for i in ints):
+        raise ValueError(f"a kernel argument does not fit a 32-bit int: {ints}")
     values = [ctypes.c_void_p(t.data_ptr() if t is not None else 0) for t in tensors] + [ctypes.c_int(i)
                                                                                        for i in ints]
     args = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in values])

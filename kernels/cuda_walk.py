@@ -28,7 +28,7 @@ at 2.7b shapes the walk takes 1.78 ms against the Triton walk's 2.03 (bf16, B = 
 against 2.34 (docs/bench/nvrtc-walk-2026-11-28). NVRTC comes with PyTorch's CUDA wheels (``nvidia-cuda-nvrtc``);
 the kernel is loaded and launched through the driver API with ``ctypes`` on PyTorch's current stream, so nothing
 beyond PyTorch is installed. The uncertainty output and float64 inputs stay with the Triton walk; ``auto`` takes
-only what the GPU runs checked (bf16 and float32, head dimensions a multiple of 64: :func:`wanted`).
+only what the GPU runs checked (bf16, fp16 and float32, head dimensions a multiple of 64 or 32: :func:`wanted`).
 """
 
 import functools

@@ -10,9 +10,10 @@ weighted loss over all four outputs are compared by relative RMS error with:
 Inputs mix decays near 1 (``log_decay`` about -1e-4) and near 0 (about -9), with beta up to 10. Tolerances: 1e-5
 for float32 inputs (no TF32: at PyTorch's default float32 precision the chunk-parallel forward's matrix products
 run in tf32x3 and the backward's corrections in IEEE float32), 1e-2 for bfloat16 and float16 (whose products run in
-TF32). The last three cases (``[cuda walk]``: float16, head dimensions 32 and 128, which ``auto`` leaves to the
-Triton walk) run the chunked forward with the CUDA chunk walk forced (``PALIMPSA_CUDA_WALK=1``) under
-``--without-uncertainty``, and with the Triton walk otherwise (the uncertainty output keeps it).
+TF32). The last three cases (``[cuda walk]``: float16, head dimensions 32 and 128; ``auto`` left the first two to
+the Triton walk until they passed here on an H200) run the chunked forward with the CUDA chunk walk forced
+(``PALIMPSA_CUDA_WALK=1``) under ``--without-uncertainty``, and with the Triton walk otherwise (the uncertainty
+output keeps it).
 Prints a table and exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an
 error row (with the message, also in the JSON) and the other cases still run.
 
@@ -227,8 +228,8 @@ def main() -> int:
     cases.append(("varlen 1000/1/2002/1093 G2 f32 beta state",
                   make_inputs(1, 4096, 2, f32, n_states=len(bounds) - 1, seed=6), 1e-5, 0.7,
                   torch.tensor(bounds, dtype=torch.int32, device="cuda"), False))
-    # what the CUDA chunk walk runs but auto leaves to the Triton walk: the chunked forward and the CUDA walk forced
-    # (without the uncertainty output, which keeps the Triton walk)
+    # the CUDA chunk walk's other dtype and head dimensions (fp16, P = 32 and 128): the chunked forward and the CUDA
+    # walk forced (without the uncertainty output, which keeps the Triton walk)
     forced = {fused_recurrent.FORWARD_ENV: "chunked", cuda_walk.ENV: "1" if args.without_uncertainty else "auto"}
     for name, inputs in (
         ("B1 L4096 G1 fp16 beta state [cuda walk]", make_inputs(1, 4096, 1, f16, seed=8)),

@@ -122,3 +122,35 @@ def test_dispatch_on_cpu():
         chunked_bwd._cuda_plan({"LOCAL": "cuda"}, v, k, q, beta, g, dy, None, 512)
     for local in ("auto", "gluon", "triton"):
         assert chunked_bwd._cuda_plan({"LOCAL": local}, v, k, q, beta, g, dy, None, 512) is False
+
+
+def test_launch_refuses_arguments_past_int32():
+    """A kernel's int arguments go through ``ctypes.c_int``, which would wrap silently: one past 2^31 is an error."""
+    with pytest.raises(ValueError, match="does not fit a 32-bit int"):
+        cuda_build.launch(None, torch.device("cpu"), (1, 1, 1), 32, 0, [], [1, 2**31])
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
+                    reason="checked on the CPU interpreter")
+def test_packed_sequences_launch_the_longest_sequences_chunks(monkeypatch):
+    """With packed sequences the pass numbers its work items by sequence and chunk, so it is launched with the longest
+    sequence's chunks (3 here), not the whole batch's (4), which would number n_states times too many items; the
+    carry and the corrections run after it."""
+    from palimpsa.kernels import fused_recurrent
+    from scan_inputs import make_inputs
+
+    launches = []
+    monkeypatch.setattr(cuda_local, "unsupported", lambda *args: None)
+    monkeypatch.setattr(cuda_local, "launch", lambda *args, **kw: launches.append(args))
+    inputs = make_inputs(1, 20, 2, 1, 4, 16, requires_grad=True, device="cpu")
+    cu_seqlens = torch.tensor([0, 3, 20], dtype=torch.int32)  # 1 and 3 chunks of 8 tokens
+    before = dict(chunked_bwd.LOCAL_RUNS)
+    y, _, _ = fused_recurrent.fused_recurrent_palimpsa_scan(
+        inputs["v"], inputs["k"], inputs["q"], inputs["log_decay"], inputs["beta"], 0.7, None, False, False,
+        cu_seqlens, fwd_config={"BV": 4, "TRANS": False, "num_warps": 1},
+        bwd_config={"kernel": "chunked", "LOCAL": "cuda"}, chunk_size=8, block_size=4)
+    y.sum().backward()
+    assert len(launches) == 1
+    n_states, max_chunks, chunk_size = launches[0][-3:]
+    assert (n_states, max_chunks, chunk_size) == (2, 3, 8)
+    assert chunked_bwd.local_runs_since(before) == {"cuda": 1}

@@ -4,11 +4,11 @@ NVRTC compiles the kernel for sm_90a without a GPU and Triton's ``cuobjdump`` di
 bf16, fp16 and float32, at 2.7b shapes and a small one, with and without packed sequences and the final state: its
 registers within ``__launch_bounds__`` (two 8-warp CTAs an SM), no local memory, and its token loop (two tokens an
 iteration) without spills, with the channel-shared reciprocals compiled in and within its instruction count a
-token. Then the dispatch on CPU tensors (``unsupported``, ``mode``, ``wanted``: ``auto`` only for the bf16 and float32
-inputs with head dimensions a multiple of 64 that ran on a GPU, ``walk_CUDA=1`` for all the kernel takes), the CTA's
-channels and shared memory, a failed compile's error, and what the chunked forward does when the walk fails (under the
-interpreter: out of memory raises, a failed compile or load turns the walk off for the process, a failed launch
-only for its call). Its outputs are checked on a GPU against float64 and the Triton walk
+token. Then the dispatch on CPU tensors (``unsupported``, ``mode``, ``wanted``: ``auto`` only for the bf16, fp16 and
+float32 inputs with head dimensions a multiple of 64 or 32 that ran on a GPU, ``walk_CUDA=1`` for all it takes), the
+CTA's channels and shared memory, a failed compile's error, and what the chunked forward does when the walk fails
+(under the interpreter: out of memory raises, a failed compile or load turns the walk off for the process, a failed
+launch only for its call). Its outputs are checked on a GPU against float64 and the Triton walk
 (docs/bench/nvrtc-walk-2026-11-28).
 """
 

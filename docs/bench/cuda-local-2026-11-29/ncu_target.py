@@ -1,5 +1,6 @@
 """One forward + backward at 2.7b shapes with the chunk-parallel backward's local pass in CUDA C++ (for ncu):
-``python profile.py [B] [L]``."""
+``python ncu_target.py [B] [L]`` (named ``profile.py`` in call 4, where it shadowed the standard library module
+that ``torch._dynamo`` imports)."""
 
 import os
 import sys

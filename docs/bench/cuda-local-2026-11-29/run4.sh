@@ -1,6 +1,6 @@
-# Fourth call: ncu's stall reasons and source counters on the CUDA local pass at B = 1, L = 2048 (run3.sh's ncu
-# part again, its driver renamed ncu_target.py: as profile.py it shadowed the standard library module that
-# torch._dynamo imports, and it names the pass by environment variables).
+# Fourth and fifth calls: ncu's stall reasons and source counters on the CUDA local pass at B = 1, L = 2048 (run3.sh's
+# ncu part again, its driver naming the pass by environment variables). Call 4 ran it with the driver called
+# profile.py, which shadowed the standard library module that torch._dynamo imports; call 5 with ncu_target.py.
 # Run from the repository root with .bench_deps beside it: OUT=dir bash docs/bench/cuda-local-2026-11-29/run4.sh
 source docs/bench/chunked-bwd-h100-2026-11-24/setup.sh
 p=docs/bench/cuda-local-2026-11-29/ncu_target.py
