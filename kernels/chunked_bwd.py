@@ -750,12 +750,15 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         return _sequential(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, raw, n_states, chunk_size,
                            block_size)
     use_final_grad, dm_t, di_t, dy, du = fr._incoming_gradients(ck_m, n_states, dm_t, di_t, dy, du)
+    # the adjoints between chunks: a slot for every chunk but each sequence's last (_slots; none for whole walks)
+    slots = 1 if whole else max(1, n_chunks - n_states)
+    lm = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
+    li = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
+    # dv, dbeta: the local part in the input dtype, the correction added in float32 and rounded again (for 16-bit
+    # inputs at most one more rounding of the local part: a float32 copy would cost 2 x 168 MB at B = 1, L = 8192)
+    buffers = fr._gradient_buffers(v, k, q, log_decay, beta, m0, i0)
+    mark = _marker()
     if cuda:
-        slots = max(1, n_chunks - n_states)
-        lm = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
-        li = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
-        buffers = fr._gradient_buffers(v, k, q, log_decay, beta, m0, i0)
-        mark = _marker()
         mark("local")
         # the longest sequence's chunks (a packed batch's max_chunks above counts all its chunks, which would number
         # n_states times too many work items)
@@ -787,15 +790,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     scratch = (programs * fr.slab_states(chunk_size, block_size, from_checkpoint=True), sizes["BV"], state_size)
     sc_m = torch.empty(scratch, dtype=state_dtype, device=device)
     sc_i = torch.empty(scratch, dtype=state_dtype, device=device)
-    # the adjoints between chunks: a slot for every chunk but each sequence's last (_slots; none for whole walks)
-    slots = 1 if whole else max(1, n_chunks - n_states)
-    lm = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
-    li = fr._output((slots, *ck_m.shape[1:]), state_dtype, device)
-    # dv, dbeta: the local part in the input dtype, the correction added in float32 and rounded again (for 16-bit
-    # inputs at most one more rounding of the local part: a float32 copy would cost 2 x 168 MB at B = 1, L = 8192)
-    buffers = fr._gradient_buffers(v, k, q, log_decay, beta, m0, i0)
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
-    mark = _marker()
     common = {"USE_BETA": beta is not None, "IS_VARLEN": cu_seqlens is not None, "ACC": acc}
     initial = {"USE_INITIAL_STATE": m0 is not None, "USE_INITIAL_IMPORTANCE": i0 is not None}
     mark("local")

@@ -160,6 +160,13 @@ def load(device: int, cubin: bytes, name: str, shared: int) -> ctypes.c_void_p:
     return func
 
 
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` contiguous and 16-byte aligned (the kernels' ``cp.async`` copies read 16 bytes at once)."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def launch(func, device: torch.device, grid: tuple, threads: int, shared: int, tensors: list, ints: list):
     """``func`` on PyTorch's current stream of ``device``: its pointer arguments the ``tensors``' data (None: a null
     pointer), then the 32-bit ``ints``."""

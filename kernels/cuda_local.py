@@ -39,6 +39,7 @@ import functools
 import torch
 
 from . import cuda_build
+from . import fused_recurrent as fr
 from .cuda_build import nvrtc
 
 STATES = 128
@@ -498,15 +499,9 @@ def unsupported(v, k, q, beta, log_decay, dy, du, chunk_size: int) -> str | None
     return None
 
 
-def _aligned(t: torch.Tensor) -> torch.Tensor:
-    if t.is_contiguous() and t.data_ptr() % 16 == 0:
-        return t
-    return t.clone(memory_format=torch.contiguous_format)
-
-
 def programs(device: torch.device, n_work: int) -> int:
     """The persistent CTAs: one an SM, no more than the work items."""
-    return max(1, min(n_work, torch.cuda.get_device_properties(device).multi_processor_count))
+    return max(1, min(n_work, fr._sm_count(device)))
 
 
 def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
@@ -514,16 +509,16 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     """The local pass into the chunked backward's buffers (``dv``, ``dbeta`` written; ``dk``, ``dq``, ``dg`` added
     to; ``lm``, ``li``, ``dm0``, ``di0`` as the Triton pass writes them); ``probe``, ``vector_atomics``: as
     :func:`compile_cubin`'s."""
-    batch, length, heads, head_dim = v.shape
+    _, length, heads, head_dim = v.shape
     groups = k.shape[2]
     varlen = cu_seqlens is not None
+    n_work = n_states * max_chunks * heads * (head_dim // CHANNELS)
+    if n_work == 0:  # nothing to walk (an empty grid is a launch error)
+        return
     device = v.device.index if v.device.index is not None else torch.cuda.current_device()
     func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, vector_atomics)
-    n_work = n_states * max_chunks * heads * (head_dim // CHANNELS)
-    if n_work == 0:
-        return
     grid = programs(v.device, n_work)
-    v, k, q, beta, dy = (_aligned(t) for t in (v, k, q, beta, dy))
+    v, k, q, beta, dy = (cuda_build.aligned(t) for t in (v, k, q, beta, dy))
     log_decay = log_decay.float().contiguous()
     slab = torch.empty((grid * slab_states(chunk_size) * 2 * CHANNELS * STATES,), dtype=torch.float32,
                        device=v.device)  # 64 KB a state: a thread's 16 float4, THREADS apart

@@ -427,13 +427,6 @@ def wanted(v: torch.Tensor, k: torch.Tensor, beta, output_uncertainty: bool, con
             and torch.cuda.get_device_capability(v.device)[0] == 9)
 
 
-def _aligned(t: torch.Tensor) -> torch.Tensor:
-    """``t`` contiguous and 16-byte aligned (the kernel's ``cp.async`` copies read 16 bytes at once)."""
-    if t.is_contiguous() and t.data_ptr() % 16 == 0:
-        return t
-    return t.clone(memory_format=torch.contiguous_format)
-
-
 def walk(v, k32, q32, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
          chunk_size, output_final_state, variant: dict | None = None):
     """``y, M_T, I_T`` (the last two None unless ``output_final_state``) walked from the checkpoints ``ck_m``,
@@ -445,7 +438,7 @@ def walk(v, k32, q32, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_ch
     func, smem, channels = _kernel(v.device.index if v.device.index is not None else torch.cuda.current_device(),
                                    v.dtype, heads, groups, head_dim, chunk_size, varlen, output_final_state,
                                    tuple(sorted((variant or {}).items())))
-    v, beta, k32, q32 = (_aligned(t) for t in (v, beta, k32, q32))
+    v, beta, k32, q32 = (cuda_build.aligned(t) for t in (v, beta, k32, q32))
     log_decay = log_decay.float().contiguous()
     kk32 = k32 * k32
     y = torch.empty(v.shape, dtype=v.dtype, device=v.device)

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import functools
 import os
-import re
-import subprocess
-import tempfile
 
 import pytest
 import torch
+from cubin_sass import instructions, resources, sass
 from palimpsa.kernels import chunked_bwd, cuda_build, cuda_local
 
 SHAPES = {"2.7b": (80, 1, 64, 512), "small": (8, 2, 128, 64)}  # heads, groups, head dim, chunk
@@ -29,26 +27,12 @@ MAX_SHARED = 227 * 1024  # the most dynamic shared memory a CTA may ask for on c
 
 @functools.cache
 def disassembly(dtype: str, shape: str, probe: int = 0, vector_atomics: bool = True) -> str:
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    cubin = cuda_local.compile_cubin(DTYPES[dtype], *SHAPES[shape], varlen=shape == "small", arch="sm_90a",
-                                     probe=probe, vector_atomics=vector_atomics)
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "local.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        return subprocess.run([tool, "-sass", "-res-usage", path], capture_output=True, text=True, check=True).stdout
-
-
-def resources(text: str) -> dict:
-    found = re.findall(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
-    assert len(found) == 1, found
-    return dict(zip(("REG", "STACK", "SHARED", "LOCAL"), map(int, found[0])))
+    return sass(cuda_local.compile_cubin(DTYPES[dtype], *SHAPES[shape], varlen=shape == "small", arch="sm_90a",
+                                         probe=probe, vector_atomics=vector_atomics))
 
 
 def opcodes(text: str) -> list:
-    return re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text, re.M)
+    return [op for _, op, _ in instructions(text)]
 
 
 @pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)

@@ -17,11 +17,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-import subprocess
-import tempfile
 
 import pytest
 import torch
+from cubin_sass import instructions, resources, sass
 from palimpsa.kernels import cuda_build, cuda_walk
 
 SHAPES = {  # heads, groups, head dim, chunk
@@ -44,39 +43,11 @@ MUFU_PER_TOKEN = 25
 FFMA_PER_TOKEN = 96  # at least: 64 state updates and 32 readout products a token and lane (measured 128)
 
 
-def cuobjdump() -> str:
-    import triton
-
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-
 @functools.cache
 def disassembly(dtype: str, shape: str, varlen: bool, pair_groups: int = cuda_walk.PAIR_GROUPS) -> str:
     """``cuobjdump -sass -res-usage`` of the walk compiled for sm_90a (once per launch in this process)."""
-    cubin = cuda_walk.compile_cubin(DTYPES[dtype], *SHAPES[shape], varlen=varlen, store_final=varlen,
-                                    arch="sm_90a", pair_groups=pair_groups)
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "walk.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        return subprocess.run([cuobjdump(), "-sass", "-res-usage", path], capture_output=True, text=True,
-                              check=True).stdout
-
-
-def resources(text: str) -> dict:
-    found = re.findall(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
-    assert len(found) == 1, f"one function's resource usage expected, found {found}"
-    return dict(zip(("REG", "STACK", "SHARED", "LOCAL"), map(int, found[0])))
-
-
-def instructions(text: str) -> list:
-    """The SASS as (address, opcode, operands)."""
-    found = []
-    for line in text.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*(.*?);", line)
-        if m:
-            found.append((int(m.group(1), 16), m.group(2), m.group(3)))
-    return found
+    return sass(cuda_walk.compile_cubin(DTYPES[dtype], *SHAPES[shape], varlen=varlen, store_final=varlen,
+                                        arch="sm_90a", pair_groups=pair_groups))
 
 
 def branch_target(op: str, operands: str) -> int | None:
