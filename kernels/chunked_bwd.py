@@ -77,14 +77,15 @@ from . import fused_recurrent as fr
 # L = 8192), one sub-block ahead (2: 1.29) or after its products (0; docs/bench/ring-2026-11-27, call 13)
 # LOCAL: "gluon" runs the local pass in Gluon with each block's states in shared memory (gluon_local; 11.46 ms
 # against 12.19 at B = 1, L = 8192 with its defaults, docs/bench/gluon-auto-2026-11-28, call 7), the Triton pass
-# where it cannot run; "auto", the default since 2026-11-28, is "gluon" on a Hopper GPU (where
+# where it cannot run; "auto", the default since 2026-11-28, is (after "cuda", below) "gluon" on a Hopper GPU (where
 # gluon_local.unsupported finds nothing against it: sm_90, a Triton with Gluon, the inputs it maps) and "triton"
 # elsewhere, unless the config names a key of the Triton pass (fine-tuning interleaved in one process: 0.884x the
 # plain model's tokens/s against 0.875x with 8 layers upgraded, 0.529x against 0.512x with 64; call 8);
-# "cuda" runs it in CUDA C++ (cuda_local: correct, 12.42 ms against the Gluon pass's 11.18, so never taken by "auto";
-# it raises where it cannot run; CUDA_PROBE, CUDA_VEC: its timing probes and one-state atomics,
-# docs/bench/cuda-local-2026-11-29); PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that bwd_config or a
-# caller's CHUNKED_CONFIG sets);
+# "cuda" runs it in CUDA C++ with tensor-core state updates (cuda_local: 9.54 ms against the Gluon pass's 11.20 at
+# B = 1, L = 8192, docs/bench/cuda-mma-2026-11-29), and raises where it cannot run; since 2026-11-29 "auto" takes it
+# first where _cuda_plan allows (AUTO_CUDA_ROUNDS, keys in the values' dtype, no Gluon or Triton pass keys), then the
+# Gluon pass; CUDA_PROBE: its timing probes; PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that
+# bwd_config or a caller's CHUNKED_CONFIG sets);
 # SEG: its tokens per shared-memory segment (4: 16 KB of states a program); PIPE: its walks load each token's inputs
 # a token ahead; STAGE: pass B copies each block's inputs to shared memory at its start (cp.async) and reads them
 # there: 1 the key and query rows, 2 also the values and gains, 3 also the decays and output gradients, as far as
@@ -160,6 +161,17 @@ LOCAL_RUNS = {"triton": 0, "gluon": 0, "cuda": 0}
 # differs from the versions gluon_local was compiled against), so every later call runs the Triton pass; None: it
 # has not failed
 GLUON_LOCAL_FAILED: str | None = None
+# why LOCAL "auto" stopped taking the CUDA pass in this process (its compile or load failed); None: it has not
+CUDA_LOCAL_FAILED: str | None = None
+# the keys of the Gluon pass, and SPLIT (0: never a split): a config that names one (or a Triton pass key) keeps
+# "auto" off the CUDA pass, which splits every sequence into its chunks
+GLUON_PASS_KEYS = ("SEG", "PIPE", "STAGE", "L2PF", "LOCAL_MAXNREG", "LOCAL_PROGRAMS_PER_SM", "WALK_RESCALE", "WIDEN",
+                   "WHOLE", "WHOLE_OCCUPANCY", "SPLIT")
+# "auto" takes the CUDA pass where its work items (sequence, head, chunk, 64 channels) number from AUTO_CUDA_ROUNDS[0]
+# to AUTO_CUDA_ROUNDS[1] an SM: at 2.7b shapes B = 1, L = 2048 (2.4 an SM) ran 3% slower forward + backward than the
+# dispatched path, L = 4096 (4.8) 10% faster than the Gluon pass, L = 8192 (9.7) to B = 16 (155) 7-13% faster than
+# the Gluon pass or what auto dispatched before (docs/bench/cuda-mma-2026-11-29, calls 4 and 5); larger unmeasured
+AUTO_CUDA_ROUNDS = (4, 160)
 # a list to receive (name, start event, end event) of every launch, for benchmarks; None: no events recorded
 TIMINGS = None
 WAVES = 4  # NSPLIT = 0: split where one split gives fewer than this many waves of eight one-warp programs per SM
@@ -546,30 +558,52 @@ def _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size):
     return gluon_local
 
 
-def _cuda_plan(config, v, k, q, beta, log_decay, dy, du, chunk_size) -> bool:
-    """Whether the local pass runs in CUDA C++ (``cuda_local``): only where ``LOCAL`` is "cuda", and there wherever
-    it can run (else an error saying why). ``auto`` does not take it: it measured slower than the Gluon pass
-    (12.4 against 11.1 ms at B = 1, L = 8192 on an H200; docs/bench/cuda-local-2026-11-29)."""
-    if config["LOCAL"] != "cuda":
+def _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size, n_work) -> bool:
+    """Whether the local pass runs in CUDA C++ (``cuda_local``, tensor-core state updates): where ``LOCAL`` is
+    "cuda", wherever it can run (else an error saying why); under "auto" where it can run, has not failed to compile
+    in this process (``CUDA_LOCAL_FAILED``), the keys and queries come in ``v``'s dtype (the combinations a GPU
+    checked), the config names no key of the Triton or Gluon pass and no occupancy preset, and its ``n_work`` work
+    items number ``AUTO_CUDA_ROUNDS`` an SM. It was 14% faster than the Gluon pass
+    alone at B = 1, L = 8192 (9.54 against 11.20 ms on an H200; docs/bench/cuda-mma-2026-11-29)."""
+    if config["LOCAL"] not in ("cuda", "auto"):
         return False
     from . import cuda_local
 
     reason = cuda_local.unsupported(v, k, q, beta, log_decay, dy, du, chunk_size)
-    if reason is not None:
-        raise ValueError(f"the CUDA local pass cannot run here ({reason}); use LOCAL auto, gluon or triton")
-    return True
+    if config["LOCAL"] == "cuda":
+        if reason is not None:
+            raise ValueError(f"the CUDA local pass cannot run here ({reason}); use LOCAL auto, gluon or triton")
+        return True
+    if (reason is not None or k.dtype != v.dtype or CUDA_LOCAL_FAILED is not None or occupancy_preset()
+            or _names_triton_pass_keys(bwd_config) or any(key in bwd_config for key in GLUON_PASS_KEYS)):
+        return False
+    low, high = AUTO_CUDA_ROUNDS
+    return low <= n_work / fr._sm_count(v.device) <= high
 
 
 def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, buffers, cu_seqlens, offsets,
-                n_states, max_chunks, chunk_size):
-    """The local pass in CUDA C++ (``LOCAL`` "cuda"; ``CUDA_PROBE``: timing bits of ``cuda_local``, which leave
-    parts out and give wrong gradients; ``CUDA_VEC`` 0: ``dq``, ``dk`` added one state at a time)."""
-    from . import cuda_local
+                n_states, max_chunks, chunk_size) -> bool:
+    """The local pass in CUDA C++ (``CUDA_PROBE``: timing bits of ``cuda_local``, which leave parts out and give
+    wrong gradients): False where, under ``LOCAL`` "auto", its compile or load failed, which warns once and leaves
+    this and every later call to the other passes (``CUDA_LOCAL_FAILED``); under "cuda", and for any other error,
+    the error propagates."""
+    global CUDA_LOCAL_FAILED
+    from . import cuda_build, cuda_local
 
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
-    cuda_local.launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
-                      cu_seqlens, offsets, n_states, max_chunks, chunk_size,
-                      probe=int(config.get("CUDA_PROBE", 0)), vector_atomics=bool(config.get("CUDA_VEC", 1)))
+    try:
+        cuda_local.launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+                          cu_seqlens, offsets, n_states, max_chunks, chunk_size,
+                          probe=int(config.get("CUDA_PROBE", 0)))
+    except (cuda_build.CompileError, cuda_build.LoadError, OSError) as error:
+        if config["LOCAL"] != "auto":
+            raise
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        CUDA_LOCAL_FAILED = f"{type(error).__name__}: {first}"
+        warnings.warn(f"the CUDA local pass of the chunk-parallel backward failed ({CUDA_LOCAL_FAILED}); this and "
+                      "every later backward of this process run the Gluon or Triton pass", stacklevel=2)
+        return False
+    return True
 
 
 def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck_i, dy, sc_m, sc_i, lm, li,
@@ -633,8 +667,8 @@ def occupancy_preset() -> dict:
 
 def local_default() -> str:
     """The local pass that a ``bwd_config`` without ``LOCAL`` runs: ``CHUNKED_CONFIG``'s where a caller changed it,
-    else ``PALIMPSA_CHUNKED_LOCAL`` where set, else the shipped ``auto`` (the Gluon pass where it can run, the Triton
-    pass elsewhere)."""
+    else ``PALIMPSA_CHUNKED_LOCAL`` where set, else the shipped ``auto`` (the CUDA pass where ``_cuda_plan`` takes it,
+    else the Gluon pass where it can run, the Triton pass elsewhere)."""
     if CHUNKED_CONFIG["LOCAL"] != _SHIPPED["LOCAL"] or not os.environ.get(LOCAL_ENV):
         local, source = CHUNKED_CONFIG["LOCAL"], "chunked_bwd.CHUNKED_CONFIG['LOCAL']"
     else:
@@ -733,9 +767,10 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     per_split = n_blocks_v * n_states * heads
     raw = (dy, dm_t, di_t, du)  # as they came in, for the sequential kernel and a retry
     dy = dy.contiguous()  # the Gluon pass reads it 4 channels at a time: its alignment as launched
-    cuda = _cuda_plan(config, v, k, q, beta, log_decay, dy, du, chunk_size)
-    gluon_local = None if config["LOCAL"] == "cuda" else _gluon_plan(config, bwd_config, v, k, beta, du, dy,
-                                                                     block_size)
+    longest = max_chunks if cu_seqlens is None else int(fr._chunk_counts(cu_seqlens, chunk_size).max())
+    cuda_work = n_states * longest * heads * (head_dim // 64)
+    cuda = _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size, cuda_work)
+    gluon_local = None if cuda else _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
     # WHOLE: with one split, the Gluon pass walks each sequence whole, carrying the adjoints across its chunks
     can_whole = bool(config["WHOLE"]) and gluon_local is not None
     split = bool(config["SPLIT"])  # SPLIT 0: whole walks or the sequential kernel, never a split
@@ -743,7 +778,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     whole_keys = _whole_preset(config, bwd_config) if can_whole else {}
     whole_cost = _whole_cost(config, whole_keys, per_split, max_chunks, device) if can_whole else None
     nsplit = _splits(config, per_split, max_chunks, device, whole_cost, corrections) if split else 1
-    whole = nsplit == 1 and can_whole and config["LOCAL"] != "cuda"
+    whole = nsplit == 1 and can_whole and not cuda
     if nsplit == 1 and not whole and not cuda and (not config.get("NSPLIT") or not split):
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
         # the corrections to the sequential kernel's work
@@ -762,9 +797,10 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         mark("local")
         # the longest sequence's chunks (a packed batch's max_chunks above counts all its chunks, which would number
         # n_states times too many work items)
-        longest = max_chunks if cu_seqlens is None else int(fr._chunk_counts(cu_seqlens, chunk_size).max())
-        _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, buffers, cu_seqlens, offsets,
-                    n_states, longest, chunk_size)
+        if not _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, buffers, cu_seqlens,
+                           offsets, n_states, longest, chunk_size):  # failed to compile under auto: the other passes
+            return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw, bwd_config,
+                                    chunk_size, block_size)
         LOCAL_RUNS["cuda"] += 1
         return _carry_and_correct(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dm_t, di_t, lm, li,
                                   buffers, use_final_grad, offsets, n_chunks, n_states, sizes, config, acc, chunk_size,

@@ -1,37 +1,44 @@
-"""The chunk-parallel backward's local pass in CUDA C++, compiled at run time by NVRTC (docs/kernels.md, "The local
-pass in CUDA C++").
+"""The chunk-parallel backward's local pass in CUDA C++, compiled at run time by NVRTC, its state updates on tensor
+cores (docs/kernels.md, "The local pass in CUDA C++").
 
 ``chunked_bwd.py``'s first launch walks every chunk backwards from a zero adjoint at its end and writes the tokens'
 local ``dv``, ``dbeta``, adds their ``dk``, ``dq``, ``dlog_decay``, and stores the chunk's local adjoint at its start
-for the carry. The Triton and Gluon passes give a one-warp program 4 channels of a head. This kernel does the same
-pass with the mapping chosen by hand:
+for the carry. This kernel does that pass with:
 
-* a CTA takes one (sequence, head, chunk, block of 64 channels) at a time (persistent CTAs, one an SM), 8 warps;
-  warp ``w`` holds channels ``8 w .. 8 w + 7`` of the block and all 128 states, a lane 2 channels x 16 states
-  (states ``32 j + 4 (lane % 8) + u``, as the CUDA chunk walk's), so ``dv``, ``dbeta`` and the decay gradient are
-  summed inside the warp and the token loop has no barrier; ``dq``, ``dk`` leave each warp reduce-scattered over
-  its 4 channel pairs, by two-state vector atomics (``red.global.add.v2.f32``, 4 a lane and token);
-* the decay gradient from the token's own state, ``a_t <dM_t, M_{t-1}> = <dM_t, M_t> - v . dv`` (likewise ``J``),
-  so no previous state is kept;
-* the recompute: pass A walks the chunk from its checkpoint and keeps every ``SEG``-th state in a global slab (one
-  per CTA, as the other passes keep one per program); pass B takes the segments from the last, walks each from its
-  start once storing the starts of its sub-blocks of ``SUB`` tokens in shared memory (three 64 KB slots), and walks
-  each token of a sub-block from the sub-block's start: 1 + 0.75 + 2.5 state updates a token;
-* walks in rescaled states (``M' = M / A``, ``J' = (I - I_prior) / A``, ``A`` the decay since the walk's start,
-  renormalised where ``-log A`` would pass 20; a token whose own log decay would pass it is applied plainly), and the
-  reverse step on the rescaled states as they are: ``M / I = M' / (J' + I_prior / A)``, the output gradient times
-  ``1 / A``;
-* each segment's inputs copied to shared memory by ``cp.async`` at its start (the next segment's asked for in L2),
-  then keys, values and gains widened to float32 and the keys squared there, so that the walks load them without
-  unpacking.
+* persistent CTAs, one an SM, of 8 warps (255 registers, no spills); a CTA takes one (sequence, head, chunk, block of
+  64 channels) at a time; warp ``w`` holds channels ``8 w .. 8 w + 7`` of the block and all 128 states;
+* a lane's elements laid out as the accumulator of ``mma.m16n8k8`` with the states as rows and the warp's 8 channels
+  as columns (lane ``(g, t)``: states ``16 m + g + 8 h``, channels ``2 t``, ``2 t + 1``), so that a state update over up
+  to 8 tokens is one TF32 tensor-core product a 16-state tile and state (``M += K^T (w v)``, ``J += (K^2)^T (w beta)``:
+  16 products a warp), keys and squared keys as the A operand, weighted values and gains as the B operand;
+* the recompute: pass A walks the chunk a segment of 16 tokens at a time (two products a tile: the start times the
+  segment's decay, each token weighted by the decays after it) and keeps every segment's start in a global slab;
+  pass B takes the segments from the last, keeps the segment's start and the state 8 tokens in in two 64 KB
+  shared-memory slots, and gets every token's state from its sub-block's start in one product, rescaled
+  (``M' = M / A``, ``A`` the decay since the sub-block's start; tokens weighted by ``1 / A`` at themselves, those after
+  the token by 0) where the sub-block's log decay stays above -20, plainly elsewhere;
+* the reverse step on the rescaled states as they are: ``M / I = M' / (J' + I_prior / A)``, the output gradient times
+  ``1 / A``; ``dv``, ``dbeta`` and the decay gradient summed inside the warp (the decay gradient from the token's own
+  state, ``a_t <dM_t, M_{t-1}> = <dM_t, M_t> - v . dv``, likewise ``J``), ``dq`` and ``dk`` reduce-scattered over the
+  warp's 4 channel pairs and added by four-state vector atomics (``red.global.add.v4.f32``, 2 a lane and token) into
+  a ``[tokens, groups, 256]`` scratch that :func:`states_of_sums` orders for ``launch`` to add;
+* each segment's inputs copied to shared memory by ``cp.async`` while the segment before runs, then widened once:
+  keys and squared keys as TF32 A fragments and as rows permuted to the lanes' states, queries permuted, values, gains
+  and output gradients in float32, the log decays summed.
 
-A first form (git ac9a4b3: a warp all 64 channels of 16 states, ``dv`` and ``dbeta`` summed over the warps through
-shared memory with a barrier a token, 16-bit staged inputs) took the same time, 12.41 ms.
+Precision: the products round their operands to TF32 (10 bits of mantissa; 16-bit keys are exact), as the chunked
+backward's corrections and the chunked forward's local pass do for these inputs; the recomputed states carry that
+rounding into the gradients (relative differences of 1e-4 to 8e-4 from the Gluon pass's;
+docs/bench/cuda-mma-2026-11-29).
 
-Scope (:func:`unsupported` names what it refuses): compute capability 9.x, bf16 or fp16 inputs of one dtype, 128
-states, ``P`` a multiple of 64, no uncertainty gradient. Correct, but slower than the Gluon pass (12.42 against 11.18
-ms at B = 1, L = 8192 on an H200; docs/bench/cuda-local-2026-11-29), so only ``bwd_config`` ``LOCAL`` "cuda" (or
-``PALIMPSA_CHUNKED_LOCAL=cuda``) runs it.
+Scope (:func:`unsupported` names what it refuses): compute capability 9.x, bf16, fp16 or float32 values, gains and
+output gradients of one dtype, keys and queries of one dtype (float32 anywhere only where TF32 is allowed,
+``torch.get_float32_matmul_precision() != "highest"``), 128 states, ``P`` a multiple of 64, no uncertainty gradient.
+``chunked_bwd`` takes it under ``LOCAL`` "auto" where its work fills the GPU (``AUTO_CUDA_ROUNDS``) and the keys come
+in the values' dtype; ``LOCAL`` "cuda" (or ``PALIMPSA_CHUNKED_LOCAL=cuda``) asks for it wherever it can run.
+
+Earlier forms (git 55392c2 and before: a lane's 2 channels x 16 states updated by FFMAs, 4.25 updates a token from
+sub-block starts every 4 tokens) took 12.42 ms against the Gluon pass's 11.18 at B = 1, L = 8192; this one 9.54.
 """
 
 import functools
@@ -44,10 +51,11 @@ from .cuda_build import nvrtc
 
 STATES = 128
 CHANNELS = 64  # a CTA's channels
-SEG = 16  # tokens between slab states
-SUB = 4  # tokens a sub-block (its start in shared memory)
-SLOTS = 3  # shared-memory state slots: the starts of a segment's sub-blocks 1-3
+SEG = 16  # tokens between slab states (a stage)
+SUB = 8  # tokens a sub-block: one tensor-core k-step; its start in shared memory
+SLOTS = 2  # shared-memory state slots: a segment's start and its ninth token's
 THREADS = 256  # 8 warps: a warp 8 channels of all 128 states, a lane 2 channels x 16 states
+ROW = 20  # floats a lane group's permuted row takes (16 used; the padding keeps 8 groups' 16-byte reads apart)
 KERNEL = "palimpsa_bwd_local_cuda"
 
 SOURCE = cuda_build.HELPERS + r"""
@@ -57,53 +65,97 @@ SOURCE = cuda_build.HELPERS + r"""
 #define THREADS 256
 #ifndef PROBE
 #define PROBE 0                 // timing only (wrong gradients): 2 no dq, dk, decay-gradient butterflies or atomics;
-#endif                          // 4 walks of one token; 8 no pass A
-#ifndef VEC
-#define VEC 1                   // dq, dk added two states at a time (red.global.add.v2.f32)
-#endif
+#endif                          // 4 no per-token walks in pass B (the sub-block's start as it is); 8 no pass A
 #define SEG 16
-#define SUB 4
-#define SLOTS 3
+#define SUB 8
+#define ROW 20
 #define TAU 20.0f
 #define LOG2E 1.4426950408889634f
 
+#if VT_F32                      // values, gains, output gradients (and dv, dbeta)
+typedef float vt;
+#else
 typedef unsigned short vt;
+#endif
+#if KT_F32                      // keys and queries
+typedef float kt;
+#else
+typedef unsigned short kt;
+#endif
+#define VPC (16 / (int)sizeof(vt))  // elements a 16-byte copy
+#define KPC (16 / (int)sizeof(kt))
 
-struct Stage {          // one segment's inputs: keys, squared keys, values and gains widened to float32
-    float kw[SEG][N];   // (the 16-bit keys land in kk's bytes, values and gains in the first halves of their own)
-    float kk[SEG][N];
-    float vw[SEG][CW];
+// A lane (g = lane / 4, t = lane % 4) holds the states 16 m + g + 8 h (m = 0..7, h = 0, 1) of its warp's channels
+// 2 t, 2 t + 1: the accumulator fragment of mma.m16n8k8 with the states as rows and the warp's 8 channels as columns,
+// element [m][2 h + c]. So a state update over up to 8 tokens is 8 tensor-core products a state (M' += K^T (w v),
+// J' += (K^2)^T (w beta)), the keys as the A operand, the weighted values and gains as the B operand.
+struct Stage {                  // one segment's inputs
+    float4 ak[2][8][32];        // keys as A fragments: [k-step][state tile][lane] (16-bit keys are tf32 exactly)
+    float4 akk[2][8][32];       // squared keys, rounded to tf32
+    float kr[SEG][8][ROW];      // keys, squared keys, queries of lane group g's 16 states (16 m + g + 8 h at 2 m + h)
+    float kkr[SEG][8][ROW];
+    float qr[SEG][8][ROW];
+    float vw[SEG][CW];          // values, gains, output gradients in float32
     float bw[SEG][CW];
-    vt q[SEG][N];
-    vt dy[SEG][CW];
+    float dyw[SEG][CW];
+    float gs[SEG];              // the log decays summed from the segment's first token (inclusive)
+    float gw[SEG];              // the log decays
+};
+struct Raw {                    // a segment's inputs as copied (the next segment's copies run during this one)
+    kt rk[SEG][N];
+    kt rq[SEG][N];
+    vt rv[SEG][CW];
+    vt rb[SEG][CW];
+    vt rdy[SEG][CW];
     float g[SEG];
 };
 
 struct Shared {
-    float4 slot[SLOTS][16][THREADS];  // sub-block starts: a thread's (channel, 4 states) of M', then of J'
+    float4 slot[2][16][THREADS];  // a segment's start and its ninth token's state: a thread's 8 M tiles, then J's
     Stage st;
+    Raw raw;
 };
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 __device__ __forceinline__ void red_add(float* p, float x) {
     asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(x) : "memory");
 }
-__device__ __forceinline__ void red_add2(float* p, float x, float y) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(x), "f"(y) : "memory");
+__device__ __forceinline__ void red_add4(float* p, float x, float y, float z, float w) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
 }
-
-// two 16-bit values of a 32-bit word as float32
-__device__ __forceinline__ void unpack(unsigned w, float& a, float& b) {
-#if VT_BF16
-    a = __uint_as_float(w << 16);
-    b = __uint_as_float(w & 0xffff0000u);
+__device__ __forceinline__ unsigned tf32(float x) {
+    unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
+}
+// c += a b: a 16 x 8 tile of states (rows) by 8 tokens, b 8 tokens by the warp's 8 channels
+__device__ __forceinline__ void mma(float (&c)[4], const float4& a, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)), "r"(__float_as_uint(a.w)),
+          "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float widen(vt x) {
+#if VT_F32
+    return x;
+#elif VT_BF16
+    return __uint_as_float((unsigned)x << 16);
 #else
-    unsigned short lo = w & 0xffff, hi = w >> 16;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(a) : "h"(lo));
-    asm("cvt.f32.f16 %0, %1;" : "=f"(b) : "h"(hi));
+    float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x)); return r;
+#endif
+}
+__device__ __forceinline__ float widen_k(kt x) {
+#if KT_F32
+    return x;
+#elif KT_BF16
+    return __uint_as_float((unsigned)x << 16);
+#else
+    float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x)); return r;
 #endif
 }
 __device__ __forceinline__ vt to_vt(float x) {
+#if VT_F32
+    return x;
+#else
     unsigned short r;
 #if VT_BF16
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(x));
@@ -111,14 +163,15 @@ __device__ __forceinline__ vt to_vt(float x) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
 #endif
     return r;
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, const vt* __restrict__ q,
+palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, const kt* __restrict__ q,
                         const float* __restrict__ g, const vt* __restrict__ beta, const float* __restrict__ ip_ptr,
                         const float* __restrict__ ck_m, const float* __restrict__ ck_i, const vt* __restrict__ dy,
                         float4* __restrict__ slab, float* __restrict__ lm, float* __restrict__ li,
-                        vt* __restrict__ dv, float* __restrict__ dk, float* __restrict__ dq, float* __restrict__ dg,
+                        vt* __restrict__ dv, float* __restrict__ dqk, float* __restrict__ dg,
                         vt* __restrict__ dbeta, float* __restrict__ dm0, float* __restrict__ di0,
                         const int* __restrict__ cu_seqlens, const int* __restrict__ chunk_offsets,
                         int T, int n_chunks, int max_chunks, int n_work)
@@ -127,15 +180,16 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
     Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
     Stage& st = sh.st;
     const int tid = threadIdx.x, w = tid >> 5, ln = tid & 31;
-    const int i = ln & 7;                     // the lane's states 32 j + 4 i + u
-    const int c0 = 8 * w + 2 * (ln >> 3);     // its two channels c0, c0 + 1 of the CTA's block
+    const int gq = ln >> 2, tq = ln & 3;      // the lane's row group (states 16 m + gq + 8 h) and channel pair
+    const int c0 = 8 * w + 2 * tq;            // its two channels c0, c0 + 1 of the CTA's block
+    const int cb_lane = 8 * w + gq;           // the channel of its B fragments
     const float ip = *ip_ptr;
     constexpr int PB = P / CW;                // channel blocks a head
-    constexpr int NSLAB = CT / SEG - 1;       // slab states a CTA: every segment's start but the first
+    constexpr int NSLAB = CT / SEG;           // slab states a CTA: every segment's start (the checkpoint first)
     float4* my_slab = slab + (size_t)blockIdx.x * NSLAB * 16 * THREADS + tid;
-    const bool h4 = (ln >> 4) & 1, h3 = (ln >> 3) & 1, e2 = (ln >> 2) & 1, e1 = (ln >> 1) & 1;
+    const bool b4 = (ln >> 4) & 1, b3 = (ln >> 3) & 1, b2 = (ln >> 2) & 1, b1 = (ln >> 1) & 1, b0 = ln & 1;
 
-    float M[2][16], J[2][16], dM[2][16], dI[2][16];
+    float M[8][4], J[8][4], dM[8][4], dI[8][4];
 
     for (int work = blockIdx.x; work < n_work; work += gridDim.x) {
         const int hb = work % (H * PB), rest = work / (H * PB);
@@ -149,57 +203,9 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
         if (n_tok <= 0) continue;  // a chunk past its sequence's end (packed sequences of unequal lengths)
         const int n_seg = (n_tok + SEG - 1) / SEG;
         const int pc = cb * CW + c0;  // the lane's first channel in the head
-        const size_t ck = ((size_t)(boc + c) * H + h) * P * N + (size_t)pc * N + 4 * i;
+        const size_t ck = ((size_t)(boc + c) * H + h) * P * N + (size_t)pc * N + gq;
 
-        // a segment's inputs into the stage (tokens past the chunk zero-filled, read from its first token), then
-        // keys, values and gains widened to float32 and the keys squared
-        auto stage = [&](int s) {
-            const int tb = t0 + s * SEG, end = t0 + n_tok;
-            vt* raw_k = reinterpret_cast<vt*>(&st.kk[0][0]);
-            vt* raw_v = reinterpret_cast<vt*>(&st.vw[0][0]);
-            vt* raw_b = reinterpret_cast<vt*>(&st.bw[0][0]);
-            __syncthreads();  // every warp done with the stage's previous contents
-            {
-                const int t = tid / (N / 8), col = (tid % (N / 8)) * 8;  // SEG * N / 8 = THREADS copies of 16 bytes
-                const bool ok = tb + t < end;
-                const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * G + ig) * N + col;
-                cp16(raw_k + t * N + col, k + row, ok);
-                cp16(&st.q[t][col], q + row, ok);
-            }
-            if (tid < SEG * (CW / 8)) {
-                const int t = tid / (CW / 8), col = (tid % (CW / 8)) * 8;
-                const bool ok = tb + t < end;
-                const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * H + h) * P + cb * CW + col;
-                cp16(raw_v + t * CW + col, v + row, ok);
-                cp16(raw_b + t * CW + col, beta + row, ok);
-                cp16(&st.dy[t][col], dy + row, ok);
-            } else if (tid >= THREADS - SEG) {
-                const int t = tid - (THREADS - SEG);
-                const bool ok = tb + t < end;
-                cp4(&st.g[t], g + (size_t)(bos + (ok ? tb + t : t0)) * H + h, ok);
-            }
-            commit();
-            wait_copies();
-            __syncthreads();
-            const uint4 rk = *reinterpret_cast<const uint4*>(raw_k + 8 * tid);      // 8 keys a thread
-            const uint2 rv = *reinterpret_cast<const uint2*>(raw_v + 4 * tid);      // 4 values
-            const uint2 rb = *reinterpret_cast<const uint2*>(raw_b + 4 * tid);      // 4 gains
-            __syncthreads();
-            float f[8];
-            unpack(rk.x, f[0], f[1]); unpack(rk.y, f[2], f[3]); unpack(rk.z, f[4], f[5]); unpack(rk.w, f[6], f[7]);
-            float* kw = &st.kw[0][0] + 8 * tid;
-            float* kk = &st.kk[0][0] + 8 * tid;
-            *reinterpret_cast<float4*>(kw) = make_float4(f[0], f[1], f[2], f[3]);
-            *reinterpret_cast<float4*>(kw + 4) = make_float4(f[4], f[5], f[6], f[7]);
-            *reinterpret_cast<float4*>(kk) = make_float4(f[0] * f[0], f[1] * f[1], f[2] * f[2], f[3] * f[3]);
-            *reinterpret_cast<float4*>(kk + 4) = make_float4(f[4] * f[4], f[5] * f[5], f[6] * f[6], f[7] * f[7]);
-            unpack(rv.x, f[0], f[1]); unpack(rv.y, f[2], f[3]);
-            *reinterpret_cast<float4*>(&st.vw[0][0] + 4 * tid) = make_float4(f[0], f[1], f[2], f[3]);
-            unpack(rb.x, f[0], f[1]); unpack(rb.y, f[2], f[3]);
-            *reinterpret_cast<float4*>(&st.bw[0][0] + 4 * tid) = make_float4(f[0], f[1], f[2], f[3]);
-            __syncthreads();
-        };
-        // the next segment's inputs asked for in L2 (a line of 128 bytes a thread at most)
+        // a segment's inputs asked for in L2 (a line of 128 bytes a thread at most)
         auto ask = [&](int s) {
             const int tb = t0 + s * SEG;
             if (s < 0 || s >= n_seg) return;
@@ -214,203 +220,301 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
             else if (part == 7) prefetch_l2(g + tok * H + h);
         };
 
-        // one token's update of the walked states: rescaled where the walk's log decay stays above -TAU, else
-        // renormalised first and applied plainly (la: the log decay since the walk's start or renormalisation)
-        auto update = [&](int t, float& la) {
-            const float gt = st.g[t];
-            const float2 vv = *reinterpret_cast<const float2*>(&st.vw[t][c0]);
-            const float2 bb = *reinterpret_cast<const float2*>(&st.bw[t][c0]);
-            float v0 = vv.x, v1 = vv.y, b0 = bb.x, b1 = bb.y;
-            if (la + gt >= -TAU) {
-                la += gt;
-                const float inv = ex2(-la * LOG2E);
-                v0 *= inv; v1 *= inv; b0 *= inv; b1 *= inv;
-            } else {
-                const float keep = ex2((la + gt) * LOG2E);  // to true states, then this token's decay
+        // the order of the segments staged: pass A's (the chunk's but the last, first to last), then pass B's (last
+        // to first); each one's copies are asked for while the one before it runs
+        const int n_a = (PROBE & 8) ? 0 : n_seg - 1, n_staged = n_a + n_seg;
+        auto seg_of = [&](int i) { return i < n_a ? i : n_seg - 1 - (i - n_a); };
+        // a segment's inputs copied into the raw buffer (tokens past the chunk zero-filled): one group of copies
+        auto copy_in = [&](int s) {
+            Raw& rw = sh.raw;
+            const int tb = t0 + s * SEG, end = t0 + n_tok;
 #pragma unroll
-                for (int n = 0; n < 16; ++n) { M[0][n] *= keep; M[1][n] *= keep; J[0][n] *= keep; J[1][n] *= keep; }
-                la = 0.f;
+            for (int f = tid; f < SEG * N / KPC; f += THREADS) {  // 16-byte pieces of the key and query rows
+                const int t = f / (N / KPC), col = (f % (N / KPC)) * KPC;
+                const bool ok = tb + t < end;
+                const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * G + ig) * N + col;
+                cp16(&rw.rk[t][col], k + row, ok);
+                cp16(&rw.rq[t][col], q + row, ok);
             }
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float4 K = *reinterpret_cast<const float4*>(&st.kw[t][32 * j + 4 * i]);
-                const float4 Q = *reinterpret_cast<const float4*>(&st.kk[t][32 * j + 4 * i]);
-                const float kv[4] = {K.x, K.y, K.z, K.w}, kq[4] = {Q.x, Q.y, Q.z, Q.w};
+            for (int f = tid; f < SEG * CW / VPC; f += THREADS) {  // and of the value, gain, output gradient rows
+                const int t = f / (CW / VPC), col = (f % (CW / VPC)) * VPC;
+                const bool ok = tb + t < end;
+                const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * H + h) * P + cb * CW + col;
+                cp16(&rw.rv[t][col], v + row, ok);
+                cp16(&rw.rb[t][col], beta + row, ok);
+                cp16(&rw.rdy[t][col], dy + row, ok);
+            }
+            if (tid >= THREADS - SEG) {
+                const int t = tid - (THREADS - SEG);
+                const bool ok = tb + t < end;
+                cp4(&rw.g[t], g + (size_t)(bos + (ok ? tb + t : t0)) * H + h, ok);
+            }
+            commit();
+        };
+        // the i-th staged segment: its copies awaited and widened into the stage (the keys and squared keys as A
+        // fragments and as rows permuted to the lanes' states, the queries permuted, the values, gains and output
+        // gradients in float32, the log decays summed), then the next one's copies asked for
+        auto stage = [&](int i) {
+            const Raw& rw = sh.raw;
+            wait_copies();
+            __syncthreads();  // this segment's copies landed, every warp done with the stage's previous contents
 #pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const int n = 4 * j + u;
-                    M[0][n] = fmaf(v0, kv[u], M[0][n]);
-                    M[1][n] = fmaf(v1, kv[u], M[1][n]);
-                    J[0][n] = fmaf(b0, kq[u], J[0][n]);
-                    J[1][n] = fmaf(b1, kq[u], J[1][n]);
+            for (int r = 0; r < 2; ++r) {  // 2 x 8 x 32 fragments of each
+                const int f = tid + r * THREADS, kb = f >> 8, m = (f >> 5) & 7, l = f & 31;
+                const int s0 = 16 * m + (l >> 2), tk = 8 * kb + (l & 3);
+                const float a0 = widen_k(rw.rk[tk][s0]), a1 = widen_k(rw.rk[tk][s0 + 8]);
+                const float a2 = widen_k(rw.rk[tk + 4][s0]), a3 = widen_k(rw.rk[tk + 4][s0 + 8]);
+                st.ak[kb][m][l] = make_float4(__uint_as_float(tf32(a0)), __uint_as_float(tf32(a1)),
+                                              __uint_as_float(tf32(a2)), __uint_as_float(tf32(a3)));  // (16-bit: exact)
+                st.akk[kb][m][l] = make_float4(__uint_as_float(tf32(a0 * a0)), __uint_as_float(tf32(a1 * a1)),
+                                               __uint_as_float(tf32(a2 * a2)), __uint_as_float(tf32(a3 * a3)));
+            }
+            {
+                const int t = tid >> 4, gg = (tid >> 1) & 7, e0 = 8 * (tid & 1);
+                float kx[8], qx[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const int n = 16 * ((e0 + e) >> 1) + gg + 8 * (e & 1);
+                    kx[e] = widen_k(rw.rk[t][n]);
+                    qx[e] = widen_k(rw.rq[t][n]);
                 }
+                float* kr = &st.kr[t][gg][e0];
+                float* kkr = &st.kkr[t][gg][e0];
+                float* qr = &st.qr[t][gg][e0];
+                *reinterpret_cast<float4*>(kr) = make_float4(kx[0], kx[1], kx[2], kx[3]);
+                *reinterpret_cast<float4*>(kr + 4) = make_float4(kx[4], kx[5], kx[6], kx[7]);
+                *reinterpret_cast<float4*>(kkr) = make_float4(kx[0] * kx[0], kx[1] * kx[1], kx[2] * kx[2],
+                                                              kx[3] * kx[3]);
+                *reinterpret_cast<float4*>(kkr + 4) = make_float4(kx[4] * kx[4], kx[5] * kx[5], kx[6] * kx[6],
+                                                                  kx[7] * kx[7]);
+                *reinterpret_cast<float4*>(qr) = make_float4(qx[0], qx[1], qx[2], qx[3]);
+                *reinterpret_cast<float4*>(qr + 4) = make_float4(qx[4], qx[5], qx[6], qx[7]);
+            }
+            {
+                const vt* pv = &rw.rv[0][0] + 4 * tid;  // 4 values, gains, output gradients a thread
+                const vt* pb = &rw.rb[0][0] + 4 * tid;
+                const vt* pd = &rw.rdy[0][0] + 4 * tid;
+                *reinterpret_cast<float4*>(&st.vw[0][0] + 4 * tid) = make_float4(widen(pv[0]), widen(pv[1]),
+                                                                                  widen(pv[2]), widen(pv[3]));
+                *reinterpret_cast<float4*>(&st.bw[0][0] + 4 * tid) = make_float4(widen(pb[0]), widen(pb[1]),
+                                                                                  widen(pb[2]), widen(pb[3]));
+                *reinterpret_cast<float4*>(&st.dyw[0][0] + 4 * tid) = make_float4(widen(pd[0]), widen(pd[1]),
+                                                                                   widen(pd[2]), widen(pd[3]));
+            }
+            if (w == 0) {  // the log decays' running sums (tokens past the chunk add 0)
+                float x = ln < SEG ? rw.g[ln] : 0.f;
+                if (ln < SEG) st.gw[ln] = x;
+#pragma unroll
+                for (int o = 1; o < SEG; o <<= 1) {
+                    const float y = __shfl_up_sync(0xffffffffu, x, o);
+                    if (ln >= o) x += y;
+                }
+                if (ln < SEG) st.gs[ln] = x;
+            }
+            __syncthreads();  // (also: every thread done reading the raw buffer)
+            if (i + 1 < n_staged) {
+                copy_in(seg_of(i + 1));
+                if (i + 2 < n_staged) ask(seg_of(i + 2));
             }
         };
-        auto to_true = [&](float& la) {  // rescaled -> true states
-            if (la != 0.f) {
-                const float r = ex2(la * LOG2E);
+        // the states times a decay
+        auto scale = [&](float f) {
 #pragma unroll
-                for (int n = 0; n < 16; ++n) { M[0][n] *= r; M[1][n] *= r; J[0][n] *= r; J[1][n] *= r; }
-                la = 0.f;
+            for (int m = 0; m < 8; ++m)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) { M[m][e] *= f; J[m][e] *= f; }
+        };
+        // tokens 8 kb .. 8 kb + 7 added with B fragments (the lane's tokens 8 kb + tq and 8 kb + tq + 4, channel
+        // cb_lane): M += K^T (w v), J += (K^2)^T (w beta)
+        auto apply = [&](int kb, unsigned v0, unsigned v1, unsigned e0, unsigned e1) {
+#pragma unroll
+            for (int m = 0; m < 8; ++m) {
+                mma(M[m], st.ak[kb][m][ln], v0, v1);
+                mma(J[m], st.akk[kb][m][ln], e0, e1);
             }
+        };
+        // the true state after token `last` from the true state before token 8 kb (plainly: the start times its
+        // decay, every token weighted by the decays after it; tokens past `last` weigh 0)
+        auto walk_plain = [&](int kb, int last) {
+            const float gl = st.gs[last], gb = kb ? st.gs[8 * kb - 1] : 0.f;
+            scale(ex2((gl - gb) * LOG2E));
+            const int ta = 8 * kb + tq, tb2 = ta + 4;
+            const float wa = ta <= last ? ex2((gl - st.gs[ta]) * LOG2E) : 0.f;
+            const float wb = tb2 <= last ? ex2((gl - st.gs[tb2]) * LOG2E) : 0.f;
+            apply(kb, tf32(st.vw[ta][cb_lane] * wa), tf32(st.vw[tb2][cb_lane] * wb), tf32(st.bw[ta][cb_lane] * wa),
+                  tf32(st.bw[tb2][cb_lane] * wb));
         };
         auto load_global = [&](const float* m, const float* ii, size_t at) {  // [P, N] rows, J = I - I_prior
 #pragma unroll
-            for (int cc = 0; cc < 2; ++cc)
+            for (int mm = 0; mm < 8; ++mm)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float4 a = *(const float4*)(m + at + (size_t)cc * N + 32 * j);
-                    const float4 b = *(const float4*)(ii + at + (size_t)cc * N + 32 * j);
-                    M[cc][4 * j] = a.x; M[cc][4 * j + 1] = a.y; M[cc][4 * j + 2] = a.z; M[cc][4 * j + 3] = a.w;
-                    J[cc][4 * j] = b.x - ip; J[cc][4 * j + 1] = b.y - ip; J[cc][4 * j + 2] = b.z - ip;
-                    J[cc][4 * j + 3] = b.w - ip;
+                for (int e = 0; e < 4; ++e) {
+                    const size_t o = at + (size_t)(e & 1) * N + 16 * mm + 8 * (e >> 1);
+                    M[mm][e] = m[o];
+                    J[mm][e] = ii[o] - ip;
                 }
         };
         auto put = [&](float4* p) {  // 16 float4 a thread, THREADS apart
 #pragma unroll
-            for (int cc = 0; cc < 2; ++cc)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int n = 4 * j;
-                    p[(4 * cc + j) * THREADS] = make_float4(M[cc][n], M[cc][n + 1], M[cc][n + 2], M[cc][n + 3]);
-                    p[(8 + 4 * cc + j) * THREADS] = make_float4(J[cc][n], J[cc][n + 1], J[cc][n + 2], J[cc][n + 3]);
-                }
+            for (int m = 0; m < 8; ++m) {
+                p[m * THREADS] = make_float4(M[m][0], M[m][1], M[m][2], M[m][3]);
+                p[(8 + m) * THREADS] = make_float4(J[m][0], J[m][1], J[m][2], J[m][3]);
+            }
         };
         auto get = [&](const float4* p) {
 #pragma unroll
-            for (int cc = 0; cc < 2; ++cc)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int n = 4 * j;
-                    const float4 a = p[(4 * cc + j) * THREADS], b = p[(8 + 4 * cc + j) * THREADS];
-                    M[cc][n] = a.x; M[cc][n + 1] = a.y; M[cc][n + 2] = a.z; M[cc][n + 3] = a.w;
-                    J[cc][n] = b.x; J[cc][n + 1] = b.y; J[cc][n + 2] = b.z; J[cc][n + 3] = b.w;
-                }
+            for (int m = 0; m < 8; ++m) {
+                const float4 a = p[m * THREADS], b = p[(8 + m) * THREADS];
+                M[m][0] = a.x; M[m][1] = a.y; M[m][2] = a.z; M[m][3] = a.w;
+                J[m][0] = b.x; J[m][1] = b.y; J[m][2] = b.z; J[m][3] = b.w;
+            }
         };
-        auto slab_at = [&](int s) { return my_slab + (size_t)(s - 1) * 16 * THREADS; };
+        auto slab_at = [&](int s) { return my_slab + (size_t)s * 16 * THREADS; };
         auto slot_at = [&](int j) { return &sh.slot[j][0][tid]; };
+        auto ask_state = [&](const float4* p) {  // a slab state's 512 lines of 128 bytes asked for in L2, 2 a thread
+            const float4* base = p - tid;
+            prefetch_l2(base + 8 * tid);
+            prefetch_l2(base + 8 * (tid + THREADS));
+        };
 
-        // pass A: the chunk walked from its checkpoint, every segment's start but the first kept in the slab
+        // pass A: the chunk walked from its checkpoint a segment at a time, every segment's start kept in the slab
         load_global(ck_m, ck_i, ck);
-        for (int s = 0; s + 1 < n_seg && !(PROBE & 8); ++s) {
-            ask(s + 1);
+        put(slab_at(0));  // (pass B reads every segment's start from the slab)
+        copy_in(seg_of(0));
+        if (n_staged > 1) ask(seg_of(1));
+        for (int s = 0; s < n_a; ++s) {
             stage(s);
-            float la = 0.f;
-            for (int t = 0; t < SEG; ++t) update(t, la);
-            to_true(la);
+            walk_plain(0, SUB - 1);  // (a whole segment: both of its sub-blocks)
+            walk_plain(1, SEG - 1);
             put(slab_at(s + 1));
         }
 
         // pass B
 #pragma unroll
-        for (int n = 0; n < 16; ++n) { dM[0][n] = 0.f; dM[1][n] = 0.f; dI[0][n] = 0.f; dI[1][n] = 0.f; }
+        for (int m = 0; m < 8; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) { dM[m][e] = 0.f; dI[m][e] = 0.f; }
         float an = 0.f;  // the decay of the token after the one reversed (the adjoint's factor)
         for (int s = n_seg - 1; s >= 0; --s) {
-            ask(s - 1);
-            stage(s);
+            stage(n_a + n_seg - 1 - s);
             const int n_s = min(SEG, n_tok - s * SEG), nb = (n_s + SUB - 1) / SUB;
             const long long tseg = bos + t0 + s * SEG;  // the segment's first token
-            if (s == 0) load_global(ck_m, ck_i, ck); else get(slab_at(s));
-            if (nb == 1) {
-                put(slot_at(0));
-            } else {  // the starts of sub-blocks 1 .. nb - 1 into slots 0 .. nb - 2
-                float la = 0.f;
-                for (int t = 0; t < SUB * (nb - 1); ++t) {
-                    update(t, la);
-                    if ((t + 1) % SUB == 0) { to_true(la); put(slot_at((t + 1) / SUB - 1)); }
-                }
+            get(slab_at(s));
+            if (s > 0) ask_state(slab_at(s - 1));  // the next segment's start, in L2 by the time it is read
+            put(slot_at(0));
+            if (nb > 1) {  // the state before token 8
+                walk_plain(0, SUB - 1);
+                put(slot_at(1));
             }
             for (int j = nb - 1; j >= 0; --j) {
-                const int slot = j > 0 ? j - 1 : (nb > 1 ? nb - 2 : 0);
-                if (j == 0 && nb > 1) {  // the segment's start into the slot sub-block 1 no longer needs
-                    if (s == 0) load_global(ck_m, ck_i, ck); else get(slab_at(s));
-                    put(slot_at(slot));
-                }
-                const int m = min(SUB, n_s - SUB * j);
-                for (int r = m; r >= 1; --r) {
-                    // the state after token tt, walked from the sub-block's start
-                    const int tt = SUB * j + r - 1;
-                    get(slot_at(slot));
+                const int base = SUB * j, last = min(base + SUB - 1, n_s - 1);
+                const float gb = j ? st.gs[base - 1] : 0.f;
+                // rescaled from the sub-block's start where its decay allows (M' = M / A, A its decay so far;
+                // tokens weighted by 1 / A at themselves), else plainly
+                const bool rescaled = st.gs[last] - gb >= -TAU;
+                const int ta = base + tq, tb2 = ta + 4;
+                const float ea = ex2((gb - st.gs[ta]) * LOG2E), eb = ex2((gb - st.gs[tb2]) * LOG2E);
+                const unsigned va = tf32(st.vw[ta][cb_lane] * ea), vb = tf32(st.vw[tb2][cb_lane] * eb);
+                const unsigned ba = tf32(st.bw[ta][cb_lane] * ea), bb2 = tf32(st.bw[tb2][cb_lane] * eb);
+                for (int tt = last; tt >= base; --tt) {
+                    const int r = tt - base;
+                    get(slot_at(j));
                     float la = 0.f;
-                    for (int t = (PROBE & 4) ? tt : SUB * j; t <= tt; ++t) update(t, la);
+                    if (!(PROBE & 4)) {
+                        if (rescaled) {
+                            const bool a_in = tq <= r, b_in = tq + 4 <= r;  // the lane's tokens up to tt
+                            apply(j, a_in ? va : 0u, b_in ? vb : 0u, a_in ? ba : 0u, b_in ? bb2 : 0u);
+                            la = st.gs[tt] - gb;
+                        } else {
+                            walk_plain(j, tt);
+                        }
+                    }
                     const float inv = ex2(-la * LOG2E), A = ex2(la * LOG2E), ipi = ip * inv;
                     const long long tok = tseg + tt;
                     // the reverse step of token tt
                     const float2 vv = *reinterpret_cast<const float2*>(&st.vw[tt][c0]);
                     const float2 bb = *reinterpret_cast<const float2*>(&st.bw[tt][c0]);
-                    float g0, g1;
-                    unpack(*reinterpret_cast<const unsigned*>(&st.dy[tt][c0]), g0, g1);
-                    const float vc[2] = {vv.x, vv.y}, bc[2] = {bb.x, bb.y}, gc[2] = {g0, g1};
-                    const float gs[2] = {g0 * inv, g1 * inv};
+                    const float2 gg = *reinterpret_cast<const float2*>(&st.dyw[tt][c0]);
+                    const float vc[2] = {vv.x, vv.y}, bc[2] = {bb.x, bb.y}, gc[2] = {gg.x, gg.y};
+                    const float gsc[2] = {gg.x * inv, gg.y * inv};
                     float pv[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f}, ss = 0.f;
-                    float* row_q = dq + ((size_t)tok * G + ig) * N + 4 * i;
-                    float* row_k = dk + ((size_t)tok * G + ig) * N + 4 * i;
+                    float qk[4][2][2];  // a pair of tile pairs' sums over the lane's channels: [tile][h][dq, dk]
 #pragma unroll
                     for (int jj = 0; jj < 4; ++jj) {
-                        const float4 K = *reinterpret_cast<const float4*>(&st.kw[tt][32 * jj + 4 * i]);
-                        const float4 KQ = *reinterpret_cast<const float4*>(&st.kk[tt][32 * jj + 4 * i]);
-                        const uint2 qw = *reinterpret_cast<const uint2*>(&st.q[tt][32 * jj + 4 * i]);
-                        float qf[4];
-                        unpack(qw.x, qf[0], qf[1]); unpack(qw.y, qf[2], qf[3]);
+                        const float4 K = *reinterpret_cast<const float4*>(&st.kr[tt][gq][4 * jj]);
+                        const float4 KQ = *reinterpret_cast<const float4*>(&st.kkr[tt][gq][4 * jj]);
+                        const float4 Q = *reinterpret_cast<const float4*>(&st.qr[tt][gq][4 * jj]);
                         const float kv[4] = {K.x, K.y, K.z, K.w}, kq[4] = {KQ.x, KQ.y, KQ.z, KQ.w};
-                        float dqa[4], dka[4], dkb[4];
+                        const float qf[4] = {Q.x, Q.y, Q.z, Q.w};
 #pragma unroll
-                        for (int u = 0; u < 4; ++u) {
-                            const int n = 4 * jj + u;
-                            dqa[u] = 0.f; dka[u] = 0.f; dkb[u] = 0.f;
+                        for (int u = 0; u < 4; ++u) {  // state 16 m + gq + 8 hh of tile m
+                            const int m = 2 * jj + (u >> 1), hh = u & 1;
+                            float dqa = 0.f, dka = 0.f, dkb = 0.f;
 #pragma unroll
                             for (int cc = 0; cc < 2; ++cc) {
-                                const float rr = rcp(J[cc][n] + ipi);
-                                const float mu = M[cc][n] * rr;
-                                const float tq = gs[cc] * qf[u] * rr;
-                                dM[cc][n] = fmaf(an, dM[cc][n], tq);
-                                dI[cc][n] = fmaf(an, dI[cc][n], -tq * mu);
-                                dqa[u] = fmaf(mu, gc[cc], dqa[u]);
-                                dka[u] = fmaf(dM[cc][n], vc[cc], dka[u]);
-                                dkb[u] = fmaf(dI[cc][n], bc[cc], dkb[u]);
-                                pv[cc] = fmaf(dM[cc][n], kv[u], pv[cc]);
-                                pb[cc] = fmaf(dI[cc][n], kq[u], pb[cc]);
-                                ss = fmaf(dM[cc][n], M[cc][n], ss);
-                                ss = fmaf(dI[cc][n], J[cc][n], ss);
+                                const int e = 2 * hh + cc;
+                                const float rr = rcp(J[m][e] + ipi);
+                                const float mu = M[m][e] * rr;
+                                const float tqv = gsc[cc] * qf[u] * rr;
+                                dM[m][e] = fmaf(an, dM[m][e], tqv);
+                                dI[m][e] = fmaf(an, dI[m][e], -tqv * mu);
+                                dqa = fmaf(mu, gc[cc], dqa);
+                                dka = fmaf(dM[m][e], vc[cc], dka);
+                                dkb = fmaf(dI[m][e], bc[cc], dkb);
+                                pv[cc] = fmaf(dM[m][e], kv[u], pv[cc]);
+                                pb[cc] = fmaf(dI[m][e], kq[u], pb[cc]);
+                                ss = fmaf(dM[m][e], M[m][e], ss);
+                                ss = fmaf(dI[m][e], J[m][e], ss);
                             }
-                            dka[u] = fmaf(2.f * kv[u], dkb[u], dka[u]);  // dk's partial
+                            qk[2 * (jj & 1) + (u >> 1)][hh][0] = dqa;
+                            qk[2 * (jj & 1) + (u >> 1)][hh][1] = fmaf(2.f * kv[u], dkb, dka);
                         }
 #if !(PROBE & 2)
-                        // dq, dk of the 4 states over the 4 channel pairs (lane bits 3, 4): reduce-scattered to 2
-                        // consecutive states of one of them a lane
-                        float x[4];
+                        if (jj & 1) {
+                            // tiles 4 p .. 4 p + 3 (p = jj / 2): dq, dk of their 2 x 4 states summed over the 4 channel
+                            // pairs (lane bits 1, 0) and reduce-scattered, lane tq keeping tile 4 p + tq: four-state
+                            // vectors [token, group, p, g, tile, h, (dq, dk)]
+                            float x[2][2][2];
 #pragma unroll
-                        for (int u = 0; u < 4; ++u)
-                            x[u] = (h4 ? dka[u] : dqa[u]) + __shfl_xor_sync(0xffffffffu, h4 ? dqa[u] : dka[u], 16);
-                        const float y0 = (h3 ? x[2] : x[0]) + __shfl_xor_sync(0xffffffffu, h3 ? x[0] : x[2], 8);
-                        const float y1 = (h3 ? x[3] : x[1]) + __shfl_xor_sync(0xffffffffu, h3 ? x[1] : x[3], 8);
-                        float* at = (h4 ? row_k : row_q) + 32 * jj + 2 * h3;
-#if VEC
-                        red_add2(at, y0, y1);
+                            for (int lo = 0; lo < 2; ++lo)
+#pragma unroll
+                                for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                                    for (int xx = 0; xx < 2; ++xx)
+                                        x[lo][hh][xx] = (b1 ? qk[2 + lo][hh][xx] : qk[lo][hh][xx])
+                                            + __shfl_xor_sync(0xffffffffu, b1 ? qk[lo][hh][xx] : qk[2 + lo][hh][xx], 2);
+                            float y[2][2];
+#pragma unroll
+                            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                                for (int xx = 0; xx < 2; ++xx)
+                                    y[hh][xx] = (b0 ? x[1][hh][xx] : x[0][hh][xx])
+                                        + __shfl_xor_sync(0xffffffffu, b0 ? x[0][hh][xx] : x[1][hh][xx], 1);
+                            red_add4(dqk + (((size_t)tok * G + ig) * 2 + (jj >> 1)) * N + 16 * gq + 4 * tq,
+                                     y[0][0], y[0][1], y[1][0], y[1][1]);
+                        }
 #else
-                        red_add(at, y0); red_add(at + 1, y1);
-#endif
-#else
-                        if (ss == 12345.f) red_add(row_q, dqa[0] + dqa[1] + dqa[2] + dqa[3] + dka[0] + dka[3]);
+                        if (ss == 12345.f) red_add(dqk, qk[0][0][0] + qk[1][1][1] + qk[2][0][1] + qk[3][1][0]);
 #endif
                     }
                     // decay gradient: a_t <dM, M_{t-1}> + a_t <dI, J_{t-1}> = <dM, M_t> - v . dv + <dI, J_t> - b . db
                     float dgl = ss * A - (vc[0] * pv[0] + vc[1] * pv[1] + bc[0] * pb[0] + bc[1] * pb[1]);
-                    // dv, dbeta of the two channels over the 8 state lanes (bits 0-2): reduce-scattered
-                    float z0 = (e2 ? pb[0] : pv[0]) + __shfl_xor_sync(0xffffffffu, e2 ? pv[0] : pb[0], 4);
-                    float z1 = (e2 ? pb[1] : pv[1]) + __shfl_xor_sync(0xffffffffu, e2 ? pv[1] : pb[1], 4);
-                    float z = (e1 ? z1 : z0) + __shfl_xor_sync(0xffffffffu, e1 ? z0 : z1, 2);
-                    z += __shfl_xor_sync(0xffffffffu, z, 1);
-                    if ((ln & 1) == 0) {
-                        const size_t at = ((size_t)tok * H + h) * P + cb * CW + c0 + e1;
-                        (e2 ? dbeta : dv)[at] = to_vt(z);
+                    // dv, dbeta of the two channels over the 8 row groups (lane bits 2-4): reduce-scattered
+                    const float z0 = (b4 ? pb[0] : pv[0]) + __shfl_xor_sync(0xffffffffu, b4 ? pv[0] : pb[0], 16);
+                    const float z1 = (b4 ? pb[1] : pv[1]) + __shfl_xor_sync(0xffffffffu, b4 ? pv[1] : pb[1], 16);
+                    float z = (b3 ? z1 : z0) + __shfl_xor_sync(0xffffffffu, b3 ? z0 : z1, 8);
+                    z += __shfl_xor_sync(0xffffffffu, z, 4);
+                    if (!b2) {
+                        const size_t at = ((size_t)tok * H + h) * P + cb * CW + c0 + b3;
+                        (b4 ? dbeta : dv)[at] = to_vt(z);
                     }
 #if !(PROBE & 2)
 #pragma unroll
                     for (int o = 16; o >= 1; o >>= 1) dgl += __shfl_xor_sync(0xffffffffu, dgl, o);
                     if (ln == 0) red_add(dg + (size_t)tok * H + h, dgl);
 #endif
-                    an = ex2(st.g[tt] * LOG2E);
+                    an = ex2(st.gw[tt] * LOG2E);
                 }
             }
         }
@@ -420,70 +524,75 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const vt* __restrict__ k, cons
         size_t at = 0;
         if (c > 0) {
             const long long slot0 = boc - sq > 0 ? boc - sq : 0;
-            at = ((size_t)(slot0 + c - 1) * H + h) * P * N + (size_t)pc * N + 4 * i;
+            at = ((size_t)(slot0 + c - 1) * H + h) * P * N + (size_t)pc * N + gq;
             om = lm; oi = li;
         } else {
-            at = ((size_t)sq * H + h) * P * N + (size_t)pc * N + 4 * i;
+            at = ((size_t)sq * H + h) * P * N + (size_t)pc * N + gq;
             om = dm0; oi = di0;
         }
 #pragma unroll
-        for (int cc = 0; cc < 2; ++cc)
+        for (int m = 0; m < 8; ++m)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int n = 4 * j;
-                const size_t o = at + (size_t)cc * N + 32 * j;
-                if (om) *(float4*)(om + o) = make_float4(an * dM[cc][n], an * dM[cc][n + 1], an * dM[cc][n + 2],
-                                                         an * dM[cc][n + 3]);
-                if (oi) *(float4*)(oi + o) = make_float4(an * dI[cc][n], an * dI[cc][n + 1], an * dI[cc][n + 2],
-                                                         an * dI[cc][n + 3]);
+            for (int e = 0; e < 4; ++e) {
+                const size_t o = at + (size_t)(e & 1) * N + 16 * m + 8 * (e >> 1);
+                if (om) om[o] = an * dM[m][e];
+                if (oi) oi[o] = an * dI[m][e];
             }
-        __syncthreads();  // (the next work item's stage overwrites this one's)
     }
 }
 """
 
 
-def shared_bytes() -> int:
-    """The dynamic shared memory of a CTA: three state slots (64 KB each) and one segment's inputs (keys, squared
-    keys, values and gains in float32; queries and output gradients as they come, 16-bit; the log decays)."""
+def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | None = None) -> int:
+    """The dynamic shared memory of a CTA: two state slots (64 KB each) and one segment's inputs (keys and squared
+    keys as tensor-core fragments and as permuted rows, queries permuted, values, gains and output gradients in
+    float32, the log decays and their sums, and the rows as copied: values, gains and output gradients in ``dtype``,
+    keys and queries in ``key_dtype``, the same by default)."""
+    key_dtype = key_dtype or dtype
     slots = SLOTS * STATES * CHANNELS * 2 * 4
-    stage = SEG * (2 * STATES + 2 * CHANNELS) * 4 + SEG * (STATES + CHANNELS) * 2 + SEG * 4
-    return slots + stage
+    fragments = 2 * 2 * 8 * 32 * 16
+    rows = 3 * SEG * 8 * ROW * 4
+    channels = 3 * SEG * CHANNELS * 4
+    raw = SEG * (2 * STATES * key_dtype.itemsize + 3 * CHANNELS * dtype.itemsize) + SEG * 4
+    return slots + fragments + rows + channels + 2 * SEG * 4 + raw
 
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
-                  arch: str = "sm_90a", probe: int = 0, vector_atomics: bool = True) -> bytes:
+                  arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None) -> bytes:
     """The local pass compiled for ``arch`` (a CPU is enough): the cubin's bytes (``probe``: the timing bits of
-    the source's ``PROBE``, which leave parts out; ``vector_atomics``: ``dq``, ``dk`` added two states at a
-    time)."""
-    flag = "VT_BF16" if dtype == torch.bfloat16 else "VT_F16"
-    options = [f"--gpu-architecture={arch}", "-std=c++17", f"-D{flag}=1", f"-DH={heads}", f"-DG={groups}",
-               f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
-               f"-DVEC={int(vector_atomics)}"]
+    the source's ``PROBE``, which leave parts out)."""
+    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+    options = [f"--gpu-architecture={arch}", "-std=c++17", f"-DVT_{names[dtype]}=1",
+               f"-DKT_{names[key_dtype or dtype]}=1", f"-DH={heads}", f"-DG={groups}",
+               f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}"]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_local.cu", options, "the local pass")
 
 
 @functools.lru_cache(maxsize=32)
 def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, varlen: bool,
-            probe: int = 0, vector_atomics: bool = True):
+            probe: int = 0, key_dtype: torch.dtype | None = None):
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, arch=cuda_build.arch(device),
-                          probe=probe, vector_atomics=vector_atomics)
-    return cuda_build.load(device, cubin, KERNEL, shared_bytes())
+                          probe=probe, key_dtype=key_dtype)
+    return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype))
 
 
 def slab_states(chunk: int) -> int:
-    """The states of a CTA's slab: every segment's start but the chunk's first."""
-    return max(1, chunk // SEG - 1)
+    """The states of a CTA's slab: every segment's start, the chunk's checkpoint first."""
+    return max(1, chunk // SEG)
 
 
 def unsupported(v, k, q, beta, log_decay, dy, du, chunk_size: int) -> str | None:
     """Why the CUDA local pass cannot take these inputs (None where it can)."""
     if not v.is_cuda:
         return "not a CUDA tensor"
-    if v.dtype not in (torch.bfloat16, torch.float16):
-        return f"{v.dtype} inputs (bf16 or fp16)"
-    if beta is None or any(t.dtype != v.dtype for t in (k, q, beta, dy)):
-        return "beta absent, or keys, queries, gains or output gradients in another dtype than v"
+    kinds = (torch.bfloat16, torch.float16, torch.float32)
+    if v.dtype not in kinds or k.dtype not in kinds:
+        return f"{v.dtype} values or {k.dtype} keys (bf16, fp16, or float32 with TF32 allowed)"
+    if torch.float32 in (v.dtype, k.dtype) and torch.get_float32_matmul_precision() == "highest":
+        return ("float32 inputs at full precision (its tensor-core state updates run in TF32: "
+                "torch.set_float32_matmul_precision('high') allows it)")
+    if beta is None or any(t.dtype != v.dtype for t in (beta, dy)) or q.dtype != k.dtype:
+        return "beta absent, gains or output gradients in another dtype than v, or queries than keys"
     if du is not None:
         return "the uncertainty gradient"
     if k.shape[-1] != STATES:
@@ -504,11 +613,19 @@ def programs(device: torch.device, n_work: int) -> int:
     return max(1, min(n_work, fr._sm_count(device)))
 
 
+def states_of_sums(sums: torch.Tensor) -> torch.Tensor:
+    """The kernel's ``dq``, ``dk`` sums, ``[tokens, groups, 256]`` in its order (tile pair ``p``, row group ``g``,
+    lane ``t``, ``h``, then ``dq``, ``dk``: state ``16 (4 p + t) + 8 h + g``), as ``[tokens, groups, 128, 2]``."""
+    tokens, groups = sums.shape[:2]
+    return sums.view(tokens, groups, 2, 8, 4, 2, 2).permute(0, 1, 2, 4, 5, 3, 6).reshape(tokens, groups, STATES, 2)
+
+
 def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
-           n_states, max_chunks, chunk_size, probe: int = 0, vector_atomics: bool = True):
+           n_states, max_chunks, chunk_size, probe: int = 0):
     """The local pass into the chunked backward's buffers (``dv``, ``dbeta`` written; ``dk``, ``dq``, ``dg`` added
-    to; ``lm``, ``li``, ``dm0``, ``di0`` as the Triton pass writes them); ``probe``, ``vector_atomics``: as
-    :func:`compile_cubin`'s."""
+    to; ``lm``, ``li``, ``dm0``, ``di0`` as the Triton pass writes them); ``probe``: as :func:`compile_cubin`'s.
+    ``dq`` and ``dk`` are summed by the kernel into one scratch of four-state vectors (a vector atomic a lane, tile
+    pair and token), then added to their buffers."""
     _, length, heads, head_dim = v.shape
     groups = k.shape[2]
     varlen = cu_seqlens is not None
@@ -516,15 +633,20 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     if n_work == 0:  # nothing to walk (an empty grid is a launch error)
         return
     device = v.device.index if v.device.index is not None else torch.cuda.current_device()
-    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, vector_atomics)
+    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, k.dtype)
     grid = programs(v.device, n_work)
     v, k, q, beta, dy = (cuda_build.aligned(t) for t in (v, k, q, beta, dy))
     log_decay = log_decay.float().contiguous()
     slab = torch.empty((grid * slab_states(chunk_size) * 2 * CHANNELS * STATES,), dtype=torch.float32,
                        device=v.device)  # 64 KB a state: a thread's 16 float4, THREADS apart
+    tokens = v.shape[0] * length
+    sums = torch.zeros((tokens, groups, 2 * STATES), dtype=torch.float32, device=v.device)
     empty = torch.empty((1,), dtype=torch.int32, device=v.device)
-    tensors = [v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, slab, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
+    tensors = [v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, slab, lm, li, dv, sums, dg, dbeta, dm0, di0,
                cu_seqlens.to(torch.int32) if varlen else empty, offsets.to(torch.int32) if varlen else empty]
     n_chunks = 0 if varlen else max_chunks
-    cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(), tensors,
+    cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype), tensors,
                       [length, n_chunks, max_chunks, n_work])
+    both = states_of_sums(sums)
+    dq.view(tokens, groups, STATES).add_(both[..., 0])
+    dk.view(tokens, groups, STATES).add_(both[..., 1])

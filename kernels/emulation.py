@@ -552,48 +552,63 @@ def local_pass_block(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, dm_
     return grads, dm * a_next, di * a_next
 
 
-def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, tau=20.0, seg=16, sub=4):
+def tf32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (float32) rounded to TF32, 10 bits of mantissa, ties away from zero (``cvt.rna.tf32.f32``): what a
+    tensor-core product of the CUDA local pass reads of its operands."""
+    bits = x.float().contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).to(x.dtype)
+
+
+def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, tau=20.0, seg=16, sub=8,
+                     round_tf32=False):
     """The CUDA local pass (``kernels/cuda_local.py``) over one chunk of one head, as the kernel computes it, from a
     zero adjoint at the chunk's end: ``[T, P]`` values, gains and output gradients, ``[T, N]`` keys and queries,
     ``[T]`` log decays, the chunk's checkpoint ``m0``, ``i0`` (``[P, N]``).
 
-    Pass A keeps the state before every ``seg``-th token; pass B takes the segments from the last, walks each once
-    keeping the starts of its sub-blocks of ``sub`` tokens, and walks every token from its sub-block's start. Each walk
-    starts from a true state and keeps ``(M', J', la)``: ``la`` the log decay since the walk's start (or its last
-    renormalisation), ``M' = M / e^la``, updated by ``M' += (v e^-la) k`` while ``la`` stays above ``-tau``; a token
-    that would take it below is applied to the true states plainly (``M = a e^la M' + v k``) and ``la`` restarts at 0.
-    The reverse step reads the rescaled states as they are and takes the decay gradient from the token's own state
-    (``<dM, M_t> - v . dv + <dI, J_t> - beta . dbeta``). Returns the gradients of ``v``, ``k``, ``q``, ``log_decay``,
-    ``beta``, the local adjoints of the chunk's start state, and the state updates run."""
+    Its state updates are matrix products over up to ``sub`` tokens at once (the kernel's tensor-core products:
+    ``M += (w v)^T K``, ``J += (w beta)^T K^2`` for the tokens of one sub-block, the weights ``w`` zero past the token
+    wanted). Pass A keeps every ``seg``-th state, each from the one before plainly (the start times the segment's decay,
+    every token weighted by the decays after it). Pass B takes the segments from the last; in each, the state before
+    every sub-block (its start, and the one a sub-block in, plainly); then every token's state from its sub-block's
+    start: rescaled where the sub-block's log decay stays above ``-tau`` (``M' = S + sum_t (v_t / A_t) k_t``, ``A_t``
+    the decay from the sub-block's start through token ``t``, so ``M' = M / A``), plainly elsewhere. The reverse step
+    reads the rescaled states as they are and takes the decay gradient from the token's own state
+    (``<dM, M_t> - v . dv + <dI, J_t> - beta . dbeta``). ``round_tf32``: the products' operands rounded to TF32 as
+    the kernel's are (float32 inputs). Returns the gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local
+    adjoints of the chunk's start state, and the products run (sub-blocks of tokens applied at once)."""
     tokens = v.shape[0]
-    updates = 0
+    products = 0
+    rnd = tf32 if round_tf32 else (lambda x: x)
+    cum = torch.cumsum(log_decay, 0)  # the log decays summed from the chunk's start, through each token
 
-    def walk(m, j, start, end):
-        nonlocal updates
-        la = torch.zeros((), dtype=v.dtype)
-        for t in range(start, end):
-            updates += 1
-            if la + log_decay[t] >= -tau:
-                la = la + log_decay[t]
-                inv = torch.exp(-la)
-                m = m + (v[t] * inv)[:, None] * k[t][None, :]
-                j = j + (beta[t] * inv)[:, None] * (k[t] * k[t])[None, :]
-            else:
-                keep = torch.exp(la + log_decay[t])
-                m = m * keep + v[t][:, None] * k[t][None, :]
-                j = j * keep + beta[t][:, None] * (k[t] * k[t])[None, :]
-                la = torch.zeros((), dtype=v.dtype)
-        return m, j, la
+    def g(t):  # the summed log decays through token t (t = -1: none)
+        return cum[t] if t >= 0 else torch.zeros((), dtype=cum.dtype)
 
-    def true(m, j, la):
-        return m * torch.exp(la), j * torch.exp(la)
+    def apply(m, j, first, last, weights):
+        """``(m, j)`` plus tokens ``first .. last`` in one product, token t weighted by ``weights[t - first]``."""
+        nonlocal products
+        products += 1
+        ts = torch.arange(first, last + 1)
+        w = weights.to(v.dtype)
+        kk = rnd(k[ts] * k[ts])
+        m = m + (rnd(v[ts] * w[:, None])).T @ rnd(k[ts])
+        j = j + (rnd(beta[ts] * w[:, None])).T @ kk
+        return m, j
+
+    def plain(m, j, first, last):  # the true state after token `last` from the true state before `first`
+        keep = torch.exp(g(last) - g(first - 1))
+        weights = torch.exp(g(last) - torch.stack([g(t) for t in range(first, last + 1)]))
+        return apply(m * keep, j * keep, first, last, weights)
 
     grads = {name: torch.zeros_like(x) for name, x in (("v", v), ("k", k), ("q", q), ("log_decay", log_decay),
                                                         ("beta", beta))}
     n_seg = -(-tokens // seg)
-    starts = [(m0.clone(), i0 - importance_prior)]  # pass A: the slab (and the checkpoint)
+    starts = [(m0.clone(), i0 - importance_prior)]  # pass A: the slab (the checkpoint first)
     for s in range(n_seg - 1):
-        starts.append(true(*walk(*starts[-1], s * seg, s * seg + seg)))
+        m, j = starts[-1]
+        for b in range(seg // sub):
+            m, j = plain(m, j, s * seg + b * sub, s * seg + b * sub + sub - 1)
+        starts.append((m, j))
     dm = torch.zeros_like(m0)
     di = torch.zeros_like(m0)
     a_next = torch.zeros((), dtype=v.dtype)
@@ -602,11 +617,19 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
         n_sub = -(-n_s // sub)
         slots = [starts[s]]
         for b in range(1, n_sub):
-            slots.append(true(*walk(*slots[-1], t0 + (b - 1) * sub, t0 + b * sub)))
+            slots.append(plain(*slots[-1], t0 + (b - 1) * sub, t0 + b * sub - 1))
         for b in range(n_sub - 1, -1, -1):
             first = t0 + b * sub
-            for t in range(min(first + sub, t0 + n_s) - 1, first - 1, -1):
-                m, j, la = walk(*slots[b], first, t + 1)
+            last = min(first + sub, t0 + n_s) - 1
+            rescaled = bool(g(last) - g(first - 1) >= -tau)
+            for t in range(last, first - 1, -1):
+                if rescaled:
+                    scales = torch.exp(g(first - 1) - torch.stack([g(u) for u in range(first, t + 1)]))
+                    m, j = apply(*slots[b], first, t, scales)
+                    la = g(t) - g(first - 1)
+                else:
+                    m, j = plain(*slots[b], first, t)
+                    la = torch.zeros((), dtype=v.dtype)
                 inv, scale = torch.exp(-la), torch.exp(la)
                 r = 1 / (j + importance_prior * inv)
                 mu = m * r
@@ -620,4 +643,6 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
                 grads["log_decay"][t] = (scale * ((dm * m).sum() + (di * j).sum())
                                          - (v[t] * grads["v"][t]).sum() - (beta[t] * grads["beta"][t]).sum())
                 a_next = torch.exp(log_decay[t])
-    return grads, a_next * dm, a_next * di, updates
+    return grads, a_next * dm, a_next * di, products
+
+

@@ -1,82 +1,127 @@
 """The chunk-parallel backward's local pass in CUDA C++ (``palimpsa.kernels.cuda_local``) on the CPU.
 
-NVRTC compiles it for sm_90a without a GPU and Triton's ``cuobjdump`` disassembles the cubin: in bf16 and fp16, at
-2.7b shapes and a small one with packed sequences, its registers within ``__launch_bounds__`` (one 8-warp CTA an
-SM), no local memory, its shared memory within an H100's or H200's 227 KB a CTA, no barrier in the token loop, and
-``dq``, ``dk`` added by two-state vector atomics; every timing probe compiles. Then the dispatch on CPU tensors
-(``LOCAL`` "cuda" refuses with the reason, "auto" never takes it). Its gradients are checked on a GPU against
-float64 and the Gluon pass (docs/bench/cuda-local-2026-11-29, ``check_local.py``).
+NVRTC compiles it for sm_90a without a GPU and Triton's ``cuobjdump`` disassembles the cubin: with bf16, fp16 and
+float32 inputs, and float32 values with bf16 keys, at 2.7b shapes and a small one with packed sequences, its registers
+within ``__launch_bounds__`` (one 8-warp CTA an SM), no local memory, its shared memory (two 64 KB state slots, a
+segment's widened inputs and its raw copies) within an H100's or H200's 227 KB a CTA, its state updates as TF32
+tensor-core products (``mma.m16n8k8``: HMMA), no barrier in the token loop, and ``dq``, ``dk`` added by four-state
+vector atomics into a scratch that ``states_of_sums`` orders; every timing probe compiles. Then the dispatch on CPU
+tensors (``LOCAL`` "cuda" refuses with the reason, "auto" never takes it; auto's other rules with the reason patched
+away). Its gradients are checked on a GPU against float64 and the Gluon pass (docs/bench/cuda-mma-2026-11-29).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 
 import pytest
 import torch
 from cubin_sass import instructions, resources, sass
 from palimpsa.kernels import chunked_bwd, cuda_build, cuda_local
+from palimpsa.kernels import fused_recurrent as fr
 
 SHAPES = {"2.7b": (80, 1, 64, 512), "small": (8, 2, 128, 64)}  # heads, groups, head dim, chunk
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"bf16": (torch.bfloat16, None), "fp16": (torch.float16, None), "f32": (torch.float32, None),
+          "f32-bf16-keys": (torch.float32, torch.bfloat16)}  # values, gains, output gradients; keys, queries
 LAUNCHES = [(d, s) for d in DTYPES for s in SHAPES]
 IDS = [f"{d}-{s}" for d, s in LAUNCHES]
 MAX_SHARED = 227 * 1024  # the most dynamic shared memory a CTA may ask for on compute capability 9.0
+TF32_MMA = "HMMA.1688.F32.TF32"  # mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
+BARRIER = "BAR.SYNC.DEFER_BLOCKING"
 
 
 @functools.cache
-def disassembly(dtype: str, shape: str, probe: int = 0, vector_atomics: bool = True) -> str:
-    return sass(cuda_local.compile_cubin(DTYPES[dtype], *SHAPES[shape], varlen=shape == "small", arch="sm_90a",
-                                         probe=probe, vector_atomics=vector_atomics))
+def disassembly(dtype: str, shape: str, probe: int = 0) -> str:
+    values, keys = DTYPES[dtype]
+    return sass(cuda_local.compile_cubin(values, *SHAPES[shape], varlen=shape == "small", arch="sm_90a",
+                                         probe=probe, key_dtype=keys))
 
 
 def opcodes(text: str) -> list:
     return [op for _, op, _ in instructions(text)]
 
 
+def addresses(text: str, opcode: str) -> list:
+    return [at for at, op, _ in instructions(text) if op == opcode]
+
+
+def reductions(text: str) -> list:
+    """The global reductions' full opcodes (``instructions`` stops an opcode at the lowercase x of ``F32x4``)."""
+    return sorted(re.findall(r"\bREDG\.\S+", text))
+
+
 @pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
 def test_compiles_within_bounds(dtype, shape):
-    """One 8-warp CTA an SM: at most 255 registers a thread and no local memory (the 4 x 32 states and adjoints a lane
-    stay in registers); the state slots and a segment's inputs within 227 KB; a reciprocal a state element and token
-    in the reverse step (2 channels x 16 states: 32)."""
+    """One 8-warp CTA an SM: at most 255 registers a thread and no local memory (a lane's 4 x 8 x 4 states and
+    adjoints stay in registers); the state slots and a segment's inputs within 227 KB; a reciprocal a state element
+    and token in the reverse step (2 channels x 16 states: 32); the state updates as TF32 tensor-core products, 16 a
+    ``apply`` (8 tiles of M and of J), which the code inlines 5 times (pass A's two sub-blocks, pass B's state before
+    token 8, its rescaled and its plain per-token walks)."""
     text = disassembly(dtype, shape)
     assert "code for sm_90a" in text
     used = resources(text)
     assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
-    assert cuda_local.shared_bytes() <= MAX_SHARED
-    assert opcodes(text).count("MUFU.RCP") >= 32
+    assert cuda_local.shared_bytes(*DTYPES[dtype]) <= MAX_SHARED
+    ops = opcodes(text)
+    assert ops.count("MUFU.RCP") >= 32
+    assert ops.count(TF32_MMA) >= 16 * 5
+    assert [op for op in ops if op.startswith("HMMA") and op != TF32_MMA] == []
 
 
 def test_barriers_outside_the_token_loop():
-    """The barriers are the stage's (four a segment: copies done, 16-bit rows read, widened rows written, and before
-    the next copies) and one a work item, nine in the code: none in the reverse step, whose sums over the channels
-    and states stay in a warp (shuffles and atomics)."""
-    ops = opcodes(disassembly("bf16", "2.7b"))
-    assert ops.count("BAR.SYNC.DEFER_BLOCKING") <= 9
-    assert ops.count("SHFL.BFLY") >= 4 * 6 + 4 + 5  # dq/dk per group of 4 states, dv/dbeta, the decay gradient
+    """The barriers are the stage's, two a segment (its copies landed and the stage's previous contents read; its
+    widened inputs written and the raw buffer read), the stage inlined twice (pass A's and pass B's segment loops):
+    4 in the SASS, none in the reverse step (from its 32 reciprocals to the decay gradient's atomic), whose sums over
+    the channels and states stay in a warp (shuffles and atomics)."""
+    text = disassembly("bf16", "2.7b")
+    ops = opcodes(text)
+    assert 0 < ops.count(BARRIER) <= 4
+    first, last = addresses(text, "MUFU.RCP")[-32], max(at for at, op, _ in instructions(text) if op.startswith("REDG"))
+    assert not [at for at in addresses(text, BARRIER) if first <= at <= last]
+    assert ops.count("SHFL.BFLY") >= 2 * (8 + 4) + 4 + 5  # dq/dk per tile pair, dv/dbeta, the decay gradient
 
 
-def test_vector_atomics():
-    """``dq`` and ``dk`` go out two states at a time (``red.global.add.v2.f32``: 4 a token and lane instead of 8);
-    ``vector_atomics=False`` compiles the one-state form."""
-    vector = disassembly("bf16", "2.7b")
-    scalar = disassembly("bf16", "2.7b", vector_atomics=False)
-    assert vector.count("REDG.E.ADD.F32x2") == 4 and "REDG.E.ADD.F32x2" not in scalar
-    assert scalar.count("REDG.E.ADD.F32.") == vector.count("REDG.E.ADD.F32.") + 8
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_vector_atomics(dtype):
+    """``dq`` and ``dk`` go out four states at a time (``red.global.add.v4.f32``, one a lane, tile pair and token: 2
+    in the code); the one scalar reduction left is the decay gradient's (one a warp and token)."""
+    assert reductions(disassembly(dtype, "2.7b")) == (["REDG.E.ADD.F32.FTZ.RN.STRONG.GPU"]
+                                                      + 2 * ["REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU"])
 
 
 def test_shared_memory():
-    """Three 64 KB state slots, and a segment's keys, squared keys, values and gains in float32, queries and output
-    gradients in 16 bits, and its log decays."""
-    assert cuda_local.shared_bytes() == 3 * 65536 + 16 * (2 * 128 + 2 * 64) * 4 + 16 * (128 + 64) * 2 + 16 * 4
-    assert cuda_local.slab_states(512) == 31 and cuda_local.slab_states(16) == 1
+    """Only the raw copies' rows depend on the dtypes: bf16 and fp16 take the same, float32 values, gains and output
+    gradients 3 x 16 x 64 x 2 bytes more, float32 keys and queries 2 x 16 x 128 x 2 more; and ``shared_bytes`` is the
+    kernel's ``sizeof(Shared)`` (NVRTC checks a ``static_assert`` on the source's structs). A slab holds every
+    segment's start: ``chunk // 16`` states."""
+    bf16, f32 = torch.bfloat16, torch.float32
+    half, mixed, full = (cuda_local.shared_bytes(*dtypes) for dtypes in [(bf16,), (f32, bf16), (f32,)])
+    assert cuda_local.shared_bytes(torch.float16) == half < mixed < full
+    assert mixed - half == 3 * 16 * 64 * (4 - 2) and full - mixed == 2 * 16 * 128 * (4 - 2)
+    assert cuda_local.shared_bytes(bf16, f32) - half == 2 * 16 * 128 * (4 - 2)
+    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+    structs = cuda_local.SOURCE[:cuda_local.SOURCE.index('extern "C"')]  # up to the kernel
+    for values, keys in [*DTYPES.values(), (bf16, f32)]:
+        size = cuda_local.shared_bytes(values, keys)
+        source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
+        cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17",
+                                                        f"-DVT_{names[values]}=1", f"-DKT_{names[keys or values]}=1"],
+                                  "the shared-memory layout")
+    assert cuda_local.slab_states(512) == 32 and cuda_local.slab_states(16) == 1
 
 
 @pytest.mark.parametrize("probe", [2, 4, 8, 14])
 def test_probes_compile(probe):
-    """The timing probes (parts left out, docs/bench/cuda-local-2026-11-29) compile."""
-    assert resources(disassembly("bf16", "2.7b", probe))["REG"] <= 255
+    """The timing probes (parts left out, docs/bench/cuda-mma-2026-11-29) compile within the registers, without
+    local memory, and leave their parts out: 2 the dq/dk vector atomics, 4 (pass B's per-token walks) and 8 (pass A)
+    tensor-core products."""
+    text = disassembly("bf16", "2.7b", probe)
+    used = resources(text)
+    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+    assert ("REDG.E.ADD.F32x4" in text) == (not probe & 2)
+    assert (opcodes(text).count(TF32_MMA) < 16 * 5) == bool(probe & 12)
 
 
 def test_compile_error():
@@ -85,27 +130,74 @@ def test_compile_error():
         cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], arch="sm_1")
 
 
-def cpu_inputs(dtype=torch.bfloat16, head_dim=64):
+def test_states_of_sums():
+    """The scratch's ``[tokens, groups, 256]`` in the kernel's order (tile pair ``p``, row group ``g``, lane ``t``,
+    ``h``, then ``dq``, ``dk``: where lane ``(g, t)`` adds its four-state vector of tile ``4 p + t``) lands on state
+    ``16 (4 p + t) + 8 h + g``: each entry of the scratch holds its own index, which every output's position must
+    match."""
+    tokens, groups = 3, 2
+    sums = torch.arange(tokens * groups * 256, dtype=torch.float32).view(tokens, groups, 256)
+    out = cuda_local.states_of_sums(sums)
+    assert out.shape == (tokens, groups, 128, 2)
+    source = out.long()
+    token, rest = source // (groups * 256), source % (groups * 256)
+    group, index = rest // 256, rest % 256
+    p, g, t, h, x = index // 128, index // 16 % 8, index // 4 % 4, index // 2 % 2, index % 2
+    at = torch.meshgrid(*(torch.arange(n) for n in out.shape), indexing="ij")
+    assert torch.equal(token, at[0]) and torch.equal(group, at[1]) and torch.equal(x, at[3])
+    assert torch.equal(16 * (4 * p + t) + 8 * h + g, at[2])
+
+
+def cpu_inputs(dtype=torch.bfloat16, head_dim=64, key_dtype=None):
     v = torch.zeros(1, 32, 2, head_dim, dtype=dtype)
-    k = torch.zeros(1, 32, 1, 128, dtype=dtype)
+    k = torch.zeros(1, 32, 1, 128, dtype=key_dtype or dtype)
     return v, k, k.clone(), torch.zeros_like(v), torch.zeros(1, 32, 2), torch.zeros_like(v)
 
 
 def test_unsupported_reasons():
-    """What the pass refuses, named: here every CPU tensor (the first test)."""
-    v, k, q, beta, g, dy = cpu_inputs()
-    assert cuda_local.unsupported(v, k, q, beta, g, dy, None, 512) == "not a CUDA tensor"
+    """What the pass refuses, named: here every CPU tensor (the first test; the dtype and TF32 reasons come after it
+    and need CUDA tensors)."""
+    for dtype, keys in DTYPES.values():
+        v, k, q, beta, g, dy = cpu_inputs(dtype, key_dtype=keys)
+        assert cuda_local.unsupported(v, k, q, beta, g, dy, None, 512) == "not a CUDA tensor"
 
 
 def test_dispatch_on_cpu():
-    """``LOCAL`` "cuda" asks for the pass and refuses, with the reason, where it cannot run; "auto" and the others
-    never take it (it measured slower than the Gluon pass); the pass is one of ``chunked_bwd.LOCALS``."""
+    """``LOCAL`` "cuda" asks for the pass and refuses, with the reason, where it cannot run; "auto" does not take it
+    on CPU tensors, nor do "gluon" and "triton" ever; the pass is one of ``chunked_bwd.LOCALS``."""
     v, k, q, beta, g, dy = cpu_inputs()
     assert "cuda" in chunked_bwd.LOCALS and "cuda" in chunked_bwd.LOCAL_RUNS
     with pytest.raises(ValueError, match=r"CUDA local pass cannot run here \(not a CUDA tensor\)"):
-        chunked_bwd._cuda_plan({"LOCAL": "cuda"}, v, k, q, beta, g, dy, None, 512)
+        chunked_bwd._cuda_plan({"LOCAL": "cuda"}, {}, v, k, q, beta, g, dy, None, 512, 10**4)
     for local in ("auto", "gluon", "triton"):
-        assert chunked_bwd._cuda_plan({"LOCAL": local}, v, k, q, beta, g, dy, None, 512) is False
+        assert chunked_bwd._cuda_plan({"LOCAL": local}, {}, v, k, q, beta, g, dy, None, 512, 10**4) is False
+
+
+def test_auto_rules(monkeypatch):
+    """With the pass's own reasons patched away (``unsupported`` None, 132 SMs), "auto" takes it only where its work
+    items number ``AUTO_CUDA_ROUNDS`` an SM, the keys come in the values' dtype, it has not failed in this process
+    (``CUDA_LOCAL_FAILED``), and no Gluon or Triton pass key or occupancy preset is set; "cuda" takes it regardless."""
+    monkeypatch.setattr(cuda_local, "unsupported", lambda *args: None)
+    monkeypatch.setattr(fr, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(chunked_bwd, "CUDA_LOCAL_FAILED", None)
+    monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV, raising=False)
+    low, high = chunked_bwd.AUTO_CUDA_ROUNDS
+    inputs = cpu_inputs()
+
+    def plan(bwd_config=None, n_work=132 * low, local="auto", args=inputs):
+        v, k, q, beta, g, dy = args
+        return chunked_bwd._cuda_plan({"LOCAL": local}, bwd_config or {}, v, k, q, beta, g, dy, None, 512, n_work)
+
+    assert plan() is True and plan(n_work=132 * high) is True
+    assert plan(n_work=132 * low - 1) is False and plan(n_work=132 * high + 1) is False
+    assert plan(args=cpu_inputs(torch.float32, key_dtype=torch.bfloat16)) is False
+    assert plan(args=cpu_inputs(torch.float32, key_dtype=torch.bfloat16), local="cuda") is True
+    assert plan({"SEG": 2}) is False and plan({"num_warps": 1}) is False
+    monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, "12")
+    assert plan() is False
+    monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV)
+    monkeypatch.setattr(chunked_bwd, "CUDA_LOCAL_FAILED", "CompileError: earlier")
+    assert plan() is False and plan(local="cuda") is True
 
 
 def test_launch_refuses_arguments_past_int32():

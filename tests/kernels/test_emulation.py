@@ -312,43 +312,53 @@ def _local_case(seed: int, tokens: int, decay_scale: float, prior: float, p: int
 @pytest.mark.parametrize("tokens", [5, 37, 64])
 @pytest.mark.parametrize("decay_scale", [1.0, 12.0, 30.0])
 def test_the_cuda_local_pass_schedule_gives_the_reference_gradients(tokens, decay_scale):
-    """The CUDA local pass over one chunk (``emulation.cuda_local_chunk``: its slab every 16 tokens, sub-block starts
-    every 4, a walk from the sub-block's start for every token, rescaled walks renormalised below -20 and tokens past
-    it applied plainly, the reverse step on the rescaled states, the decay gradient from the token's own state) gives
-    the reference scan's float64 gradients: slow decays, decays whose walks renormalise (up to -12 a token) and decays
-    past -20 a token (every such token applied plainly), and chunks ending inside a segment and a sub-block. It runs
-    the updates the kernel's schedule promises: a token each in pass A, the sub-block starts, and 1 + ... + 4 a
-    sub-block."""
+    """The CUDA local pass over one chunk (``emulation.cuda_local_chunk``: its slab every 16 tokens, sub-blocks of 8,
+    each token's state from its sub-block's start in one matrix product, rescaled where the sub-block's log decay
+    stays above -20 and plainly elsewhere, the reverse step on the rescaled states, the decay gradient from the
+    token's own state) gives the reference scan's float64 gradients: slow decays, decays whose sub-blocks pass -20
+    (up to -12 a token) and decays past -20 a token, and chunks ending inside a segment and a sub-block. It runs the
+    products the kernel's schedule promises: two a segment in pass A, one a segment for the state 8 tokens in, and
+    one a token."""
     prior = 0.7
     x, dy, want = _local_case(tokens + int(decay_scale), tokens, decay_scale, prior)
-    grads, d_m0, d_i0, updates = emulation.cuda_local_chunk(x["v"], x["k"], x["q"], x["log_decay"], x["beta"],
-                                                             x["M0"], x["I0"], prior, dy)
+    grads, d_m0, d_i0, products = emulation.cuda_local_chunk(x["v"], x["k"], x["q"], x["log_decay"], x["beta"],
+                                                              x["M0"], x["I0"], prior, dy)
     for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items():
         assert torch.allclose(got, want[name], rtol=1e-10, atol=1e-10 * want[name].abs().max().item()), name
     segments = -(-tokens // 16)
-    expected = 16 * (segments - 1)  # pass A
-    for s in range(segments):
-        n_s = min(16, tokens - 16 * s)
-        subs = -(-n_s // 4)
-        expected += 4 * (subs - 1)  # the sub-block starts
-        expected += sum(m * (m + 1) // 2 for m in (min(4, n_s - 4 * b) for b in range(subs)))
-    assert updates == expected
+    expected = 2 * (segments - 1) + tokens  # pass A, and a product a token
+    expected += sum(min(16, tokens - 16 * s) > 8 for s in range(segments))  # the states 8 tokens into a segment
+    assert products == expected
 
 
 def test_the_cuda_local_pass_in_float32_stays_inside_the_gpu_tolerance():
     """In float32, with a third of the decays near 1 and the rest down to e^-9 and gains up to 10 (the GPU check's
-    mix), the emulated pass stays within 1e-5 of the float64 reference: the rescaled walks' scales (up to e^20) cost
-    no accuracy that the check would see."""
+    mix), the emulated pass with exact products stays within 1e-5 of the float64 reference: the rescaled walks'
+    scales (up to e^20) cost no accuracy that the check would see. With the products' operands rounded to TF32, as
+    the kernel's tensor cores read them, it stays within 1e-3, the tolerance its GPU check of float32 inputs with
+    TF32 allowed uses, and departs from the exact products by more than float32 rounding (so the rounding is
+    emulated)."""
     x, dy, want = _local_case(3, 70, 9.0, 0.7)
     near_one = torch.rand(70, generator=torch.Generator().manual_seed(4), dtype=torch.float64) < 0.3
     x["log_decay"] = torch.where(near_one, -1e-4 * torch.ones_like(x["log_decay"]), x["log_decay"])
     x, dy, want = _local_case_with(x, dy, 0.7)
     f32 = {name: t.float() for name, t in x.items()}
-    grads, d_m0, d_i0, _ = emulation.cuda_local_chunk(f32["v"], f32["k"], f32["q"], f32["log_decay"], f32["beta"],
-                                                       f32["M0"], f32["I0"], 0.7, dy.float())
-    for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items():
-        error = (got.double() - want[name]).norm() / want[name].norm()
-        assert error < 1e-5, (name, error.item())
+    errors = {}
+    for rounded in (False, True):
+        grads, d_m0, d_i0, _ = emulation.cuda_local_chunk(f32["v"], f32["k"], f32["q"], f32["log_decay"],
+                                                           f32["beta"], f32["M0"], f32["I0"], 0.7, dy.float(),
+                                                           round_tf32=rounded)
+        errors[rounded] = {name: ((got.double() - want[name]).norm() / want[name].norm()).item()
+                           for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items()}
+    assert max(errors[False].values()) < 1e-5, errors[False]
+    assert max(errors[True].values()) < 1e-3, errors[True]
+    assert max(errors[True].values()) > 1e-5, errors[True]
+
+
+def test_tf32_rounds_ties_away_from_zero():
+    """``emulation.tf32`` keeps 10 bits of mantissa and rounds ties away from zero, as ``cvt.rna.tf32.f32``."""
+    x = torch.tensor([1.0, 1 + 2 ** -11, 1 + 2 ** -12, -(1 + 2 ** -11), 1 + 3 * 2 ** -12, 3.0], dtype=torch.float32)
+    assert emulation.tf32(x).tolist() == [1.0, 1 + 2 ** -10, 1.0, -(1 + 2 ** -10), 1 + 2 ** -10, 3.0]
 
 
 def _local_case_with(x: dict, dy, prior: float):
