@@ -3,8 +3,8 @@
 token loop read from the SASS: registers, the loop's instructions on the path that does not renormalise (the
 uniform branch taken at almost every token), per token, and by opcode. Run from the repository root:
 ``python3 docs/bench/pair-walk-2026-11-28/walk_sass.py base= pair1=walk_PAIR=1 bv16=walk_BV=16``
-(``walk_maxnreg=N`` caps the registers). Calls 1-3's variants compile at commit b6385d2, call 6's (``walk_PF``) at commit
-ea031e2; the shipped kernel has none of them, so there only the default builds."""
+(``walk_maxnreg=N`` caps the registers). Calls 1-3's variants compile at commit b6385d2, call 6's (``walk_PF``)
+at commit ea031e2; the shipped kernel has none of them, so there only the default builds."""
 
 import collections
 import os
