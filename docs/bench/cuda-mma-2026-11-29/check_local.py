@@ -4,7 +4,7 @@ forced and its local pass named (LOCAL cuda, then gluon), in bf16 and fp16, with
 states in and out, and head dimension 128, and float32 inputs with TF32 allowed (torch.set_float32_matmul_precision
 "high", where the CUDA pass takes float32; tolerance 1e-3: its products, and the forward's and the corrections', run
 in TF32). Prints each case's relative errors, which local passes ran, and the largest relative difference between
-the two passes' gradients. (The record cuda-local-2026-11-29 has this script without the float32 case.)
+the two passes' gradients. (The record cuda-local-2026-11-29 runs it on its first five cases.)
 
     python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick]
 """
