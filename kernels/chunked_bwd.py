@@ -562,9 +562,10 @@ def _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size,
     """Whether the local pass runs in CUDA C++ (``cuda_local``, tensor-core state updates): where ``LOCAL`` is
     "cuda", wherever it can run (else an error saying why); under "auto" where it can run, has not failed to compile
     in this process (``CUDA_LOCAL_FAILED``), the keys and queries come in ``v``'s dtype (the combinations a GPU
-    checked), the config names no key of the Triton or Gluon pass and no occupancy preset, and its ``n_work`` work
-    items number ``AUTO_CUDA_ROUNDS`` an SM. It was 14% faster than the Gluon pass
-    alone at B = 1, L = 8192 (9.54 against 11.20 ms on an H200; docs/bench/cuda-mma-2026-11-29)."""
+    checked), the config (or ``CHUNKED_CONFIG`` as changed since import) names no key of the Triton or Gluon pass
+    and no occupancy preset, and its ``n_work`` work items with a chunk number ``AUTO_CUDA_ROUNDS`` an SM. It was
+    14% faster than the Gluon pass alone at B = 1, L = 8192 (9.54 against 11.20 ms on an H200;
+    docs/bench/cuda-mma-2026-11-29)."""
     if config["LOCAL"] not in ("cuda", "auto"):
         return False
     from . import cuda_local
@@ -575,7 +576,8 @@ def _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size,
             raise ValueError(f"the CUDA local pass cannot run here ({reason}); use LOCAL auto, gluon or triton")
         return True
     if (reason is not None or k.dtype != v.dtype or CUDA_LOCAL_FAILED is not None or occupancy_preset()
-            or _names_triton_pass_keys(bwd_config) or any(key in bwd_config for key in GLUON_PASS_KEYS)):
+            or _names_triton_pass_keys(bwd_config)
+            or any(key in bwd_config or CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in GLUON_PASS_KEYS)):
         return False
     low, high = AUTO_CUDA_ROUNDS
     return low <= n_work / fr._sm_count(v.device) <= high
@@ -767,9 +769,9 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     per_split = n_blocks_v * n_states * heads
     raw = (dy, dm_t, di_t, du)  # as they came in, for the sequential kernel and a retry
     dy = dy.contiguous()  # the Gluon pass reads it 4 channels at a time: its alignment as launched
-    longest = max_chunks if cu_seqlens is None else int(fr._chunk_counts(cu_seqlens, chunk_size).max())
-    cuda_work = n_states * longest * heads * (head_dim // 64)
-    cuda = _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size, cuda_work)
+    # the CUDA pass's work items that hold a chunk (n_chunks: every sequence's, so no host sync on cu_seqlens)
+    cuda = _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size,
+                      n_chunks * heads * (head_dim // 64))
     gluon_local = None if cuda else _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size)
     # WHOLE: with one split, the Gluon pass walks each sequence whole, carrying the adjoints across its chunks
     can_whole = bool(config["WHOLE"]) and gluon_local is not None
@@ -797,6 +799,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
         mark("local")
         # the longest sequence's chunks (a packed batch's max_chunks above counts all its chunks, which would number
         # n_states times too many work items)
+        longest = max_chunks if cu_seqlens is None else int(fr._chunk_counts(cu_seqlens, chunk_size).max())
         if not _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, buffers, cu_seqlens,
                            offsets, n_states, longest, chunk_size):  # failed to compile under auto: the other passes
             return chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, *raw, bwd_config,

@@ -11,8 +11,9 @@ for the carry. This kernel does that pass with:
   as columns (lane ``(g, t)``: states ``16 m + g + 8 h``, channels ``2 t``, ``2 t + 1``), so that a state update over up
   to 8 tokens is one TF32 tensor-core product a 16-state tile and state (``M += K^T (w v)``, ``J += (K^2)^T (w beta)``:
   16 products a warp), keys and squared keys as the A operand, weighted values and gains as the B operand;
-* the recompute: pass A walks the chunk a segment of 16 tokens at a time (two products a tile: the start times the
-  segment's decay, each token weighted by the decays after it) and keeps every segment's start in a global slab;
+* the recompute: pass A walks the chunk a segment of 16 tokens at a time (a product a sub-block of 8 and tile: the
+  state times the sub-block's decay, each token weighted by the decays after it) and keeps every segment's start in a
+  global slab;
   pass B takes the segments from the last, keeps the segment's start and the state 8 tokens in in two 64 KB
   shared-memory slots, and gets every token's state from its sub-block's start in one product, rescaled
   (``M' = M / A``, ``A`` the decay since the sub-block's start; tokens weighted by ``1 / A`` at themselves, those after
@@ -53,7 +54,7 @@ STATES = 128
 CHANNELS = 64  # a CTA's channels
 SEG = 16  # tokens between slab states (a stage)
 SUB = 8  # tokens a sub-block: one tensor-core k-step; its start in shared memory
-SLOTS = 2  # shared-memory state slots: a segment's start and its ninth token's
+SLOTS = 2  # shared-memory state slots: a segment's start and the state after its 8th token
 THREADS = 256  # 8 warps: a warp 8 channels of all 128 states, a lane 2 channels x 16 states
 ROW = 20  # floats a lane group's permuted row takes (16 used; the padding keeps 8 groups' 16-byte reads apart)
 KERNEL = "palimpsa_bwd_local_cuda"
@@ -111,7 +112,7 @@ struct Raw {                    // a segment's inputs as copied (the next segmen
 };
 
 struct Shared {
-    float4 slot[2][16][THREADS];  // a segment's start and its ninth token's state: a thread's 8 M tiles, then J's
+    float4 slot[2][16][THREADS];  // a segment's start and the state after its 8th token: a thread's 8 M tiles, then J's
     Stage st;
     Raw raw;
 };
@@ -205,19 +206,26 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
         const int pc = cb * CW + c0;  // the lane's first channel in the head
         const size_t ck = ((size_t)(boc + c) * H + h) * P * N + (size_t)pc * N + gq;
 
-        // a segment's inputs asked for in L2 (a line of 128 bytes a thread at most)
+        // a segment's inputs asked for in L2: a token's lines of 128 bytes over 16 threads, one line a thread (key
+        // and query rows 2 lines each in 16 bits, 4 in float32; value, gain, output-gradient rows 1 or 2; the decay)
         auto ask = [&](int s) {
             const int tb = t0 + s * SEG;
             if (s < 0 || s >= n_seg) return;
             const int t = tid >> 4, part = tid & 15;
             if (t >= SEG || tb + t >= t0 + n_tok) return;
             const size_t tok = (size_t)(bos + tb + t);
-            if (part < 2) prefetch_l2(k + (tok * G + ig) * N + part * 64);
-            else if (part < 4) prefetch_l2(q + (tok * G + ig) * N + (part - 2) * 64);
-            else if (part == 4) prefetch_l2(v + (tok * H + h) * P + cb * CW);
-            else if (part == 5) prefetch_l2(beta + (tok * H + h) * P + cb * CW);
-            else if (part == 6) prefetch_l2(dy + (tok * H + h) * P + cb * CW);
-            else if (part == 7) prefetch_l2(g + tok * H + h);
+            constexpr int KL = N * (int)sizeof(kt) / 128, VL = CW * (int)sizeof(vt) / 128;
+            const char* row_k = reinterpret_cast<const char*>(k + (tok * G + ig) * N);
+            const char* row_q = reinterpret_cast<const char*>(q + (tok * G + ig) * N);
+            const size_t vo = (tok * H + h) * P + cb * CW;
+            if (part < KL) prefetch_l2(row_k + 128 * part);
+            else if (part < 2 * KL) prefetch_l2(row_q + 128 * (part - KL));
+            else if (part < 2 * KL + VL) prefetch_l2(reinterpret_cast<const char*>(v + vo) + 128 * (part - 2 * KL));
+            else if (part < 2 * KL + 2 * VL)
+                prefetch_l2(reinterpret_cast<const char*>(beta + vo) + 128 * (part - 2 * KL - VL));
+            else if (part < 2 * KL + 3 * VL)
+                prefetch_l2(reinterpret_cast<const char*>(dy + vo) + 128 * (part - 2 * KL - 2 * VL));
+            else if (part == 2 * KL + 3 * VL) prefetch_l2(g + tok * H + h);
         };
 
         // the order of the segments staged: pass A's (the chunk's but the last, first to last), then pass B's (last

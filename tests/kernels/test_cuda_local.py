@@ -176,7 +176,8 @@ def test_dispatch_on_cpu():
 def test_auto_rules(monkeypatch):
     """With the pass's own reasons patched away (``unsupported`` None, 132 SMs), "auto" takes it only where its work
     items number ``AUTO_CUDA_ROUNDS`` an SM, the keys come in the values' dtype, it has not failed in this process
-    (``CUDA_LOCAL_FAILED``), and no Gluon or Triton pass key or occupancy preset is set; "cuda" takes it regardless."""
+    (``CUDA_LOCAL_FAILED``), and no Gluon or Triton pass key (in the call's config or ``CHUNKED_CONFIG``) or occupancy
+    preset is set; "cuda" takes it regardless."""
     monkeypatch.setattr(cuda_local, "unsupported", lambda *args: None)
     monkeypatch.setattr(fr, "_sm_count", lambda device: 132)
     monkeypatch.setattr(chunked_bwd, "CUDA_LOCAL_FAILED", None)
@@ -193,6 +194,10 @@ def test_auto_rules(monkeypatch):
     assert plan(args=cpu_inputs(torch.float32, key_dtype=torch.bfloat16)) is False
     assert plan(args=cpu_inputs(torch.float32, key_dtype=torch.bfloat16), local="cuda") is True
     assert plan({"SEG": 2}) is False and plan({"num_warps": 1}) is False
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "SEG", 2)  # a Gluon pass key changed in the module's config
+    assert plan() is False
+    monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "SEG", chunked_bwd._SHIPPED["SEG"])
+    assert plan() is True
     monkeypatch.setenv(chunked_bwd.PROGRAMS_ENV, "12")
     assert plan() is False
     monkeypatch.delenv(chunked_bwd.PROGRAMS_ENV)
