@@ -558,6 +558,12 @@ def _gluon_plan(config, bwd_config, v, k, beta, du, dy, block_size):
     return gluon_local
 
 
+def _failure(error: BaseException) -> str:
+    """A failed local pass's error in one line (its type and its message's first line), for the ``*_FAILED`` flags."""
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return f"{type(error).__name__}: {first}"
+
+
 def _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size, n_work) -> bool:
     """Whether the local pass runs in CUDA C++ (``cuda_local``, tensor-core state updates): where ``LOCAL`` is
     "cuda", wherever it can run (else an error saying why); under "auto" where it can run, has not failed to compile
@@ -600,8 +606,7 @@ def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, bu
     except (cuda_build.CompileError, cuda_build.LoadError, OSError) as error:
         if config["LOCAL"] != "auto":
             raise
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        CUDA_LOCAL_FAILED = f"{type(error).__name__}: {first}"
+        CUDA_LOCAL_FAILED = _failure(error)
         warnings.warn(f"the CUDA local pass of the chunk-parallel backward failed ({CUDA_LOCAL_FAILED}); this and "
                       "every later backward of this process run the Gluon or Triton pass", stacklevel=2)
         return False
@@ -634,8 +639,7 @@ def _gluon_local(gluon_local, config, v, k_l, q_l, log_decay, beta, ip, ck_m, ck
             raise
         if retry:
             return None
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        GLUON_LOCAL_FAILED = f"{type(error).__name__}: {first}"
+        GLUON_LOCAL_FAILED = _failure(error)
         warnings.warn(f"the Gluon local pass of the chunk-parallel backward failed ({GLUON_LOCAL_FAILED}); this "
                       f"process runs the Triton pass instead (set {LOCAL_ENV}=triton to skip the attempt)",
                       RuntimeWarning, stacklevel=2)
@@ -780,7 +784,7 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     whole_keys = _whole_preset(config, bwd_config) if can_whole else {}
     whole_cost = _whole_cost(config, whole_keys, per_split, max_chunks, device) if can_whole else None
     nsplit = _splits(config, per_split, max_chunks, device, whole_cost, corrections) if split else 1
-    whole = nsplit == 1 and can_whole and not cuda
+    whole = nsplit == 1 and can_whole  # (never with the CUDA pass: it leaves gluon_local None)
     if nsplit == 1 and not whole and not cuda and (not config.get("NSPLIT") or not split):
         # the grid fills the GPU without splitting the sequences: the chunked launches would only add the carry and
         # the corrections to the sequential kernel's work

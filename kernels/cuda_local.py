@@ -135,24 +135,14 @@ __device__ __forceinline__ void mma(float (&c)[4], const float4& a, unsigned b0,
         : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)), "r"(__float_as_uint(a.w)),
           "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ float widen(vt x) {
-#if VT_F32
-    return x;
-#elif VT_BF16
-    return __uint_as_float((unsigned)x << 16);
-#else
+// an input as float32: float32 as it is, 16 bits as bf16 or fp16
+__device__ __forceinline__ float as_f32(float x, bool) { return x; }
+__device__ __forceinline__ float as_f32(unsigned short x, bool bf16) {
+    if (bf16) return __uint_as_float((unsigned)x << 16);
     float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x)); return r;
-#endif
 }
-__device__ __forceinline__ float widen_k(kt x) {
-#if KT_F32
-    return x;
-#elif KT_BF16
-    return __uint_as_float((unsigned)x << 16);
-#else
-    float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x)); return r;
-#endif
-}
+__device__ __forceinline__ float widen(vt x) { return as_f32(x, VT_BF16); }    // values, gains, output gradients
+__device__ __forceinline__ float widen_k(kt x) { return as_f32(x, KT_BF16); }  // keys and queries
 __device__ __forceinline__ vt to_vt(float x) {
 #if VT_F32
     return x;
@@ -565,13 +555,20 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
     return slots + fragments + rows + channels + 2 * SEG * 4 + raw
 
 
+def dtype_options(dtype: torch.dtype, key_dtype: torch.dtype | None = None) -> list:
+    """The source's dtype macros: each of ``VT_BF16``, ``VT_F16``, ``VT_F32`` (values, gains, output gradients) and
+    ``KT_*`` (keys and queries, ``dtype``'s by default) defined, 1 for the chosen dtypes and 0 for the others."""
+    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+    return [f"-D{side}_{name}={int(kind == chosen)}" for side, chosen in (("VT", dtype), ("KT", key_dtype or dtype))
+            for kind, name in names.items()]
+
+
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
                   arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None) -> bytes:
     """The local pass compiled for ``arch`` (a CPU is enough): the cubin's bytes (``probe``: the timing bits of
     the source's ``PROBE``, which leave parts out)."""
-    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
-    options = [f"--gpu-architecture={arch}", "-std=c++17", f"-DVT_{names[dtype]}=1",
-               f"-DKT_{names[key_dtype or dtype]}=1", f"-DH={heads}", f"-DG={groups}",
+    options = [f"--gpu-architecture={arch}", "-std=c++17", *dtype_options(dtype, key_dtype), f"-DH={heads}",
+               f"-DG={groups}",
                f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}"]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_local.cu", options, "the local pass")
 

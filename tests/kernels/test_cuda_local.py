@@ -101,13 +101,12 @@ def test_shared_memory():
     assert cuda_local.shared_bytes(torch.float16) == half < mixed < full
     assert mixed - half == 3 * 16 * 64 * (4 - 2) and full - mixed == 2 * 16 * 128 * (4 - 2)
     assert cuda_local.shared_bytes(bf16, f32) - half == 2 * 16 * 128 * (4 - 2)
-    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
     structs = cuda_local.SOURCE[:cuda_local.SOURCE.index('extern "C"')]  # up to the kernel
     for values, keys in [*DTYPES.values(), (bf16, f32)]:
         size = cuda_local.shared_bytes(values, keys)
         source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
         cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17",
-                                                        f"-DVT_{names[values]}=1", f"-DKT_{names[keys or values]}=1"],
+                                                        *cuda_local.dtype_options(values, keys)],
                                   "the shared-memory layout")
     assert cuda_local.slab_states(512) == 32 and cuda_local.slab_states(16) == 1
 
