@@ -83,9 +83,10 @@ from . import fused_recurrent as fr
 # plain model's tokens/s against 0.875x with 8 layers upgraded, 0.529x against 0.512x with 64; call 8);
 # "cuda" runs it in CUDA C++ with tensor-core state updates (cuda_local: 9.54 ms against the Gluon pass's 11.20 at
 # B = 1, L = 8192, docs/bench/cuda-mma-2026-11-29), and raises where it cannot run; since 2026-11-29 "auto" takes it
-# first where _cuda_plan allows (AUTO_CUDA_ROUNDS, keys in the values' dtype, no Gluon or Triton pass keys), then the
-# Gluon pass; CUDA_PROBE: its timing probes; PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that
-# bwd_config or a caller's CHUNKED_CONFIG sets);
+# first where _cuda_plan allows (AUTO_CUDA_ROUNDS, no Gluon or Triton pass keys), then the Gluon pass; CUDA_PROBE:
+# its timing probes; CUDA_ORDER 1: its work items chunks first, CUDA_REPL: copies of its dq, dk scratch (neither
+# moved it: 9.45 and 9.55 ms against 9.52, docs/bench/cuda-correct-2026-11-29, call 2); PALIMPSA_CHUNKED_LOCAL sets
+# the default (not over a LOCAL that bwd_config or a caller's CHUNKED_CONFIG sets);
 # SEG: its tokens per shared-memory segment (4: 16 KB of states a program); PIPE: its walks load each token's inputs
 # a token ahead; STAGE: pass B copies each block's inputs to shared memory at its start (cp.async) and reads them
 # there: 1 the key and query rows, 2 also the values and gains, 3 also the decays and output gradients, as far as
@@ -132,12 +133,25 @@ CHUNKED_CONFIG = {"BV": 4, "NSPLIT": 0, "TRANS": False, "num_warps": 1, "BT": 16
                   "PREFETCH": True, "PROBE": 0, "PAIRSUM": True, "CHAIN": None, "FAST_EXP": True,
                   "RESCALE": True, "KQ32": True, "correct_early": 1, "LOCAL": "auto", "SEG": 4, "PIPE": 1,
                   "STAGE": 3, "L2PF": 4, "LOCAL_MAXNREG": 0, "LOCAL_PROGRAMS_PER_SM": 0, "WALK_RESCALE": 0,
-                  "WIDEN": 1, "WHOLE": 1, "SPLIT": 1, "WHOLE_OCCUPANCY": 12}
+                  "WIDEN": 1, "WHOLE": 1, "SPLIT": 1, "WHOLE_OCCUPANCY": 12, "CORRECT": "auto"}
 # the defaults as shipped: a key of CHUNKED_CONFIG changed since counts as named, as a key of bwd_config does
 _SHIPPED = dict(CHUNKED_CONFIG)
 # the keys that only the Triton local pass reads: a config naming one runs the Triton pass under LOCAL "auto"
 TRITON_PASS_KEYS = ("GROUP", "GAUGE", "RELOAD", "PROBE", "TRANS", "maxnreg", "num_warps", "PAIRSUM", "CHAIN")
 LOCAL_ENV = "PALIMPSA_CHUNKED_LOCAL"
+# CORRECT: the corrections in CUDA C++ on tensor cores ("cuda", kernels/cuda_correct.py), in Triton ("triton",
+# palimpsa_bwd_correct_kernel), or "auto": the CUDA kernel where it can run (a Hopper GPU, TF32 products, gains
+# present), has not failed in this process (CUDA_CORRECT_FAILED) and the config changes none of the Triton kernel's
+# keys (CORRECT_TRITON_KEYS) from their shipped values (0.65 ms against 1.27 at B = 1, L = 8192, bf16;
+# docs/bench/cuda-correct-2026-11-29); PALIMPSA_CHUNKED_CORRECT sets it as PALIMPSA_CHUNKED_LOCAL sets LOCAL;
+# CORRECT_ORDER 1: the CUDA kernel's CTAs chunks first (the same 0.65 ms, call 2 there)
+CORRECT_ENV = "PALIMPSA_CHUNKED_CORRECT"
+CORRECTS = ("auto", "triton", "cuda")
+CORRECT_TRITON_KEYS = ("BP", "BT", "DOT", "correct_warps", "correct_early")
+# how many times each corrections kernel has run in this process
+CORRECT_RUNS = {"triton": 0, "cuda": 0}
+# why CORRECT "auto" stopped taking the CUDA corrections in this process (a compile or load error); None: it has not
+CUDA_CORRECT_FAILED: str | None = None
 # the Gluon local pass's occupancy presets, by programs an SM (PALIMPSA_GLUON_LOCAL_PROGRAMS): 8, the default (SEG
 # 4, each program's registers as ptxas chooses: 2 one-warp programs a scheduler), and 12 (SEG 2, registers capped at
 # 168: 3 a scheduler, rescaled walks, 16-bit values read unwidened). 12 is faster (B = 1, L = 8192: the local pass
@@ -567,11 +581,11 @@ def _failure(error: BaseException) -> str:
 def _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size, n_work) -> bool:
     """Whether the local pass runs in CUDA C++ (``cuda_local``, tensor-core state updates): where ``LOCAL`` is
     "cuda", wherever it can run (else an error saying why); under "auto" where it can run, has not failed to compile
-    in this process (``CUDA_LOCAL_FAILED``), the keys and queries come in ``v``'s dtype (the combinations a GPU
-    checked), the config (or ``CHUNKED_CONFIG`` as changed since import) names no key of the Triton or Gluon pass
-    and no occupancy preset, and its ``n_work`` work items with a chunk number ``AUTO_CUDA_ROUNDS`` an SM. It was
-    14% faster than the Gluon pass alone at B = 1, L = 8192 (9.54 against 11.20 ms on an H200;
-    docs/bench/cuda-mma-2026-11-29)."""
+    in this process (``CUDA_LOCAL_FAILED``), the config (or ``CHUNKED_CONFIG`` as changed since import) names no key
+    of the Triton or Gluon pass and no occupancy preset, and its ``n_work`` work items with a chunk number
+    ``AUTO_CUDA_ROUNDS`` an SM. It was 14% faster than the Gluon pass alone at B = 1, L = 8192 (9.54 against 11.20
+    ms on an H200; docs/bench/cuda-mma-2026-11-29). Keys and queries may come in their own dtype (fine-tuning's
+    float32 values with bf16 keys: as close to float64 as the Gluon pass, docs/bench/cuda-correct-2026-11-29)."""
     if config["LOCAL"] not in ("cuda", "auto"):
         return False
     from . import cuda_local
@@ -581,7 +595,7 @@ def _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size,
         if reason is not None:
             raise ValueError(f"the CUDA local pass cannot run here ({reason}); use LOCAL auto, gluon or triton")
         return True
-    if (reason is not None or k.dtype != v.dtype or CUDA_LOCAL_FAILED is not None or occupancy_preset()
+    if (reason is not None or CUDA_LOCAL_FAILED is not None or occupancy_preset()
             or _names_triton_pass_keys(bwd_config)
             or any(key in bwd_config or CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in GLUON_PASS_KEYS)):
         return False
@@ -602,13 +616,68 @@ def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, bu
     try:
         cuda_local.launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
                           cu_seqlens, offsets, n_states, max_chunks, chunk_size,
-                          probe=int(config.get("CUDA_PROBE", 0)))
+                          probe=int(config.get("CUDA_PROBE", 0)), order=int(config.get("CUDA_ORDER", 0)),
+                          repl=int(config.get("CUDA_REPL", 1)))
     except (cuda_build.CompileError, cuda_build.LoadError, OSError) as error:
         if config["LOCAL"] != "auto":
             raise
         CUDA_LOCAL_FAILED = _failure(error)
         warnings.warn(f"the CUDA local pass of the chunk-parallel backward failed ({CUDA_LOCAL_FAILED}); this and "
                       "every later backward of this process run the Gluon or Triton pass", stacklevel=2)
+        return False
+    return True
+
+
+def correct_default() -> str:
+    """The corrections that a config without ``CORRECT`` runs: ``CHUNKED_CONFIG``'s where a caller changed it, else
+    ``PALIMPSA_CHUNKED_CORRECT`` where set, else the shipped ``auto``."""
+    if CHUNKED_CONFIG["CORRECT"] != _SHIPPED["CORRECT"] or not os.environ.get(CORRECT_ENV):
+        correct, source = CHUNKED_CONFIG["CORRECT"], "chunked_bwd.CHUNKED_CONFIG['CORRECT']"
+    else:
+        correct, source = os.environ[CORRECT_ENV], CORRECT_ENV
+    if correct not in CORRECTS:
+        raise ValueError(f"{source} must be one of {', '.join(CORRECTS)}, got {correct!r}")
+    return correct
+
+
+def _cuda_correct_plan(config, v, k, beta, chunk_size, dot) -> bool:
+    """Whether the corrections run in CUDA C++ (``cuda_correct``): under ``CORRECT`` "cuda" wherever they can (else
+    an error saying why); under "auto" where they can, their products would be TF32 anyway (``dot``), they have not
+    failed to compile or load in this process and the config sets no key of the Triton kernel's
+    (``CORRECT_TRITON_KEYS``) to other than its shipped value."""
+    if config["CORRECT"] not in ("cuda", "auto"):
+        return False
+    from . import cuda_correct
+
+    reason = cuda_correct.unsupported(v, k, beta, chunk_size)
+    if config["CORRECT"] == "cuda":
+        if reason is not None:
+            raise ValueError(f"the CUDA corrections cannot run here ({reason}); use CORRECT auto or triton")
+        return True
+    return (reason is None and dot == "tf32" and CUDA_CORRECT_FAILED is None
+            and not any(config.get(key) != _SHIPPED.get(key) for key in CORRECT_TRITON_KEYS))
+
+
+def _cuda_correct(config, v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, buffers, cu_seqlens, offsets,
+                  chunk_seq, n_chunks, chunk_size, use_final_grad) -> bool:
+    """The corrections in CUDA C++: False where, under ``CORRECT`` "auto", their compile or load failed, which warns
+    once and leaves this and every later call to the Triton kernel (``CUDA_CORRECT_FAILED``); under "cuda", and for
+    any other error, the error propagates. Nothing is written before a compile or load error (the kernel is
+    compiled and loaded before its launch)."""
+    global CUDA_CORRECT_FAILED
+    from . import cuda_build, cuda_correct
+
+    dv, dk, dq, dg, dbeta, dm0, di0 = buffers
+    try:
+        cuda_correct.launch(v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, dv, dk, dg, dbeta, cu_seqlens,
+                            offsets, chunk_seq, n_chunks, chunk_size, use_final_grad,
+                            order=int(config.get("CORRECT_ORDER", 0)))
+    except (cuda_build.CompileError, cuda_build.LoadError, OSError) as error:
+        if config["CORRECT"] != "auto":
+            raise
+        CUDA_CORRECT_FAILED = _failure(error)
+        warnings.warn(f"the CUDA corrections of the chunk-parallel backward failed ({CUDA_CORRECT_FAILED}); this and "
+                      "every later backward of this process run the Triton corrections", stacklevel=2)
         return False
     return True
 
@@ -755,6 +824,10 @@ def chunked_backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlen
     config = {**CHUNKED_CONFIG, **{key: val for key, val in bwd_config.items() if key != "kernel"}}
     if "LOCAL" not in bwd_config:
         config["LOCAL"] = local_default()
+    if "CORRECT" not in bwd_config:
+        config["CORRECT"] = correct_default()
+    if config["CORRECT"] not in CORRECTS:
+        raise ValueError(f"bwd_config CORRECT is 'auto', 'triton' or 'cuda', not {config['CORRECT']!r}")
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
     n_states = fr._n_states(batch, cu_seqlens)
@@ -897,6 +970,13 @@ def _carry_and_correct(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seql
         counts = fr._chunk_counts(cu_seqlens, chunk_size)
         chunk_seq = torch.repeat_interleave(torch.arange(n_states, device=device, dtype=torch.int32), counts,
                                             output_size=n_chunks)
+    if _cuda_correct_plan(config, v, k, beta, chunk_size, sizes["DOT"]) and _cuda_correct(
+            config, v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, buffers, cu_seqlens, offsets,
+            chunk_seq, n_chunks, chunk_size, use_final_grad):
+        CORRECT_RUNS["cuda"] += 1
+        mark(None)
+        return fr._input_gradients(buffers, k, q, log_decay, m0, i0)
+    CORRECT_RUNS["triton"] += 1
     palimpsa_bwd_correct_kernel[(n_chunks, heads, triton.cdiv(head_dim, sizes["BP"]))](
         v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, dv, dk, dg, dbeta, cu_seqlens, offsets,
         chunk_seq, length, H=heads, G=groups, P=head_dim, N=state_size, BP=sizes["BP"], BK=sizes["BKC"],

@@ -67,6 +67,12 @@ SOURCE = cuda_build.HELPERS + r"""
 #ifndef PROBE
 #define PROBE 0                 // timing only (wrong gradients): 2 no dq, dk, decay-gradient butterflies or atomics;
 #endif                          // 4 no per-token walks in pass B (the sub-block's start as it is); 8 no pass A
+#ifndef ORDER
+#define ORDER 0                 // the work items' order: 0 heads first (a chunk's heads run at once), 1 chunks first
+#endif
+#ifndef REPL
+#define REPL 1                  // copies of the dq, dk scratch: head h adds into copy h % REPL
+#endif
 #define SEG 16
 #define SUB 8
 #define ROW 20
@@ -183,8 +189,13 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
     float M[8][4], J[8][4], dM[8][4], dI[8][4];
 
     for (int work = blockIdx.x; work < n_work; work += gridDim.x) {
+#if ORDER
+        const int c = work % max_chunks, rest = work / max_chunks;
+        const int hb = rest % (H * PB), sq = rest / (H * PB);
+#else
         const int hb = work % (H * PB), rest = work / (H * PB);
         const int c = rest % max_chunks, sq = rest / max_chunks;
+#endif
         const int h = hb / PB, cb = hb % PB, ig = h / (H / G);
         const Bounds sb = bounds(sq, cu_seqlens, chunk_offsets, T, n_chunks);
         const long long bos = sb.bos, boc = sb.boc;
@@ -489,7 +500,8 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                                 for (int xx = 0; xx < 2; ++xx)
                                     y[hh][xx] = (b0 ? x[1][hh][xx] : x[0][hh][xx])
                                         + __shfl_xor_sync(0xffffffffu, b0 ? x[0][hh][xx] : x[1][hh][xx], 1);
-                            red_add4(dqk + (((size_t)tok * G + ig) * 2 + (jj >> 1)) * N + 16 * gq + 4 * tq,
+                            red_add4(dqk + ((((size_t)tok * G + ig) * REPL + h % REPL) * 2 + (jj >> 1)) * N
+                                         + 16 * gq + 4 * tq,
                                      y[0][0], y[0][1], y[1][0], y[1][1]);
                         }
 #else
@@ -564,20 +576,21 @@ def dtype_options(dtype: torch.dtype, key_dtype: torch.dtype | None = None) -> l
 
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
-                  arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None) -> bytes:
+                  arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None, order: int = 0,
+                  repl: int = 1) -> bytes:
     """The local pass compiled for ``arch`` (a CPU is enough): the cubin's bytes (``probe``: the timing bits of
-    the source's ``PROBE``, which leave parts out)."""
+    the source's ``PROBE``, which leave parts out; ``order``, ``repl``: the source's ``ORDER``, ``REPL``)."""
     options = [f"--gpu-architecture={arch}", "-std=c++17", *dtype_options(dtype, key_dtype), f"-DH={heads}",
-               f"-DG={groups}",
-               f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}"]
+               f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
+               f"-DORDER={order}", f"-DREPL={repl}"]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_local.cu", options, "the local pass")
 
 
 @functools.lru_cache(maxsize=32)
 def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, varlen: bool,
-            probe: int = 0, key_dtype: torch.dtype | None = None):
+            probe: int = 0, key_dtype: torch.dtype | None = None, order: int = 0, repl: int = 1):
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, arch=cuda_build.arch(device),
-                          probe=probe, key_dtype=key_dtype)
+                          probe=probe, key_dtype=key_dtype, order=order, repl=repl)
     return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype))
 
 
@@ -626,7 +639,7 @@ def states_of_sums(sums: torch.Tensor) -> torch.Tensor:
 
 
 def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
-           n_states, max_chunks, chunk_size, probe: int = 0):
+           n_states, max_chunks, chunk_size, probe: int = 0, order: int = 0, repl: int = 1):
     """The local pass into the chunked backward's buffers (``dv``, ``dbeta`` written; ``dk``, ``dq``, ``dg`` added
     to; ``lm``, ``li``, ``dm0``, ``di0`` as the Triton pass writes them); ``probe``: as :func:`compile_cubin`'s.
     ``dq`` and ``dk`` are summed by the kernel into one scratch of four-state vectors (a vector atomic a lane, tile
@@ -638,20 +651,20 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     if n_work == 0:  # nothing to walk (an empty grid is a launch error)
         return
     device = v.device.index if v.device.index is not None else torch.cuda.current_device()
-    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, k.dtype)
+    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, k.dtype, order, repl)
     grid = programs(v.device, n_work)
     v, k, q, beta, dy = (cuda_build.aligned(t) for t in (v, k, q, beta, dy))
     log_decay = log_decay.float().contiguous()
     slab = torch.empty((grid * slab_states(chunk_size) * 2 * CHANNELS * STATES,), dtype=torch.float32,
                        device=v.device)  # 64 KB a state: a thread's 16 float4, THREADS apart
     tokens = v.shape[0] * length
-    sums = torch.zeros((tokens, groups, 2 * STATES), dtype=torch.float32, device=v.device)
+    sums = torch.zeros((tokens, groups, repl, 2 * STATES), dtype=torch.float32, device=v.device)
     empty = torch.empty((1,), dtype=torch.int32, device=v.device)
     tensors = [v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, slab, lm, li, dv, sums, dg, dbeta, dm0, di0,
                cu_seqlens.to(torch.int32) if varlen else empty, offsets.to(torch.int32) if varlen else empty]
     n_chunks = 0 if varlen else max_chunks
     cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype), tensors,
                       [length, n_chunks, max_chunks, n_work])
-    both = states_of_sums(sums)
+    both = states_of_sums(sums[:, :, 0] if repl == 1 else sums.sum(2))
     dq.view(tokens, groups, STATES).add_(both[..., 0])
     dk.view(tokens, groups, STATES).add_(both[..., 1])

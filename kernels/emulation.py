@@ -378,8 +378,9 @@ def chunk_parallel_backward(v, k, q, log_decay, beta, importance_prior, initial_
        with ``A_t`` the decays after token ``t`` up to the chunk's end, ``dv += A_t (dM_in k_t)``, ``dbeta += A_t
        (dI_in k_t^2)``, ``dk += A_t (dM_in^T v_t + 2 k_t (dI_in^T beta_t))`` (``[CT, N] x [N, P]`` matrix
        products), and the decay gradient ``+= a_t A_t (<dM_in, M_{t-1}> + <dI_in, I_{t-1} - I_prior>)``, whose
-       inner products follow from the chunk's first state and a decayed running sum of ``v_r . dM_in k_r`` (no
-       per-token state needed). ``dq`` has no correction: it does not depend on the adjoints.
+       inner products follow from the chunk's first state and a prefix sum of ``A_r (v_r . dM_in k_r + beta_r .
+       dI_in k_r^2)`` (no per-token state needed; :func:`corrections_chunk`). ``dq`` has no correction: it does not
+       depend on the adjoints.
     """
     batch, length, heads, head_dim = v.shape
     groups, state_size = k.shape[2], k.shape[3]
@@ -434,29 +435,49 @@ def chunk_parallel_backward(v, k, q, log_decay, beta, importance_prior, initial_
         entering[c] = (dm_in, di_in)
         dm_in, di_in = local[c][0] + carry[c] * dm_in, local[c][1] + carry[c] * di_in
     dm0, di0 = dm_in, di_in
+    lg = log_decay.to(dtype)
     for c, s in enumerate(starts):  # 3: the corrections, affine in the entering adjoint
         e = min(s + chunk_size, length)
         dm_e, di_e = entering[c]
-        ac = a[:, s:e]  # [B, n, H]
-        after = torch.cat([ac[:, 1:].flip(1).cumprod(1).flip(1), torch.ones_like(ac[:, :1])], 1)  # A_t
-        kc, vc, bc = kh[:, s:e], vv[:, s:e], bb[:, s:e]
-        m_k = torch.einsum("bhpn,bthn->bthp", dm_e, kc)  # dM_in k_t
-        i_k = torch.einsum("bhpn,bthn->bthp", di_e, kc * kc)  # dI_in k_t^2
-        dv[:, s:e] += after[..., None] * m_k
-        dbeta[:, s:e] += after[..., None] * i_k
-        dk[:, s:e] += after[..., None] * (torch.einsum("bhpn,bthp->bthn", dm_e, vc)
-                                          + 2 * kc * torch.einsum("bhpn,bthp->bthn", di_e, bc))
-        # <dM_in, M_{t-1}> and <dI_in, I_{t-1} - I_prior> from the chunk's first state and a decayed running sum
-        acc = (dm_e * before_m[s]).sum((-1, -2)) + (di_e * (before_i[s] - ip)).sum((-1, -2))  # [B, H]
-        add = (vc * m_k).sum(-1) + (bc * i_k).sum(-1)  # [B, n, H]
-        for j in range(e - s):
-            dg[:, s + j] += ac[:, j] * after[:, j] * acc
-            acc = ac[:, j] * acc + add[:, j]
+        heads_first = [t[:, s:e].transpose(1, 2) for t in (vv, kh, lg, bb)]  # [B, H, n, ...]
+        cdv, cdbeta, cdk, cdg = corrections_chunk(*heads_first, before_m[s], before_i[s], dm_e, di_e, ip)
+        dv[:, s:e] += cdv.transpose(1, 2)
+        dbeta[:, s:e] += cdbeta.transpose(1, 2)
+        dk[:, s:e] += cdk.transpose(1, 2)
+        dg[:, s:e] += cdg.transpose(1, 2)
     has_m0 = initial_state is not None
     has_i0 = has_m0 and initial_state[1] is not None
     return (dv, dk.view(batch, length, groups, per_group, state_size).sum(3),
             dq.view(batch, length, groups, per_group, state_size).sum(3), dg, None if beta is None else dbeta,
             dm0 if has_m0 else None, di0 if has_i0 else None)
+
+
+def corrections_chunk(v, k, log_decay, beta, m_start, i_start, dm_e, di_e, importance_prior, *,
+                      round_tf32=False):
+    """The corrections of one chunk (any leading dims, e.g. ``[B, H]``) as the CUDA corrections compute them
+    (``kernels/cuda_correct.py``): from ``[..., n, P]`` values and gains, ``[..., n, N]`` keys (each head's), ``[...,
+    n]`` log decays, the chunk's first state ``(M, I)`` and the adjoint entering it at its end ``(dM_in, dI_in)``
+    (``[..., P, N]`` each), what ``dv``, ``dbeta``, ``dk`` (the head's part) and ``dlog_decay`` gain.
+
+    ``A_t`` (the decays after token ``t``) is the exponential of a suffix sum of log decays taken from the chunk's end
+    (never a difference of running sums). The decay gradient's correction ``a_t A_t <dM_in, S_{t-1}>`` is
+    ``<dM_in, decays(t..end) S_{t-1}>``, which grows by ``A_r (v_r . dM_in k_r + beta_r . dI_in k_r^2)`` past each token
+    ``r`` from ``exp(sum of the chunk's log decays) <dM_in, S_start>`` (``dI_in`` likewise with ``I - I_prior``): an
+    exclusive prefix sum. ``round_tf32``: the products' operands rounded to TF32 (keys, squared keys, values, gains
+    and the adjoint), as the kernel's tensor cores read them."""
+    r = tf32 if round_tf32 else (lambda x: x)
+    beta = torch.zeros_like(v) if beta is None else beta
+    suffix = log_decay.flip(-1).cumsum(-1).flip(-1)  # sums from each token to the end, running from the end
+    after = torch.cat([suffix[..., 1:], torch.zeros_like(suffix[..., :1])], -1).exp()  # A_t
+    m_k = r(k) @ r(dm_e).transpose(-1, -2)  # [..., n, P]: dM_in k_t
+    i_k = r(k * k) @ r(di_e).transpose(-1, -2)  # dI_in k_t^2
+    dk = after[..., None] * (r(v) @ r(dm_e) + 2 * k * (r(beta) @ r(di_e)))
+    add = (v * m_k).sum(-1) + (beta * i_k).sum(-1)
+    start = (dm_e * m_start).sum((-1, -2)) + (di_e * (i_start - importance_prior)).sum((-1, -2))
+    terms = after * add
+    before = torch.cat([torch.zeros_like(terms[..., :1]), terms[..., :-1].cumsum(-1)], -1)  # exclusive
+    dg = log_decay.sum(-1, keepdim=True).exp() * start[..., None] + before
+    return after[..., None] * m_k, after[..., None] * i_k, dk, dg
 
 
 def chunk_parallel_forward(v, k, q, log_decay, beta, importance_prior, initial_state, *, chunk_size=CHUNK_SIZE,

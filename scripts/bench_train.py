@@ -317,6 +317,8 @@ def main() -> None:
 
     scan["local_passes_run"] = {k: n for k, n in chunked_bwd.LOCAL_RUNS.items() if n}
     print(f"local passes of the chunk-parallel backward run (chunked_bwd.LOCAL_RUNS): {scan['local_passes_run']}")
+    scan["corrections_run"] = {k: n for k, n in chunked_bwd.CORRECT_RUNS.items() if n}
+    print(f"corrections of the chunk-parallel backward run (chunked_bwd.CORRECT_RUNS): {scan['corrections_run']}")
     scan["chunk_walks_run"] = {k: n for k, n in chunked_fwd.WALK_RUNS.items() if n}
     print(f"chunk walks of the chunk-parallel forward run (chunked_fwd.WALK_RUNS): {scan['chunk_walks_run']}")
     if os.environ.get(chunked_bwd.PROGRAMS_ENV):

@@ -23,7 +23,7 @@ error row (with the message, also in the JSON) and the other cases still run.
 the chunk-parallel backward (``LOCAL`` "auto", the default, takes it on Hopper; ``LOCAL=gluon`` asks for it) runs
 only then, e.g. ``--backend triton-chunked --chunked-config NSPLIT=2 --without-uncertainty`` (``NSPLIT=2``: the
 packed and one-chunk cases would otherwise fill the GPU unsplit and run the sequential backward). After the table,
-each case's line says which local passes ran.
+each case's line says which local passes and corrections (``CORRECT``: CUDA or Triton) ran.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def main() -> int:
         cases.append((name, inputs, 1e-5 if inputs["v"].dtype == f32 else 1e-2, 0.7, None, False, forced))
     rows, errors, local_runs, walk_runs = [], {}, {}, {}
     for name, inputs, tol, prior, cu_seqlens, with_naive, *forcing in cases:
-        before = dict(chunked_bwd.LOCAL_RUNS)
+        before, corrections_before = dict(chunked_bwd.LOCAL_RUNS), dict(chunked_bwd.CORRECT_RUNS)
         walks_before = dict(chunked_fwd.WALK_RUNS)
         env = forcing[0] if forcing else {}  # the case's environment, restored after it
         saved = {key: os.environ.get(key) for key in env}
@@ -257,6 +257,8 @@ def main() -> int:
                 else:
                     os.environ[key] = value
         local_runs[name] = chunked_bwd.local_runs_since(before)
+        local_runs[name].update({f"{k} corrections": n - corrections_before[k]
+                                 for k, n in chunked_bwd.CORRECT_RUNS.items() if n > corrections_before[k]})
         walk_runs[name] = {k: n - walks_before[k] for k, n in chunked_fwd.WALK_RUNS.items() if n > walks_before[k]}
         torch.cuda.empty_cache()
     forward_dot = chunked_fwd._sizes(chunked_fwd.CHUNKED_FWD_CONFIG, f32, 64, 128, 512, True)["DOT"]
@@ -272,7 +274,8 @@ def main() -> int:
     print("\nthe chunk-parallel forward's chunk walks, per case (none: the sequential forward ran):")
     for name, runs in walk_runs.items():
         print(f"  {name:44s} {', '.join(f'{k} {n}' for k, n in runs.items()) or 'none'}")
-    print("\nthe chunk-parallel backward's local passes, per case (none: the sequential backward ran):")
+    print("\nthe chunk-parallel backward's local passes and corrections, per case (none: the sequential backward "
+          "ran):")
     for name, runs in local_runs.items():
         print(f"  {name:44s} {', '.join(f'{k} {n}' for k, n in runs.items()) or 'none'}")
     failed = [r for r in rows if not r[5]]

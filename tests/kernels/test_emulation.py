@@ -355,6 +355,60 @@ def test_the_cuda_local_pass_in_float32_stays_inside_the_gpu_tolerance():
     assert max(errors[True].values()) > 1e-5, errors[True]
 
 
+def _corrections_case(seed: int, tokens: int = 40, p: int = 6, n: int = 8, prior: float = 0.7):
+    """One chunk of one head in float64 (a third of the log decays near 0, the rest down to -10, gains up to 10),
+    its first state and an entering adjoint, and the corrections by their definition: the states walked token by
+    token, ``dlog_decay_t = a_t A_t (<dM_in, M_{t-1}> + <dI_in, I_{t-1} - I_prior>)``."""
+    gen = torch.Generator().manual_seed(seed)
+    f64 = {"dtype": torch.float64}
+    v, beta = torch.randn(tokens, p, generator=gen, **f64), 10 * torch.rand(tokens, p, generator=gen, **f64)
+    k = torch.randn(tokens, n, generator=gen, **f64)
+    g = -10 * torch.rand(tokens, generator=gen, **f64)
+    g = torch.where(torch.rand(tokens, generator=gen, **f64) < 0.3, -1e-4 * torch.ones_like(g), g)
+    m, i = torch.randn(p, n, generator=gen, **f64), 0.5 + torch.rand(p, n, generator=gen, **f64)
+    dm_e, di_e = torch.randn(p, n, generator=gen, **f64), torch.randn(p, n, generator=gen, **f64)
+    inputs = (v, k, g, beta, m, i, dm_e, di_e, prior)
+    after = torch.stack([g[t + 1:].sum() for t in range(tokens)]).exp()  # A_t, each sum over its own tokens
+    want = {"dv": after[:, None] * (k @ dm_e.T), "dbeta": after[:, None] * ((k * k) @ di_e.T),
+            "dk": after[:, None] * (v @ dm_e + 2 * k * (beta @ di_e))}
+    dg, mt, jt = [], m, i - prior
+    for t in range(tokens):
+        dg.append(g[t].exp() * after[t] * ((dm_e * mt).sum() + (di_e * jt).sum()))
+        mt = g[t].exp() * mt + v[t, :, None] * k[t]
+        jt = g[t].exp() * jt + beta[t, :, None] * k[t] ** 2
+    want["dlog_decay"] = torch.stack(dg)
+    return inputs, want
+
+
+def test_the_cuda_corrections_form_gives_the_corrections_by_their_definition():
+    """The CUDA corrections' form (``emulation.corrections_chunk``: decays after each token from suffix sums, the
+    decay gradient as a prefix sum of ``A_r (v_r . dM_in k_r + beta_r . dI_in k_r^2)`` from the chunk's first state)
+    equals the corrections by their definition, with decays down to e^-10 a token, in float64 and with leading dims.
+    In float32 it stays within 1e-5. With the products' operands rounded to TF32 (the kernel's tensor cores)
+    ``dv``, ``dbeta`` and ``dk`` stay within 1e-3, the GPU check's tolerance for TF32, and every output departs from
+    float32 rounding alone (so the rounding is emulated); the decay gradient's correction, whose terms ``v . dM_in k +
+    beta . dI_in k^2`` cancel to a small part of their size here, within 3e-2 (the Triton corrections' TF32 products
+    round the same terms; on a GPU the corrected decay gradients stay within 6e-4 of float64,
+    docs/bench/cuda-correct-2026-11-29)."""
+    inputs, want = _corrections_case(0)
+    names = ("dv", "dbeta", "dk", "dlog_decay")
+    got = emulation.corrections_chunk(*inputs)
+    for name, g in zip(names, got, strict=True):
+        assert_close(g, want[name], F64_TOL, name)
+    batched = emulation.corrections_chunk(*[t[None, None].expand(2, 3, *t.shape) for t in inputs[:-1]], inputs[-1])
+    for g, b in zip(got, batched, strict=True):
+        assert b.shape[:2] == (2, 3) and torch.allclose(b[1, 2], g, rtol=1e-12, atol=0)
+    f32 = [t.float() for t in inputs[:-1]]
+    errors = {}
+    for rounded in (False, True):
+        got = emulation.corrections_chunk(*f32, inputs[-1], round_tf32=rounded)
+        errors[rounded] = {name: ((g.double() - want[name]).norm() / want[name].norm()).item()
+                           for name, g in zip(names, got, strict=True)}
+    assert max(errors[False].values()) < 1e-5, errors[False]
+    assert min(errors[True].values()) > 1e-5, errors[True]
+    assert max(errors[True][name] for name in names[:3]) < 1e-3 and errors[True]["dlog_decay"] < 3e-2, errors[True]
+
+
 def test_tf32_rounds_ties_away_from_zero():
     """``emulation.tf32`` keeps 10 bits of mantissa and rounds ties away from zero, as ``cvt.rna.tf32.f32``."""
     x = torch.tensor([1.0, 1 + 2 ** -11, 1 + 2 ** -12, -(1 + 2 ** -11), 1 + 3 * 2 ** -12, 3.0], dtype=torch.float32)
