@@ -1,12 +1,15 @@
-"""The CUDA local pass of the chunk-parallel backward (kernels/cuda_local.py, tensor-core state updates) against
-float64 and against the Gluon pass, on a GPU: check_scan_gpu.py's cases and measures, with the chunk-parallel backward
-forced and its local pass named (LOCAL cuda, then gluon), in bf16 and fp16, with packed sequences, two groups,
-states in and out, and head dimension 128, and float32 inputs with TF32 allowed (torch.set_float32_matmul_precision
-"high", where the CUDA pass takes float32; tolerance 1e-3: its products, and the forward's and the corrections', run
-in TF32). Prints each case's relative errors, which local passes ran, and the largest relative difference between
-the two passes' gradients. (The record cuda-local-2026-11-29 runs it on its first five cases.)
+"""The CUDA local pass of the chunk-parallel backward (kernels/cuda_local.py, tensor-core state updates) against float64
+and against the Gluon pass, on a GPU: check_scan_gpu.py's cases and measures, with the chunk-parallel backward forced
+and its local pass named (LOCAL cuda, then gluon), in bf16 and fp16, with packed sequences, two groups, states in and
+out, and head dimension 128, and float32 inputs with TF32 allowed (torch.set_float32_matmul_precision "high", where the
+CUDA pass takes float32; tolerance 1e-3: its products, and the forward's and the corrections', run in TF32), also with
+bf16 keys and queries beside float32 values as an upgraded layer in fine-tuning has them. Prints each case's relative
+errors, which local passes ran, and the largest relative difference between the two passes' gradients. (The record
+cuda-local-2026-11-29 runs it on its first five cases.) With ``--correct`` it checks the corrections instead: the CUDA
+local pass followed by the CUDA corrections (kernels/cuda_correct.py, CORRECT cuda), then against the Triton corrections
+(CORRECT triton; docs/bench/cuda-correct-2026-11-29).
 
-    python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick]
+    python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick] [--correct] [--cases 0,2]
 """
 
 import argparse
@@ -24,7 +27,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4096 tokens instead of 16384 in the long case")
     parser.add_argument("--cases", default="", help="comma-separated case numbers (from 0) to run; all by default")
+    parser.add_argument("--correct", action="store_true",
+                        help="check the CUDA corrections (after the CUDA local pass) against the Triton corrections")
+    parser.add_argument("--gluon", action="store_true",
+                        help="check the Gluon local pass against float64 (and then against the CUDA pass) instead")
     args = parser.parse_args()
+    key, tested, other = ("CORRECT", "cuda", "triton") if args.correct else ("LOCAL", "cuda", "gluon")
+    if args.gluon:
+        tested, other = other, tested
     os.environ[fused_recurrent.BACKWARD_ENV] = "chunked"
     fused_recurrent.POISON_OUTPUTS = True
     bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
@@ -42,6 +52,9 @@ def main() -> int:
          128),
         ("B1 L2048 G2 f32 TF32 beta state", dict(batch=1, length=2048, groups=2, dtype=f32, seed=10), 1e-3, 0.7,
          None, 64),
+        # 2e-3: dk, dq within 1.4e-3 and 1.7e-3 with either local pass (docs/bench/cuda-correct-2026-11-29, call 2)
+        ("B1 L4096 G1 f32 v, bf16 k q, TF32 state", dict(batch=1, length=4096, groups=1, dtype=f32, seed=11,
+                                                         key_dtype=bf16), 2e-3, 1.0, None, 64),
     ]
     if args.cases:
         cases = [cases[int(i)] for i in args.cases.split(",")]
@@ -49,11 +62,15 @@ def main() -> int:
     for name, make, tol, prior, cu_seqlens, head_dim in cases:
         c.HEAD_DIM = head_dim
         torch.set_float32_matmul_precision("high" if make["dtype"] == f32 else "highest")
+        key_dtype = make.pop("key_dtype", None)
         inputs = c.make_inputs(make.pop("batch"), make.pop("length"), make.pop("groups"), make.pop("dtype"), **make)
+        if key_dtype is not None:  # as an upgraded layer in fine-tuning feeds the scan
+            inputs["k"], inputs["q"] = inputs["k"].to(key_dtype), inputs["q"].to(key_dtype)
         grads = {}
         chunked_bwd.CHUNKED_CONFIG["NSPLIT"] = 2  # split: the chunk-parallel path whatever the batch
         chunked_bwd.CHUNKED_CONFIG["LOCAL"] = "cuda"
-        before = dict(chunked_bwd.LOCAL_RUNS)
+        chunked_bwd.CHUNKED_CONFIG[key] = tested
+        before, corrections = dict(chunked_bwd.LOCAL_RUNS), dict(chunked_bwd.CORRECT_RUNS)
         try:
             rows = c.check_case(name, inputs, tol, prior, cu_seqlens, False, "triton", False)
         except Exception as error:  # noqa: BLE001 - report and go on
@@ -63,16 +80,19 @@ def main() -> int:
         for case, label, _ref, err, t, ok in rows:
             print(f"{case:44s} {label:11s} {err:10.2e} {t:7.0e}  {'yes' if ok else 'NO'}", flush=True)
             failed += not ok
-        print(f"  local passes run: {chunked_bwd.local_runs_since(before)}")
+        print(f"  local passes run: {chunked_bwd.local_runs_since(before)}, corrections run: "
+              f"{ {n: r - corrections[n] for n, r in chunked_bwd.CORRECT_RUNS.items() if r > corrections[n]} }")
         gen = torch.Generator(device="cuda").manual_seed(7)
         weights = [torch.randn(s, generator=gen, device="cuda", dtype=torch.float64)
                    for s in c.shapes_of(inputs, cu_seqlens)[:3]]
-        for local in ("cuda", "gluon"):
-            chunked_bwd.CHUNKED_CONFIG["LOCAL"] = local
-            _, grads[local] = c.outputs_and_grads(
+        for which in (tested, other):
+            chunked_bwd.CHUNKED_CONFIG[key] = which
+            _, grads[which] = c.outputs_and_grads(
                 inputs, lambda x, p=prior, s=cu_seqlens: c.run_op(x, "triton", p, s, False), weights)
-        for label in grads["cuda"]:
-            print(f"  cuda vs gluon d{label}: {c.relative_error(grads['cuda'][label], grads['gluon'][label]):.2e}")
+        for label in grads[tested]:
+            print(f"  {tested} vs {other} {key} d{label}: "
+                  f"{c.relative_error(grads[tested][label], grads[other][label]):.2e}")
+        chunked_bwd.CHUNKED_CONFIG[key] = chunked_bwd._SHIPPED[key]
         torch.cuda.empty_cache()
     print(f"\n{failed} checks failed")
     return 1 if failed else 0
