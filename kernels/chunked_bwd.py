@@ -85,7 +85,8 @@ from . import fused_recurrent as fr
 # B = 1, L = 8192, docs/bench/cuda-mma-2026-11-29), and raises where it cannot run; since 2026-11-29 "auto" takes it
 # first where _cuda_plan allows (AUTO_CUDA_ROUNDS, no Gluon or Triton pass keys), then the Gluon pass; CUDA_PROBE:
 # its timing probes; CUDA_ORDER 1: its work items chunks first, CUDA_REPL: copies of its dq, dk scratch (neither
-# moved it: 9.45 and 9.55 ms against 9.52, docs/bench/cuda-correct-2026-11-29, call 2); PALIMPSA_CHUNKED_LOCAL sets
+# moved it: 9.45 and 9.55 ms against 9.52, docs/bench/cuda-correct-2026-11-29, call 2), CUDA_WG 2 or 4: warps summing
+# their dq, dk in shared memory first (slower: 10.61 and 11.01 ms against 9.61, call 5); PALIMPSA_CHUNKED_LOCAL sets
 # the default (not over a LOCAL that bwd_config or a caller's CHUNKED_CONFIG sets);
 # SEG: its tokens per shared-memory segment (4: 16 KB of states a program); PIPE: its walks load each token's inputs
 # a token ahead; STAGE: pass B copies each block's inputs to shared memory at its start (cp.async) and reads them
@@ -617,7 +618,7 @@ def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, bu
         cuda_local.launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
                           cu_seqlens, offsets, n_states, max_chunks, chunk_size,
                           probe=int(config.get("CUDA_PROBE", 0)), order=int(config.get("CUDA_ORDER", 0)),
-                          repl=int(config.get("CUDA_REPL", 1)))
+                          repl=int(config.get("CUDA_REPL", 1)), wg=int(config.get("CUDA_WG", 1)))
     except (cuda_build.CompileError, cuda_build.LoadError, OSError) as error:
         if config["LOCAL"] != "auto":
             raise

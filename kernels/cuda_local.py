@@ -73,6 +73,9 @@ SOURCE = cuda_build.HELPERS + r"""
 #ifndef REPL
 #define REPL 1                  // copies of the dq, dk scratch: head h adds into copy h % REPL
 #endif
+#ifndef WG
+#define WG 1                    // warps summing a token's dq, dk in shared memory before one adds them (1, 2, 4)
+#endif
 #define SEG 16
 #define SUB 8
 #define ROW 20
@@ -121,6 +124,9 @@ struct Shared {
     float4 slot[2][16][THREADS];  // a segment's start and the state after its 8th token: a thread's 8 M tiles, then J's
     Stage st;
     Raw raw;
+#if WG > 1
+    float4 dqk[2][8 / WG][WG - 1][2][32];  // a token's dq, dk vectors from a group's other warps, by token parity
+#endif
 };
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
@@ -187,6 +193,10 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
     const bool b4 = (ln >> 4) & 1, b3 = (ln >> 3) & 1, b2 = (ln >> 2) & 1, b1 = (ln >> 1) & 1, b0 = ln & 1;
 
     float M[8][4], J[8][4], dM[8][4], dI[8][4];
+#if WG > 1
+    int parity = 0;  // the token's buffer of the group sums (every warp walks the same tokens)
+    const int wgi = w / WG, wgr = w % WG;  // the warp's group and its rank in it (rank 0 adds the group's sums)
+#endif
 
     for (int work = blockIdx.x; work < n_work; work += gridDim.x) {
 #if ORDER
@@ -449,6 +459,9 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                     const float gsc[2] = {gg.x * inv, gg.y * inv};
                     float pv[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f}, ss = 0.f;
                     float qk[4][2][2];  // a pair of tile pairs' sums over the lane's channels: [tile][h][dq, dk]
+#if WG > 1
+                    float4 yq[2];  // the lane's two four-state vectors of dq, dk (tile pairs 0 and 1)
+#endif
 #pragma unroll
                     for (int jj = 0; jj < 4; ++jj) {
                         const float4 K = *reinterpret_cast<const float4*>(&st.kr[tt][gq][4 * jj]);
@@ -500,9 +513,14 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                                 for (int xx = 0; xx < 2; ++xx)
                                     y[hh][xx] = (b0 ? x[1][hh][xx] : x[0][hh][xx])
                                         + __shfl_xor_sync(0xffffffffu, b0 ? x[0][hh][xx] : x[1][hh][xx], 1);
+#if WG > 1
+                            yq[jj >> 1] = make_float4(y[0][0], y[0][1], y[1][0], y[1][1]);
+                            if (wgr) sh.dqk[parity][wgi][wgr - 1][jj >> 1][ln] = yq[jj >> 1];
+#else
                             red_add4(dqk + ((((size_t)tok * G + ig) * REPL + h % REPL) * 2 + (jj >> 1)) * N
                                          + 16 * gq + 4 * tq,
                                      y[0][0], y[0][1], y[1][0], y[1][1]);
+#endif
                         }
 #else
                         if (ss == 12345.f) red_add(dqk, qk[0][0][0] + qk[1][1][1] + qk[2][0][1] + qk[3][1][0]);
@@ -523,6 +541,25 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 #pragma unroll
                     for (int o = 16; o >= 1; o >>= 1) dgl += __shfl_xor_sync(0xffffffffu, dgl, o);
                     if (ln == 0) red_add(dg + (size_t)tok * H + h, dgl);
+#if WG > 1
+                    // the group's dq, dk: its other warps' vectors (written above) added by rank 0. One barrier of the
+                    // group a token; a buffer a token parity, so a writer's next token never overwrites unread sums
+                    asm volatile("bar.sync %0, %1;" :: "r"(1 + wgi), "r"(32 * WG) : "memory");
+                    if (!wgr) {
+#pragma unroll
+                        for (int pp = 0; pp < 2; ++pp) {
+                            float4 a = yq[pp];
+#pragma unroll
+                            for (int x = 0; x < WG - 1; ++x) {
+                                const float4 b = sh.dqk[parity][wgi][x][pp][ln];
+                                a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+                            }
+                            red_add4(dqk + ((((size_t)tok * G + ig) * REPL + h % REPL) * 2 + pp) * N + 16 * gq + 4 * tq,
+                                     a.x, a.y, a.z, a.w);
+                        }
+                    }
+                    parity ^= 1;
+#endif
 #endif
                     an = ex2(st.gw[tt] * LOG2E);
                 }
@@ -553,18 +590,20 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 """
 
 
-def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | None = None) -> int:
+def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | None = None, wg: int = 1) -> int:
     """The dynamic shared memory of a CTA: two state slots (64 KB each) and one segment's inputs (keys and squared
     keys as tensor-core fragments and as permuted rows, queries permuted, values, gains and output gradients in
     float32, the log decays and their sums, and the rows as copied: values, gains and output gradients in ``dtype``,
-    keys and queries in ``key_dtype``, the same by default)."""
+    keys and queries in ``key_dtype``, the same by default; with ``wg`` warps summing their ``dq``, ``dk`` together,
+    two tokens' vectors of each group's other warps)."""
     key_dtype = key_dtype or dtype
     slots = SLOTS * STATES * CHANNELS * 2 * 4
     fragments = 2 * 2 * 8 * 32 * 16
     rows = 3 * SEG * 8 * ROW * 4
     channels = 3 * SEG * CHANNELS * 4
     raw = SEG * (2 * STATES * key_dtype.itemsize + 3 * CHANNELS * dtype.itemsize) + SEG * 4
-    return slots + fragments + rows + channels + 2 * SEG * 4 + raw
+    groups = 2 * (8 // wg) * (wg - 1) * 2 * 32 * 16
+    return slots + fragments + rows + channels + 2 * SEG * 4 + raw + groups
 
 
 def dtype_options(dtype: torch.dtype, key_dtype: torch.dtype | None = None) -> list:
@@ -577,21 +616,22 @@ def dtype_options(dtype: torch.dtype, key_dtype: torch.dtype | None = None) -> l
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
                   arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None, order: int = 0,
-                  repl: int = 1) -> bytes:
+                  repl: int = 1, wg: int = 1) -> bytes:
     """The local pass compiled for ``arch`` (a CPU is enough): the cubin's bytes (``probe``: the timing bits of
-    the source's ``PROBE``, which leave parts out; ``order``, ``repl``: the source's ``ORDER``, ``REPL``)."""
+    the source's ``PROBE``, which leave parts out; ``order``, ``repl``, ``wg``: the source's ``ORDER``, ``REPL``,
+    ``WG``)."""
     options = [f"--gpu-architecture={arch}", "-std=c++17", *dtype_options(dtype, key_dtype), f"-DH={heads}",
                f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
-               f"-DORDER={order}", f"-DREPL={repl}"]
+               f"-DORDER={order}", f"-DREPL={repl}", f"-DWG={wg}"]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_local.cu", options, "the local pass")
 
 
 @functools.lru_cache(maxsize=32)
 def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, varlen: bool,
-            probe: int = 0, key_dtype: torch.dtype | None = None, order: int = 0, repl: int = 1):
+            probe: int = 0, key_dtype: torch.dtype | None = None, order: int = 0, repl: int = 1, wg: int = 1):
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, arch=cuda_build.arch(device),
-                          probe=probe, key_dtype=key_dtype, order=order, repl=repl)
-    return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype))
+                          probe=probe, key_dtype=key_dtype, order=order, repl=repl, wg=wg)
+    return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype, wg))
 
 
 def slab_states(chunk: int) -> int:
@@ -639,11 +679,13 @@ def states_of_sums(sums: torch.Tensor) -> torch.Tensor:
 
 
 def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
-           n_states, max_chunks, chunk_size, probe: int = 0, order: int = 0, repl: int = 1):
+           n_states, max_chunks, chunk_size, probe: int = 0, order: int = 0, repl: int = 1, wg: int = 1):
     """The local pass into the chunked backward's buffers (``dv``, ``dbeta`` written; ``dk``, ``dq``, ``dg`` added
     to; ``lm``, ``li``, ``dm0``, ``di0`` as the Triton pass writes them); ``probe``: as :func:`compile_cubin`'s.
     ``dq`` and ``dk`` are summed by the kernel into one scratch of four-state vectors (a vector atomic a lane, tile
     pair and token), then added to their buffers."""
+    if wg not in (1, 2, 4):
+        raise ValueError(f"CUDA_WG {wg}: 1, 2 or 4 warps sum their dq, dk together")
     _, length, heads, head_dim = v.shape
     groups = k.shape[2]
     varlen = cu_seqlens is not None
@@ -651,7 +693,7 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     if n_work == 0:  # nothing to walk (an empty grid is a launch error)
         return
     device = v.device.index if v.device.index is not None else torch.cuda.current_device()
-    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, k.dtype, order, repl)
+    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, k.dtype, order, repl, wg)
     grid = programs(v.device, n_work)
     v, k, q, beta, dy = (cuda_build.aligned(t) for t in (v, k, q, beta, dy))
     log_decay = log_decay.float().contiguous()
@@ -663,7 +705,7 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     tensors = [v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, slab, lm, li, dv, sums, dg, dbeta, dm0, di0,
                cu_seqlens.to(torch.int32) if varlen else empty, offsets.to(torch.int32) if varlen else empty]
     n_chunks = 0 if varlen else max_chunks
-    cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype), tensors,
+    cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype, wg), tensors,
                       [length, n_chunks, max_chunks, n_work])
     both = states_of_sums(sums[:, :, 0] if repl == 1 else sums.sum(2))
     dq.view(tokens, groups, STATES).add_(both[..., 0])

@@ -123,6 +123,31 @@ def test_probes_compile(probe):
     assert (opcodes(text).count(TF32_MMA) < 16 * 5) == bool(probe & 12)
 
 
+@pytest.mark.parametrize("wg", [2, 4])
+def test_warp_groups_compile(wg):
+    """``wg`` warps summing a token's ``dq``, ``dk`` in shared memory before one of them adds them (the timing option
+    ``CUDA_WG``, measured slower than the default: docs/bench/cuda-correct-2026-11-29, call 5): within the registers,
+    no local memory, its buffers within 227 KB in every dtype (float32 with 4 warps: 231,616 bytes) and equal to the
+    source's ``sizeof(Shared)``, one barrier more (the group's, a token) and the same two vector atomics in the code,
+    only rank 0 of a group reaching them; any other group size refused."""
+    with pytest.raises(ValueError, match="CUDA_WG 3: 1, 2 or 4 warps"):
+        cuda_local.launch(*[None] * 20, 1, 1, 512, wg=3)
+    text = sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], wg=wg))
+    used = resources(text)
+    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+    assert opcodes(text).count(BARRIER) == opcodes(disassembly("bf16", "2.7b")).count(BARRIER) + 1
+    assert reductions(text).count("REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU") == 2
+    structs = cuda_local.SOURCE[:cuda_local.SOURCE.index('extern "C"')]
+    for values, keys in DTYPES.values():
+        size = cuda_local.shared_bytes(values, keys, wg)
+        assert size - cuda_local.shared_bytes(values, keys) == 2 * (8 // wg) * (wg - 1) * 2 * 32 * 16
+        assert size <= MAX_SHARED
+        source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
+        cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17", f"-DWG={wg}",
+                                                        *cuda_local.dtype_options(values, keys)],
+                                  "the shared-memory layout")
+
+
 def test_compile_error():
     """An architecture NVRTC does not know raises its log as a ``CompileError``."""
     with pytest.raises(cuda_build.CompileError, match="NVRTC could not compile the local pass"):
