@@ -579,14 +579,30 @@ def _failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"
 
 
+def _cuda_failure(choice: str, launch) -> str | None:
+    """``launch()`` of a CUDA kernel chosen by ``choice`` ("auto" or "cuda"): under "auto" a compile or load error
+    (or a missing library) comes back summarised (``_failure``) for the caller to give up the kernel; otherwise, and
+    for any other error, it propagates. None where it launched."""
+    from . import cuda_build
+
+    try:
+        launch()
+    except (cuda_build.CompileError, cuda_build.LoadError, OSError) as error:
+        if choice != "auto":
+            raise
+        return _failure(error)
+    return None
+
+
 def _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size, n_work) -> bool:
     """Whether the local pass runs in CUDA C++ (``cuda_local``, tensor-core state updates): where ``LOCAL`` is
     "cuda", wherever it can run (else an error saying why); under "auto" where it can run, has not failed to compile
     in this process (``CUDA_LOCAL_FAILED``), the config (or ``CHUNKED_CONFIG`` as changed since import) names no key
     of the Triton or Gluon pass and no occupancy preset, and its ``n_work`` work items with a chunk number
     ``AUTO_CUDA_ROUNDS`` an SM. It was 14% faster than the Gluon pass alone at B = 1, L = 8192 (9.54 against 11.20
-    ms on an H200; docs/bench/cuda-mma-2026-11-29). Keys and queries may come in their own dtype (fine-tuning's
-    float32 values with bf16 keys: as close to float64 as the Gluon pass, docs/bench/cuda-correct-2026-11-29)."""
+    ms on an H200; docs/bench/cuda-mma-2026-11-29). Keys and queries come in the values' dtype, or in 16 bits beside
+    float32 values (fine-tuning's float32 values with bf16 keys: as close to float64 as the Gluon pass,
+    docs/bench/cuda-correct-2026-11-29); other mixes only under "cuda"."""
     if config["LOCAL"] not in ("cuda", "auto"):
         return False
     from . import cuda_local
@@ -596,7 +612,8 @@ def _cuda_plan(config, bwd_config, v, k, q, beta, log_decay, dy, du, chunk_size,
         if reason is not None:
             raise ValueError(f"the CUDA local pass cannot run here ({reason}); use LOCAL auto, gluon or triton")
         return True
-    if (reason is not None or CUDA_LOCAL_FAILED is not None or occupancy_preset()
+    mixed = k.dtype != v.dtype and not (v.dtype == torch.float32 and k.dtype in (torch.bfloat16, torch.float16))
+    if (reason is not None or mixed or CUDA_LOCAL_FAILED is not None or occupancy_preset()
             or _names_triton_pass_keys(bwd_config)
             or any(key in bwd_config or CHUNKED_CONFIG.get(key) != _SHIPPED.get(key) for key in GLUON_PASS_KEYS)):
         return False
@@ -611,18 +628,15 @@ def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, bu
     this and every later call to the other passes (``CUDA_LOCAL_FAILED``); under "cuda", and for any other error,
     the error propagates."""
     global CUDA_LOCAL_FAILED
-    from . import cuda_build, cuda_local
+    from . import cuda_local
 
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
-    try:
-        cuda_local.launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0,
-                          cu_seqlens, offsets, n_states, max_chunks, chunk_size,
-                          probe=int(config.get("CUDA_PROBE", 0)), order=int(config.get("CUDA_ORDER", 0)),
-                          repl=int(config.get("CUDA_REPL", 1)), wg=int(config.get("CUDA_WG", 1)))
-    except (cuda_build.CompileError, cuda_build.LoadError, OSError) as error:
-        if config["LOCAL"] != "auto":
-            raise
-        CUDA_LOCAL_FAILED = _failure(error)
+    failed = _cuda_failure(config["LOCAL"], lambda: cuda_local.launch(
+        v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
+        n_states, max_chunks, chunk_size, probe=int(config.get("CUDA_PROBE", 0)),
+        order=int(config.get("CUDA_ORDER", 0)), repl=int(config.get("CUDA_REPL", 1)), wg=int(config.get("CUDA_WG", 1))))
+    if failed:
+        CUDA_LOCAL_FAILED = failed
         warnings.warn(f"the CUDA local pass of the chunk-parallel backward failed ({CUDA_LOCAL_FAILED}); this and "
                       "every later backward of this process run the Gluon or Triton pass", stacklevel=2)
         return False
@@ -632,13 +646,19 @@ def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, bu
 def correct_default() -> str:
     """The corrections that a config without ``CORRECT`` runs: ``CHUNKED_CONFIG``'s where a caller changed it, else
     ``PALIMPSA_CHUNKED_CORRECT`` where set, else the shipped ``auto``."""
-    if CHUNKED_CONFIG["CORRECT"] != _SHIPPED["CORRECT"] or not os.environ.get(CORRECT_ENV):
-        correct, source = CHUNKED_CONFIG["CORRECT"], "chunked_bwd.CHUNKED_CONFIG['CORRECT']"
+    return _default("CORRECT", CORRECT_ENV, CORRECTS)
+
+
+def _default(key: str, env: str, choices: tuple) -> str:
+    """``CHUNKED_CONFIG[key]`` where a caller changed it from the shipped value, else the variable ``env`` where set,
+    else the shipped value; a ValueError naming where a value not among ``choices`` came from."""
+    if CHUNKED_CONFIG[key] != _SHIPPED[key] or not os.environ.get(env):
+        value, source = CHUNKED_CONFIG[key], f"chunked_bwd.CHUNKED_CONFIG['{key}']"
     else:
-        correct, source = os.environ[CORRECT_ENV], CORRECT_ENV
-    if correct not in CORRECTS:
-        raise ValueError(f"{source} must be one of {', '.join(CORRECTS)}, got {correct!r}")
-    return correct
+        value, source = os.environ[env], env
+    if value not in choices:
+        raise ValueError(f"{source} must be one of {', '.join(choices)}, got {value!r}")
+    return value
 
 
 def _cuda_correct_plan(config, v, k, beta, chunk_size, dot) -> bool:
@@ -666,17 +686,14 @@ def _cuda_correct(config, v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, d
     any other error, the error propagates. Nothing is written before a compile or load error (the kernel is
     compiled and loaded before its launch)."""
     global CUDA_CORRECT_FAILED
-    from . import cuda_build, cuda_correct
+    from . import cuda_correct
 
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
-    try:
-        cuda_correct.launch(v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, dv, dk, dg, dbeta, cu_seqlens,
-                            offsets, chunk_seq, n_chunks, chunk_size, use_final_grad,
-                            order=int(config.get("CORRECT_ORDER", 0)))
-    except (cuda_build.CompileError, cuda_build.LoadError, OSError) as error:
-        if config["CORRECT"] != "auto":
-            raise
-        CUDA_CORRECT_FAILED = _failure(error)
+    failed = _cuda_failure(config["CORRECT"], lambda: cuda_correct.launch(
+        v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, dv, dk, dg, dbeta, cu_seqlens, offsets, chunk_seq,
+        n_chunks, chunk_size, use_final_grad, order=int(config.get("CORRECT_ORDER", 0))))
+    if failed:
+        CUDA_CORRECT_FAILED = failed
         warnings.warn(f"the CUDA corrections of the chunk-parallel backward failed ({CUDA_CORRECT_FAILED}); this and "
                       "every later backward of this process run the Triton corrections", stacklevel=2)
         return False
@@ -745,13 +762,7 @@ def local_default() -> str:
     """The local pass that a ``bwd_config`` without ``LOCAL`` runs: ``CHUNKED_CONFIG``'s where a caller changed it,
     else ``PALIMPSA_CHUNKED_LOCAL`` where set, else the shipped ``auto`` (the CUDA pass where ``_cuda_plan`` takes it,
     else the Gluon pass where it can run, the Triton pass elsewhere)."""
-    if CHUNKED_CONFIG["LOCAL"] != _SHIPPED["LOCAL"] or not os.environ.get(LOCAL_ENV):
-        local, source = CHUNKED_CONFIG["LOCAL"], "chunked_bwd.CHUNKED_CONFIG['LOCAL']"
-    else:
-        local, source = os.environ[LOCAL_ENV], LOCAL_ENV
-    if local not in LOCALS:
-        raise ValueError(f"{source} must be one of {', '.join(LOCALS)}, got {local!r}")
-    return local
+    return _default("LOCAL", LOCAL_ENV, LOCALS)
 
 
 def _recompute_options(config: dict) -> dict:

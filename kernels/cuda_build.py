@@ -48,6 +48,62 @@ __device__ __forceinline__ Bounds bounds(int sq, const int* cu_seqlens, const in
 }
 """
 
+# what the tensor-core kernels (cuda_local.py, cuda_correct.py) add to HELPERS: the element types their dtype macros
+# choose (VT_* values and gains, KT_* keys; -D options of cuda_local.dtype_options), widening to float32, TF32
+# rounding, the TF32 product m16n8k8 and the global reductions (one float, or four at once)
+TENSOR_CORE_HELPERS = r"""
+#if VT_F32                      // values, gains (and their gradients)
+typedef float vt;
+#else
+typedef unsigned short vt;
+#endif
+#if KT_F32                      // keys (and queries)
+typedef float kt;
+#else
+typedef unsigned short kt;
+#endif
+#define VPC (16 / (int)sizeof(vt))  // elements a 16-byte copy
+#define KPC (16 / (int)sizeof(kt))
+
+__device__ __forceinline__ void red_add(float* p, float x) {
+    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(x) : "memory");
+}
+__device__ __forceinline__ void red_add4(float* p, float x, float y, float z, float w) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+__device__ __forceinline__ unsigned tf32(float x) {
+    unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
+}
+// c += a b (mma.m16n8k8, TF32 operands): a a 16 x 8 A fragment, b0, b1 an 8 x 8 B fragment, c the 16 x 8 accumulator
+__device__ __forceinline__ void mma(float (&c)[4], const float4& a, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)), "r"(__float_as_uint(a.w)),
+          "r"(b0), "r"(b1));
+}
+// an input as float32: float32 as it is, 16 bits as bf16 or fp16
+__device__ __forceinline__ float as_f32(float x, bool) { return x; }
+__device__ __forceinline__ float as_f32(unsigned short x, bool bf16) {
+    if (bf16) return __uint_as_float((unsigned)x << 16);
+    float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x)); return r;
+}
+__device__ __forceinline__ float widen(vt x) { return as_f32(x, VT_BF16); }
+__device__ __forceinline__ float widen_k(kt x) { return as_f32(x, KT_BF16); }
+"""
+
+def tf32_dtype_reason(v: torch.Tensor, k: torch.Tensor, products: str) -> str | None:
+    """Why a tensor-core kernel (whose ``products`` run in TF32) cannot take values ``v`` and keys ``k`` of these
+    dtypes: bf16, fp16, or float32 where PyTorch allows TF32 (``torch.get_float32_matmul_precision()`` not
+    "highest"); None where it can."""
+    kinds = (torch.bfloat16, torch.float16, torch.float32)
+    if v.dtype not in kinds or k.dtype not in kinds:
+        return f"{v.dtype} values or {k.dtype} keys (bf16, fp16, or float32 with TF32 allowed)"
+    if torch.float32 in (v.dtype, k.dtype) and torch.get_float32_matmul_precision() == "highest":
+        return (f"float32 inputs at full precision ({products} run in TF32: "
+                "torch.set_float32_matmul_precision('high') allows it)")
+    return None
+
 
 class CompileError(RuntimeError):
     """NVRTC refused a source, or no NVRTC library was found."""

@@ -33,7 +33,8 @@ rounded), as the Triton corrections' ``tl.dot`` in TF32 for these inputs.
 
 Scope (:func:`unsupported`): compute capability 9.x, bf16, fp16 or float32 values, gains (and their gradients) of one
 dtype, keys in theirs (float32 anywhere only where TF32 is allowed), 128 states, ``P`` a multiple of 64, chunks a
-multiple of 32 tokens, gains present. ``chunked_bwd`` takes it under ``CORRECT`` "auto" where it can run.
+multiple of 32 tokens up to 512 (the default 512 checked on a GPU), gains present. ``chunked_bwd`` takes it under
+``CORRECT`` "auto" where it can run.
 """
 
 import functools
@@ -47,9 +48,12 @@ STATES = 128
 CHANNELS = 64  # a CTA's channels
 TILE = 32  # tokens a tile
 THREADS = 256
+# the longest chunk: its decays and the warps' shares of the decay gradient take 36 bytes a token of shared memory, and
+# a thread's share of the decay sums grows with it (ptxas spills a few registers from 1024 tokens)
+MAX_CHUNK = 512
 KERNEL = "palimpsa_bwd_correct_cuda"
 
-SOURCE = cuda_build.HELPERS + r"""
+SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #define N 128
 #define CW 64
 #define THREADS 256
@@ -59,18 +63,7 @@ SOURCE = cuda_build.HELPERS + r"""
 #define ORDER 0                 // the CTAs' order: 0 heads first (a chunk's heads run at once), 1 chunks first
 #endif
 
-#if VT_F32                      // values, gains (and dv, dbeta)
-typedef float vt;
-#else
-typedef unsigned short vt;
-#endif
-#if KT_F32                      // keys
-typedef float kt;
-#else
-typedef unsigned short kt;
-#endif
-#define VPC (16 / (int)sizeof(vt))  // elements a 16-byte copy
-#define KPC (16 / (int)sizeof(kt))
+// vt: values, gains (and dv, dbeta); kt: keys (cuda_build.TENSOR_CORE_HELPERS)
 #define KROW (N + KPC)              // a key row in shared memory: 16 bytes of padding, so that the 8 row groups of a
 #define VROW (CW + VPC)             // fragment read fall in different banks
 #define TPT ((CT + THREADS - 1) / THREADS)  // tokens a thread in the decay sums
@@ -92,30 +85,6 @@ struct Shared {
     float red[8];
 };
 
-__device__ __forceinline__ void red_add(float* p, float x) {
-    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(x) : "memory");
-}
-__device__ __forceinline__ void red_add4(float* p, float x, float y, float z, float w) {
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
-}
-__device__ __forceinline__ unsigned tf32(float x) {
-    unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
-}
-// c += a b: a 16 tokens x 8 (k), b 8 (k) x 8
-__device__ __forceinline__ void mma(float (&c)[4], const float4& a, unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)), "r"(__float_as_uint(a.w)),
-          "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ float as_f32(float x, bool) { return x; }
-__device__ __forceinline__ float as_f32(unsigned short x, bool bf16) {
-    if (bf16) return __uint_as_float((unsigned)x << 16);
-    float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x)); return r;
-}
-__device__ __forceinline__ float widen(vt x) { return as_f32(x, VT_BF16); }
-__device__ __forceinline__ float widen_k(kt x) { return as_f32(x, KT_BF16); }
 __device__ __forceinline__ float4 tf32x4(float a, float b, float c, float d) {
     return make_float4(__uint_as_float(tf32(a)), __uint_as_float(tf32(b)), __uint_as_float(tf32(c)),
                        __uint_as_float(tf32(d)));
@@ -446,20 +415,17 @@ def unsupported(v, k, beta, chunk_size: int) -> str | None:
     """Why the CUDA corrections cannot take these inputs (None where they can)."""
     if not v.is_cuda:
         return "not a CUDA tensor"
-    kinds = (torch.bfloat16, torch.float16, torch.float32)
-    if v.dtype not in kinds or k.dtype not in kinds:
-        return f"{v.dtype} values or {k.dtype} keys (bf16, fp16, or float32 with TF32 allowed)"
-    if torch.float32 in (v.dtype, k.dtype) and torch.get_float32_matmul_precision() == "highest":
-        return ("float32 inputs at full precision (its products run in TF32: "
-                "torch.set_float32_matmul_precision('high') allows it)")
+    reason = cuda_build.tf32_dtype_reason(v, k, "its products")
+    if reason is not None:
+        return reason
     if beta is None or beta.dtype != v.dtype:
         return "beta absent, or in another dtype than v"
     if k.shape[-1] != STATES:
         return f"{k.shape[-1]} states (the kernel is written for {STATES})"
     if v.shape[-1] % CHANNELS:
         return f"head dimension {v.shape[-1]} (a multiple of {CHANNELS})"
-    if chunk_size % TILE:
-        return f"chunk size {chunk_size} (a multiple of {TILE})"
+    if chunk_size % TILE or chunk_size > MAX_CHUNK:
+        return f"chunk size {chunk_size} (a multiple of {TILE}, at most {MAX_CHUNK})"
     if torch.cuda.get_device_capability(v.device)[0] != 9:
         return "compute capability other than 9.x"
     if nvrtc() is None:

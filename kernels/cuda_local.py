@@ -59,7 +59,7 @@ THREADS = 256  # 8 warps: a warp 8 channels of all 128 states, a lane 2 channels
 ROW = 20  # floats a lane group's permuted row takes (16 used; the padding keeps 8 groups' 16-byte reads apart)
 KERNEL = "palimpsa_bwd_local_cuda"
 
-SOURCE = cuda_build.HELPERS + r"""
+SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #define N 128
 #define CW 64
 #define WARPS 8
@@ -82,19 +82,7 @@ SOURCE = cuda_build.HELPERS + r"""
 #define TAU 20.0f
 #define LOG2E 1.4426950408889634f
 
-#if VT_F32                      // values, gains, output gradients (and dv, dbeta)
-typedef float vt;
-#else
-typedef unsigned short vt;
-#endif
-#if KT_F32                      // keys and queries
-typedef float kt;
-#else
-typedef unsigned short kt;
-#endif
-#define VPC (16 / (int)sizeof(vt))  // elements a 16-byte copy
-#define KPC (16 / (int)sizeof(kt))
-
+// vt: values, gains, output gradients (and dv, dbeta); kt: keys and queries (cuda_build.TENSOR_CORE_HELPERS)
 // A lane (g = lane / 4, t = lane % 4) holds the states 16 m + g + 8 h (m = 0..7, h = 0, 1) of its warp's channels
 // 2 t, 2 t + 1: the accumulator fragment of mma.m16n8k8 with the states as rows and the warp's 8 channels as columns,
 // element [m][2 h + c]. So a state update over up to 8 tokens is 8 tensor-core products a state (M' += K^T (w v),
@@ -130,31 +118,6 @@ struct Shared {
 };
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
-__device__ __forceinline__ void red_add(float* p, float x) {
-    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(x) : "memory");
-}
-__device__ __forceinline__ void red_add4(float* p, float x, float y, float z, float w) {
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
-}
-__device__ __forceinline__ unsigned tf32(float x) {
-    unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
-}
-// c += a b: a 16 x 8 tile of states (rows) by 8 tokens, b 8 tokens by the warp's 8 channels
-__device__ __forceinline__ void mma(float (&c)[4], const float4& a, unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)), "r"(__float_as_uint(a.w)),
-          "r"(b0), "r"(b1));
-}
-// an input as float32: float32 as it is, 16 bits as bf16 or fp16
-__device__ __forceinline__ float as_f32(float x, bool) { return x; }
-__device__ __forceinline__ float as_f32(unsigned short x, bool bf16) {
-    if (bf16) return __uint_as_float((unsigned)x << 16);
-    float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x)); return r;
-}
-__device__ __forceinline__ float widen(vt x) { return as_f32(x, VT_BF16); }    // values, gains, output gradients
-__device__ __forceinline__ float widen_k(kt x) { return as_f32(x, KT_BF16); }  // keys and queries
 __device__ __forceinline__ vt to_vt(float x) {
 #if VT_F32
     return x;
@@ -643,12 +606,9 @@ def unsupported(v, k, q, beta, log_decay, dy, du, chunk_size: int) -> str | None
     """Why the CUDA local pass cannot take these inputs (None where it can)."""
     if not v.is_cuda:
         return "not a CUDA tensor"
-    kinds = (torch.bfloat16, torch.float16, torch.float32)
-    if v.dtype not in kinds or k.dtype not in kinds:
-        return f"{v.dtype} values or {k.dtype} keys (bf16, fp16, or float32 with TF32 allowed)"
-    if torch.float32 in (v.dtype, k.dtype) and torch.get_float32_matmul_precision() == "highest":
-        return ("float32 inputs at full precision (its tensor-core state updates run in TF32: "
-                "torch.set_float32_matmul_precision('high') allows it)")
+    reason = cuda_build.tf32_dtype_reason(v, k, "its tensor-core state updates")
+    if reason is not None:
+        return reason
     if beta is None or any(t.dtype != v.dtype for t in (beta, dy)) or q.dtype != k.dtype:
         return "beta absent, gains or output gradients in another dtype than v, or queries than keys"
     if du is not None:
@@ -686,6 +646,8 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     pair and token), then added to their buffers."""
     if wg not in (1, 2, 4):
         raise ValueError(f"CUDA_WG {wg}: 1, 2 or 4 warps sum their dq, dk together")
+    if repl < 1:
+        raise ValueError(f"CUDA_REPL {repl}: at least one copy of the dq, dk scratch")
     _, length, heads, head_dim = v.shape
     groups = k.shape[2]
     varlen = cu_seqlens is not None

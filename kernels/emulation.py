@@ -470,7 +470,7 @@ def corrections_chunk(v, k, log_decay, beta, m_start, i_start, dm_e, di_e, impor
     suffix = log_decay.flip(-1).cumsum(-1).flip(-1)  # sums from each token to the end, running from the end
     after = torch.cat([suffix[..., 1:], torch.zeros_like(suffix[..., :1])], -1).exp()  # A_t
     m_k = r(k) @ r(dm_e).transpose(-1, -2)  # [..., n, P]: dM_in k_t
-    i_k = r(k * k) @ r(di_e).transpose(-1, -2)  # dI_in k_t^2
+    i_k = r(r(k) * r(k)) @ r(di_e).transpose(-1, -2)  # dI_in k_t^2 (the kernel squares its TF32 keys)
     dk = after[..., None] * (r(v) @ r(dm_e) + 2 * k * (r(beta) @ r(di_e)))
     add = (v * m_k).sum(-1) + (beta * i_k).sum(-1)
     start = (dm_e * m_start).sum((-1, -2)) + (di_e * (i_start - importance_prior)).sum((-1, -2))

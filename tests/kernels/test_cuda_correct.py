@@ -170,6 +170,14 @@ def test_chunks_first_order_compiles(dtype):
     assert opcodes(text) != opcodes(disassembly(dtype, "2.7b"))
 
 
+def test_the_longest_chunk_fits_shared_memory():
+    """``MAX_CHUNK`` (the longest chunk ``unsupported`` lets through) keeps every dtype's shared memory within 227 KB
+    and is a whole number of tiles."""
+    assert cuda_correct.MAX_CHUNK % cuda_correct.TILE == 0
+    for values, keys in DTYPES.values():
+        assert cuda_correct.shared_bytes(values, keys, cuda_correct.MAX_CHUNK) <= MAX_SHARED
+
+
 def test_compile_error():
     """An architecture NVRTC does not know raises its log as a ``CompileError`` naming the kernel."""
     with pytest.raises(cuda_build.CompileError, match="NVRTC could not compile the corrections"):
@@ -271,3 +279,34 @@ def test_chunked_backward_dispatch():
     assert chunked_bwd.CORRECT_RUNS["cuda"] == before["cuda"]
     for got, want in zip(auto, gradients("triton")):
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("error, choice, raises", [
+    (cuda_build.CompileError("NVRTC could not compile the corrections (sm_90a): error"), "auto", False),
+    (cuda_build.LoadError("cuModuleLoadData failed with CUDA error 218"), "auto", False),
+    (OSError("libnvrtc.so.12: cannot open shared object file"), "auto", False),
+    (cuda_build.CompileError("NVRTC could not compile the corrections (sm_90a): error"), "cuda", True),
+    (RuntimeError("cuLaunchKernel failed with CUDA error 701"), "auto", True),
+], ids=["compile", "load", "oserror", "compile-cuda", "launch"])
+def test_a_failed_build_leaves_auto_to_the_triton_corrections(error, choice, raises, monkeypatch):
+    """A compile or load error (or no NVRTC library) under ``CORRECT`` "auto" warns, sets ``CUDA_CORRECT_FAILED``
+    (so later calls take the Triton kernel) and returns False for the caller to run it; under "cuda", and for a launch
+    error, the error propagates and nothing is given up."""
+    monkeypatch.setattr(chunked_bwd, "CUDA_CORRECT_FAILED", None)
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(cuda_correct, "launch", fail)
+    args = [None] * 11 + [(None,) * 7] + [None] * 6  # v .. di_t, the buffers, cu_seqlens .. use_final_grad
+    if raises:
+        with pytest.raises(type(error)):
+            chunked_bwd._cuda_correct({"CORRECT": choice}, *args)
+        assert chunked_bwd.CUDA_CORRECT_FAILED is None
+    else:
+        with pytest.warns(UserWarning, match="the CUDA corrections of the chunk-parallel backward failed"):
+            assert chunked_bwd._cuda_correct({"CORRECT": choice}, *args) is False
+        assert chunked_bwd.CUDA_CORRECT_FAILED.startswith(type(error).__name__)
+        monkeypatch.setattr(cuda_correct, "unsupported", lambda *args: None)
+        config = {**chunked_bwd._SHIPPED, "CORRECT": "auto"}
+        assert chunked_bwd._cuda_correct_plan(config, None, None, None, 512, "tf32") is False

@@ -128,10 +128,12 @@ def test_warp_groups_compile(wg):
     """``wg`` warps summing a token's ``dq``, ``dk`` in shared memory before one of them adds them (the timing option
     ``CUDA_WG``, measured slower than the default: docs/bench/cuda-correct-2026-11-29, call 5): within the registers,
     no local memory, its buffers within 227 KB in every dtype (float32 with 4 warps: 231,616 bytes) and equal to the
-    source's ``sizeof(Shared)``, one barrier more (the group's, a token) and the same two vector atomics in the code,
-    only rank 0 of a group reaching them; any other group size refused."""
+    source's ``sizeof(Shared)``, one barrier more (the group's, a token) and the same two vector atomics in the code;
+    any other group size, and a scratch of no copies (``CUDA_REPL`` 0), refused."""
     with pytest.raises(ValueError, match="CUDA_WG 3: 1, 2 or 4 warps"):
         cuda_local.launch(*[None] * 20, 1, 1, 512, wg=3)
+    with pytest.raises(ValueError, match="CUDA_REPL 0: at least one copy"):
+        cuda_local.launch(*[None] * 20, 1, 1, 512, repl=0)
     text = sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], wg=wg))
     used = resources(text)
     assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
@@ -199,7 +201,8 @@ def test_dispatch_on_cpu():
 
 def test_auto_rules(monkeypatch):
     """With the pass's own reasons patched away (``unsupported`` None, 132 SMs), "auto" takes it only where its work
-    items number ``AUTO_CUDA_ROUNDS`` an SM (keys in their own dtype too), it has not failed in this process
+    items number ``AUTO_CUDA_ROUNDS`` an SM, the keys come in the values' dtype or in 16 bits beside float32 values
+    (fine-tuning's mix; other mixes only under "cuda"), it has not failed in this process
     (``CUDA_LOCAL_FAILED``), and no Gluon or Triton pass key (in the call's config or ``CHUNKED_CONFIG``) or occupancy
     preset is set; "cuda" takes it regardless."""
     monkeypatch.setattr(cuda_local, "unsupported", lambda *args: None)
@@ -216,6 +219,10 @@ def test_auto_rules(monkeypatch):
     assert plan() is True and plan(n_work=132 * high) is True
     assert plan(n_work=132 * low - 1) is False and plan(n_work=132 * high + 1) is False
     assert plan(args=cpu_inputs(torch.float32, key_dtype=torch.bfloat16)) is True  # fine-tuning's mixed dtypes
+    assert plan(args=cpu_inputs(torch.float32, key_dtype=torch.float16)) is True
+    assert plan(args=cpu_inputs(torch.bfloat16, key_dtype=torch.float32)) is False  # no GPU has run these mixes
+    assert plan(args=cpu_inputs(torch.float16, key_dtype=torch.bfloat16)) is False
+    assert plan(args=cpu_inputs(torch.bfloat16, key_dtype=torch.float32), local="cuda") is True
     assert plan({"SEG": 2}) is False and plan({"num_warps": 1}) is False
     monkeypatch.setitem(chunked_bwd.CHUNKED_CONFIG, "SEG", 2)  # a Gluon pass key changed in the module's config
     assert plan() is False

@@ -387,9 +387,9 @@ def test_the_cuda_corrections_form_gives_the_corrections_by_their_definition():
     In float32 it stays within 1e-5. With the products' operands rounded to TF32 (the kernel's tensor cores)
     ``dv``, ``dbeta`` and ``dk`` stay within 1e-3, the GPU check's tolerance for TF32, and every output departs from
     float32 rounding alone (so the rounding is emulated); the decay gradient's correction, whose terms ``v . dM_in k +
-    beta . dI_in k^2`` cancel to a small part of their size here, within 3e-2 (the Triton corrections' TF32 products
-    round the same terms; on a GPU the corrected decay gradients stay within 6e-4 of float64,
-    docs/bench/cuda-correct-2026-11-29)."""
+    beta . dI_in k^2`` cancel to a small part of their size here, within 3e-2 (1.5e-2 at this seed; the Triton
+    corrections' TF32 products round the same terms; on a GPU the corrected decay gradients of the float32 cases stay
+    within 6.2e-4 of float64, docs/bench/cuda-correct-2026-11-29)."""
     inputs, want = _corrections_case(0)
     names = ("dv", "dbeta", "dk", "dlog_decay")
     got = emulation.corrections_chunk(*inputs)
