@@ -581,7 +581,7 @@ def tf32(x: torch.Tensor) -> torch.Tensor:
 
 
 def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, tau=20.0, seg=16, sub=8,
-                     round_tf32=False):
+                     round_tf32=False, decay_sum=False):
     """The CUDA local pass (``kernels/cuda_local.py``) over one chunk of one head, as the kernel computes it, from a
     zero adjoint at the chunk's end: ``[T, P]`` values, gains and output gradients, ``[T, N]`` keys and queries,
     ``[T]`` log decays, the chunk's checkpoint ``m0``, ``i0`` (``[P, N]``).
@@ -595,7 +595,11 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
     the decay from the sub-block's start through token ``t``, so ``M' = M / A``), plainly elsewhere. The reverse step
     reads the rescaled states as they are and takes the decay gradient from the token's own state
     (``<dM, M_t> - v . dv + <dI, J_t> - beta . dbeta``). ``round_tf32``: the products' operands rounded to TF32 as
-    the kernel's are (float32 inputs). Returns the gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local
+    the kernel's are (float32 inputs). ``decay_sum`` (a form the kernel does not run yet): the decay gradient as a sum
+    from the chunk's end instead, ``dlog_decay_t = sum_{u >= t} (I_prior sum(tq_u mu_u) - v_u . dv_u - beta_u .
+    dbeta_u)`` (``tq = dy q / I``, ``mu = M / I``: ``<dM_t, M_t> + <dI_t, J_t>`` is the next token's decay gradient
+    plus ``<tq, M_t> - <tq mu, J_t> = I_prior sum(tq mu)``), which needs one product an element and token instead of
+    the two of ``<dM, M> + <dI, J>``. Returns the gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local
     adjoints of the chunk's start state, and the products run (sub-blocks of tokens applied at once)."""
     tokens = v.shape[0]
     products = 0
@@ -633,6 +637,7 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
     dm = torch.zeros_like(m0)
     di = torch.zeros_like(m0)
     a_next = torch.zeros((), dtype=v.dtype)
+    later = torch.zeros((), dtype=v.dtype)  # decay_sum: the decay gradient's terms summed from the chunk's end
     for s in range(n_seg - 1, -1, -1):
         t0, n_s = s * seg, min(seg, tokens - s * seg)
         n_sub = -(-n_s // sub)
@@ -661,8 +666,12 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
                 grads["v"][t] = (dm * k[t][None, :]).sum(1)
                 grads["beta"][t] = (di * (k[t] * k[t])[None, :]).sum(1)
                 grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
-                grads["log_decay"][t] = (scale * ((dm * m).sum() + (di * j).sum())
-                                         - (v[t] * grads["v"][t]).sum() - (beta[t] * grads["beta"][t]).sum())
+                own = (v[t] * grads["v"][t]).sum() + (beta[t] * grads["beta"][t]).sum()
+                if decay_sum:
+                    later = later + importance_prior * (tq * mu).sum() - own
+                    grads["log_decay"][t] = later
+                else:
+                    grads["log_decay"][t] = scale * ((dm * m).sum() + (di * j).sum()) - own
                 a_next = torch.exp(log_decay[t])
     return grads, a_next * dm, a_next * di, products
 
