@@ -49,7 +49,7 @@ __device__ __forceinline__ Bounds bounds(int sq, const int* cu_seqlens, const in
 """
 
 # what the tensor-core kernels (cuda_local.py, cuda_correct.py) add to HELPERS: the element types their dtype macros
-# choose (VT_* values and gains, KT_* keys; -D options of cuda_local.dtype_options), widening to float32, TF32
+# choose (VT_* values and gains, KT_* keys; the -D options of dtype_options), widening to float32, TF32
 # rounding, the TF32 product m16n8k8 and the global reductions (one float, or four at once)
 TENSOR_CORE_HELPERS = r"""
 #if VT_F32                      // values, gains (and their gradients)
@@ -91,6 +91,14 @@ __device__ __forceinline__ float as_f32(unsigned short x, bool bf16) {
 __device__ __forceinline__ float widen(vt x) { return as_f32(x, VT_BF16); }
 __device__ __forceinline__ float widen_k(kt x) { return as_f32(x, KT_BF16); }
 """
+
+def dtype_options(dtype: torch.dtype, key_dtype: torch.dtype | None = None) -> list:
+    """``TENSOR_CORE_HELPERS``' dtype macros: each of ``VT_BF16``, ``VT_F16``, ``VT_F32`` (values, gains and their
+    gradients) and ``KT_*`` (keys and queries, ``dtype``'s by default) defined, 1 for the chosen dtypes, 0 for the
+    others."""
+    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+    return [f"-D{side}_{name}={int(kind == chosen)}" for side, chosen in (("VT", dtype), ("KT", key_dtype or dtype))
+            for kind, name in names.items()]
 
 def tf32_dtype_reason(v: torch.Tensor, k: torch.Tensor, products: str) -> str | None:
     """Why a tensor-core kernel (whose ``products`` run in TF32) cannot take values ``v`` and keys ``k`` of these

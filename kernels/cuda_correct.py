@@ -42,7 +42,7 @@ import functools
 import torch
 
 from . import cuda_build
-from .cuda_build import nvrtc
+from .cuda_build import dtype_options, nvrtc
 
 STATES = 128
 CHANNELS = 64  # a CTA's channels
@@ -383,13 +383,6 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
     raw = TILE * (STATES * key_dtype.itemsize + 16) + 4 * TILE * (CHANNELS * dtype.itemsize + 16)
     fragments = (2 * 16 + 2 * 2 * 8) * 32 * 16
     return 2 * raw + fragments + 9 * chunk * 4 + 8 * 4
-
-
-def dtype_options(dtype: torch.dtype, key_dtype: torch.dtype | None = None) -> list:
-    """The source's dtype macros (``VT_*`` values and gains, ``KT_*`` keys), as ``cuda_local``'s."""
-    from .cuda_local import dtype_options as options
-
-    return options(dtype, key_dtype)
 
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,

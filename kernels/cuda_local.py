@@ -48,7 +48,7 @@ import torch
 
 from . import cuda_build
 from . import fused_recurrent as fr
-from .cuda_build import nvrtc
+from .cuda_build import dtype_options, nvrtc
 
 STATES = 128
 CHANNELS = 64  # a CTA's channels
@@ -567,14 +567,6 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
     raw = SEG * (2 * STATES * key_dtype.itemsize + 3 * CHANNELS * dtype.itemsize) + SEG * 4
     groups = 2 * (8 // wg) * (wg - 1) * 2 * 32 * 16
     return slots + fragments + rows + channels + 2 * SEG * 4 + raw + groups
-
-
-def dtype_options(dtype: torch.dtype, key_dtype: torch.dtype | None = None) -> list:
-    """The source's dtype macros: each of ``VT_BF16``, ``VT_F16``, ``VT_F32`` (values, gains, output gradients) and
-    ``KT_*`` (keys and queries, ``dtype``'s by default) defined, 1 for the chosen dtypes and 0 for the others."""
-    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
-    return [f"-D{side}_{name}={int(kind == chosen)}" for side, chosen in (("VT", dtype), ("KT", key_dtype or dtype))
-            for kind, name in names.items()]
 
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,

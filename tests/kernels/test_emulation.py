@@ -309,6 +309,16 @@ def _local_case(seed: int, tokens: int, decay_scale: float, prior: float, p: int
     return _local_case_with(one, dy[0, :, 0], prior)
 
 
+def _gpu_mix_case(tokens: int):
+    """One head's inputs in float32 with the GPU check's mix (a third of the log decays near 0, the rest down to -9,
+    gains up to 10), its output gradient, and the reference's float64 gradients."""
+    x, dy, _ = _local_case(3, tokens, 9.0, 0.7)
+    near_one = torch.rand(tokens, generator=torch.Generator().manual_seed(4), dtype=torch.float64) < 0.3
+    x["log_decay"] = torch.where(near_one, -1e-4 * torch.ones_like(x["log_decay"]), x["log_decay"])
+    x, dy, want = _local_case_with(x, dy, 0.7)
+    return {name: t.float() for name, t in x.items()}, dy, want
+
+
 @pytest.mark.parametrize("tokens", [5, 37, 64])
 @pytest.mark.parametrize("decay_scale", [1.0, 12.0, 30.0])
 def test_the_cuda_local_pass_schedule_gives_the_reference_gradients(tokens, decay_scale):
@@ -338,11 +348,7 @@ def test_the_cuda_local_pass_in_float32_stays_inside_the_gpu_tolerance():
     the kernel's tensor cores read them, it stays within 1e-3, the tolerance its GPU check of float32 inputs with
     TF32 allowed uses, and departs from the exact products by more than float32 rounding (so the rounding is
     emulated)."""
-    x, dy, want = _local_case(3, 70, 9.0, 0.7)
-    near_one = torch.rand(70, generator=torch.Generator().manual_seed(4), dtype=torch.float64) < 0.3
-    x["log_decay"] = torch.where(near_one, -1e-4 * torch.ones_like(x["log_decay"]), x["log_decay"])
-    x, dy, want = _local_case_with(x, dy, 0.7)
-    f32 = {name: t.float() for name, t in x.items()}
+    f32, dy, want = _gpu_mix_case(70)
     errors = {}
     for rounded in (False, True):
         grads, d_m0, d_i0, _ = emulation.cuda_local_chunk(f32["v"], f32["k"], f32["q"], f32["log_decay"],
@@ -419,11 +425,7 @@ def test_the_decay_gradient_summed_from_the_chunks_end_is_exact_but_not_in_float
                                                 0.7, dy, decay_sum=True)
     assert torch.allclose(grads["log_decay"], want["log_decay"], rtol=1e-10,
                           atol=1e-10 * want["log_decay"].abs().max().item())
-    x, dy, _ = _local_case(3, 256, 9.0, 0.7)
-    near_one = torch.rand(256, generator=torch.Generator().manual_seed(4), dtype=torch.float64) < 0.3
-    x["log_decay"] = torch.where(near_one, -1e-4 * torch.ones_like(x["log_decay"]), x["log_decay"])
-    x, dy, want = _local_case_with(x, dy, 0.7)
-    f32 = {name: t.float() for name, t in x.items()}
+    f32, dy, want = _gpu_mix_case(256)
     errors = {}
     for decay_sum in (False, True):
         grads, _, _, _ = emulation.cuda_local_chunk(f32["v"], f32["k"], f32["q"], f32["log_decay"], f32["beta"],
