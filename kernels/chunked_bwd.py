@@ -84,10 +84,10 @@ from . import fused_recurrent as fr
 # "cuda" runs it in CUDA C++ with tensor-core state updates (cuda_local: 9.54 ms against the Gluon pass's 11.20 at
 # B = 1, L = 8192, docs/bench/cuda-mma-2026-11-29), and raises where it cannot run; since 2026-11-29 "auto" takes it
 # first where _cuda_plan allows (AUTO_CUDA_ROUNDS, no Gluon or Triton pass keys), then the Gluon pass; CUDA_PROBE:
-# its timing probes; CUDA_ORDER 1: its work items chunks first, CUDA_REPL: copies of its dq, dk scratch (neither
-# moved it: 9.45 and 9.55 ms against 9.52, docs/bench/cuda-correct-2026-11-29, call 2), CUDA_WG 2 or 4: warps summing
-# their dq, dk in shared memory first (slower: 10.61 and 11.01 ms against 9.61, call 5); PALIMPSA_CHUNKED_LOCAL sets
-# the default (not over a LOCAL that bwd_config or a caller's CHUNKED_CONFIG sets);
+# its timing probes; CUDA_TSUB: its peeling threshold (cuda_local.TSUB by default; 0 takes every token's state from a
+# product); CUDA_DEFINES: its timing macros ("A=1+B=0"); the timing options CUDA_ORDER, CUDA_REPL and CUDA_WG, none
+# faster, went after bbc1c68; PALIMPSA_CHUNKED_LOCAL sets the default (not over a LOCAL that bwd_config or a caller's
+# CHUNKED_CONFIG sets);
 # SEG: its tokens per shared-memory segment (4: 16 KB of states a program); PIPE: its walks load each token's inputs
 # a token ahead; STAGE: pass B copies each block's inputs to shared memory at its start (cp.async) and reads them
 # there: 1 the key and query rows, 2 also the values and gains, 3 also the decays and output gradients, as far as
@@ -633,8 +633,8 @@ def _cuda_local(config, v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, bu
     dv, dk, dq, dg, dbeta, dm0, di0 = buffers
     failed = _cuda_failure(config["LOCAL"], lambda: cuda_local.launch(
         v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
-        n_states, max_chunks, chunk_size, probe=int(config.get("CUDA_PROBE", 0)),
-        order=int(config.get("CUDA_ORDER", 0)), repl=int(config.get("CUDA_REPL", 1)), wg=int(config.get("CUDA_WG", 1))))
+        n_states, max_chunks, chunk_size, probe=int(config.get("CUDA_PROBE", 0)), tsub=config.get("CUDA_TSUB"),
+        defines=str(config.get("CUDA_DEFINES", ""))))
     if failed:
         CUDA_LOCAL_FAILED = failed
         warnings.warn(f"the CUDA local pass of the chunk-parallel backward failed ({CUDA_LOCAL_FAILED}); this and "

@@ -57,6 +57,8 @@ SUB = 8  # tokens a sub-block: one tensor-core k-step; its start in shared memor
 SLOTS = 2  # shared-memory state slots: a segment's start and the state after its 8th token
 THREADS = 256  # 8 warps: a warp 8 channels of all 128 states, a lane 2 channels x 16 states
 ROW = 20  # floats a lane group's permuted row takes (16 used; the padding keeps 8 groups' 16-byte reads apart)
+TAU = 20.0  # a sub-block rescaled where its log decay stays above -TAU
+TSUB = 6.0  # a token's state peeled from the one after it where the log decay since the last product stays above -TSUB
 KERNEL = "palimpsa_bwd_local_cuda"
 
 SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
@@ -67,15 +69,20 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef PROBE
 #define PROBE 0                 // timing only (wrong gradients): 2 no dq, dk, decay-gradient butterflies or atomics;
 #endif                          // 4 no per-token walks in pass B (the sub-block's start as it is); 8 no pass A
-#ifndef ORDER
-#define ORDER 0                 // the work items' order: 0 heads first (a chunk's heads run at once), 1 chunks first
+#ifndef PEEL
+#define PEEL 1                  // in a rescaled sub-block, a token's state is the one after it less that token's term
+#endif                          // where the log decay from it to the last state from a product stays above -TSUB
+#ifndef TSUB                    // (PEEL 0: every token's state from a product)
+#define TSUB 6.0f
 #endif
-#ifndef REPL
-#define REPL 1                  // copies of the dq, dk scratch: head h adds into copy h % REPL
+#ifndef FAC
+#define FAC 1                   // (timing) pass B's token factors: 1 the stage's, read a token ahead; 0 each token's
 #endif
-#ifndef WG
-#define WG 1                    // warps summing a token's dq, dk in shared memory before one adds them (1, 2, 4)
-#endif
+#ifndef SLABCP
+#define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
+#endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)
+#define PEELS 1u                // a token's flags: its reverse step leaves the token before's state (peeled from its)
+#define PEELED 2u               // its state peeled from the token after's
 #define SEG 16
 #define SUB 8
 #define ROW 20
@@ -93,12 +100,16 @@ struct Stage {                  // one segment's inputs
     float kr[SEG][8][ROW];      // keys, squared keys, queries of lane group g's 16 states (16 m + g + 8 h at 2 m + h)
     float kkr[SEG][8][ROW];
     float qr[SEG][8][ROW];
+#if PEEL
+    float kkt[SEG][8][ROW];     // the squared keys of kkr rounded to tf32, as the products read them (akk)
+#endif
     float vw[SEG][CW];          // values, gains, output gradients in float32
     float bw[SEG][CW];
     float dyw[SEG][CW];
     float gs[SEG];              // the log decays summed from the segment's first token (inclusive)
     float gw[SEG];              // the log decays
-};
+    float4 fac[SEG];            // pass B's factors of a token (every warp's the same): 1 / A and A (A its sub-block's
+};                              // decay through it, 1 where not rescaled), its decay, and its flags (PEELS, PEELED)
 struct Raw {                    // a segment's inputs as copied (the next segment's copies run during this one)
     kt rk[SEG][N];
     kt rq[SEG][N];
@@ -112,9 +123,6 @@ struct Shared {
     float4 slot[2][16][THREADS];  // a segment's start and the state after its 8th token: a thread's 8 M tiles, then J's
     Stage st;
     Raw raw;
-#if WG > 1
-    float4 dqk[2][8 / WG][WG - 1][2][32];  // a token's dq, dk vectors from a group's other warps, by token parity
-#endif
 };
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
@@ -156,19 +164,10 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
     const bool b4 = (ln >> 4) & 1, b3 = (ln >> 3) & 1, b2 = (ln >> 2) & 1, b1 = (ln >> 1) & 1, b0 = ln & 1;
 
     float M[8][4], J[8][4], dM[8][4], dI[8][4];
-#if WG > 1
-    int parity = 0;  // the token's buffer of the group sums (every warp walks the same tokens)
-    const int wgi = w / WG, wgr = w % WG;  // the warp's group and its rank in it (rank 0 adds the group's sums)
-#endif
 
     for (int work = blockIdx.x; work < n_work; work += gridDim.x) {
-#if ORDER
-        const int c = work % max_chunks, rest = work / max_chunks;
-        const int hb = rest % (H * PB), sq = rest / (H * PB);
-#else
         const int hb = work % (H * PB), rest = work / (H * PB);
         const int c = rest % max_chunks, sq = rest / max_chunks;
-#endif
         const int h = hb / PB, cb = hb % PB, ig = h / (H / G);
         const Bounds sb = bounds(sq, cu_seqlens, chunk_offsets, T, n_chunks);
         const long long bos = sb.bos, boc = sb.boc;
@@ -272,6 +271,14 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                                                                   kx[7] * kx[7]);
                 *reinterpret_cast<float4*>(qr) = make_float4(qx[0], qx[1], qx[2], qx[3]);
                 *reinterpret_cast<float4*>(qr + 4) = make_float4(qx[4], qx[5], qx[6], qx[7]);
+#if PEEL
+                float* kkt = &st.kkt[t][gg][e0];
+                float kk[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) kk[e] = __uint_as_float(tf32(kx[e] * kx[e]));
+                *reinterpret_cast<float4*>(kkt) = make_float4(kk[0], kk[1], kk[2], kk[3]);
+                *reinterpret_cast<float4*>(kkt + 4) = make_float4(kk[4], kk[5], kk[6], kk[7]);
+#endif
             }
             {
                 const vt* pv = &rw.rv[0][0] + 4 * tid;  // 4 values, gains, output gradients a thread
@@ -284,8 +291,9 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 *reinterpret_cast<float4*>(&st.dyw[0][0] + 4 * tid) = make_float4(widen(pd[0]), widen(pd[1]),
                                                                                    widen(pd[2]), widen(pd[3]));
             }
-            if (w == 0) {  // the log decays' running sums (tokens past the chunk add 0)
-                float x = ln < SEG ? rw.g[ln] : 0.f;
+            if (w == 0) {  // the log decays' running sums (tokens past the chunk add 0), and pass B's token factors
+                const float gt = ln < SEG ? rw.g[ln] : 0.f;
+                float x = gt;
                 if (ln < SEG) st.gw[ln] = x;
 #pragma unroll
                 for (int o = 1; o < SEG; o <<= 1) {
@@ -293,6 +301,30 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                     if (ln >= o) x += y;
                 }
                 if (ln < SEG) st.gs[ln] = x;
+                // token t = ln of sub-block jb: rescaled from the sub-block's start where its decay stays above -TAU
+                // (as pass B's loop decides), and peeled where the decay from it to the last token after it whose
+                // state came from a product stays above -TSUB (that token's state less the terms between)
+#if FAC
+                const int sg = seg_of(i), ns = min(SEG, n_tok - sg * SEG);  // (pass A's stages need none)
+                const int jb = (ln >> 3) & 1, base = SUB * jb, last = max(base, min(base + SUB - 1, ns - 1));
+                const float g7 = __shfl_sync(0xffffffffu, x, SUB - 1), gl = __shfl_sync(0xffffffffu, x, last);
+                const float gb = jb ? g7 : 0.f;
+                const bool scaled = !(PROBE & 4) && gl - gb >= -TAU;
+                bool peeled = false;  // this token's state from the one after it
+                float ref = gl;       // the decay sum through the last token after it whose state came from a product
+#pragma unroll
+                for (int u = SUB - 2; u >= 0; --u) {  // the sub-block's tokens from its last but one down
+                    const float gu = __shfl_sync(0xffffffffu, x, base + u);
+                    const bool in = base + u < last, p = PEEL && scaled && in && ref - gu >= -TSUB;
+                    if (base + u == ln) peeled = p;
+                    if (in && !p) ref = gu;
+                }
+                const bool before = __shfl_up_sync(0xffffffffu, peeled, 1) && ln > base;  // the token before's
+                if (ln < SEG && i >= n_a)
+                    st.fac[ln] = make_float4(scaled ? ex2((gb - x) * LOG2E) : 1.f, scaled ? ex2((x - gb) * LOG2E) : 1.f,
+                                             ex2(gt * LOG2E), __uint_as_float((before ? PEELS : 0u)
+                                                                              | (peeled ? PEELED : 0u)));
+#endif
             }
             __syncthreads();  // (also: every thread done reading the raw buffer)
             if (i + 1 < n_staged) {
@@ -378,18 +410,140 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 #pragma unroll
             for (int e = 0; e < 4; ++e) { dM[m][e] = 0.f; dI[m][e] = 0.f; }
         float an = 0.f;  // the decay of the token after the one reversed (the adjoint's factor)
+        // the reverse step of token tt (its state in M, J, rescaled by 1 / A: ``inv``); with ``peel`` true it
+        // leaves the token before's state in M, J: the token's term (v / A) k, (beta / A) k^2 subtracted with the
+        // operands its products read, so the term leaves as it came in
+        auto reverse = [&](bool peel, int tt, long long tok, float inv, float A) {
+            const float ipi = ip * inv;
+            const float2 vv = *reinterpret_cast<const float2*>(&st.vw[tt][c0]);
+            const float2 bb = *reinterpret_cast<const float2*>(&st.bw[tt][c0]);
+            const float2 gg = *reinterpret_cast<const float2*>(&st.dyw[tt][c0]);
+            const float vc[2] = {vv.x, vv.y}, bc[2] = {bb.x, bb.y}, gc[2] = {gg.x, gg.y};
+            const float gsc[2] = {gg.x * inv, gg.y * inv};
+            // (peel) the token's weighted value and gain as its products' B fragments have them
+            float wv[2] = {0.f, 0.f}, wb[2] = {0.f, 0.f};
+            if (peel) {
+#pragma unroll
+                for (int cc = 0; cc < 2; ++cc) {
+                    wv[cc] = __uint_as_float(tf32(vc[cc] * inv));
+                    wb[cc] = __uint_as_float(tf32(bc[cc] * inv));
+                }
+            }
+            float pv[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f}, ss = 0.f;
+            float qk[4][2][2];  // a pair of tile pairs' sums over the lane's channels: [tile][h][dq, dk]
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const float4 K = *reinterpret_cast<const float4*>(&st.kr[tt][gq][4 * jj]);
+                const float4 KQ = *reinterpret_cast<const float4*>(&st.kkr[tt][gq][4 * jj]);
+                const float4 Q = *reinterpret_cast<const float4*>(&st.qr[tt][gq][4 * jj]);
+                const float kv[4] = {K.x, K.y, K.z, K.w}, kq[4] = {KQ.x, KQ.y, KQ.z, KQ.w};
+                float kkp[4] = {0.f, 0.f, 0.f, 0.f};  // (peel) the squared keys as tf32, as the products read them
+#if PEEL
+                if (peel) {
+                    const float4 KT = *reinterpret_cast<const float4*>(&st.kkt[tt][gq][4 * jj]);
+                    kkp[0] = KT.x; kkp[1] = KT.y; kkp[2] = KT.z; kkp[3] = KT.w;
+                }
+#endif
+                const float qf[4] = {Q.x, Q.y, Q.z, Q.w};
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {  // state 16 m + gq + 8 hh of tile m
+                    const int m = 2 * jj + (u >> 1), hh = u & 1;
+                    float dqa = 0.f, dka = 0.f, dkb = 0.f;
+#pragma unroll
+                    for (int cc = 0; cc < 2; ++cc) {
+                        const int e = 2 * hh + cc;
+                        const float rr = rcp(J[m][e] + ipi);
+                        const float mu = M[m][e] * rr;
+                        const float tqv = gsc[cc] * qf[u] * rr;
+                        dM[m][e] = fmaf(an, dM[m][e], tqv);
+                        dI[m][e] = fmaf(an, dI[m][e], -tqv * mu);
+                        dqa = fmaf(mu, gc[cc], dqa);
+                        dka = fmaf(dM[m][e], vc[cc], dka);
+                        dkb = fmaf(dI[m][e], bc[cc], dkb);
+                        pv[cc] = fmaf(dM[m][e], kv[u], pv[cc]);
+                        pb[cc] = fmaf(dI[m][e], kq[u], pb[cc]);
+                        ss = fmaf(dM[m][e], M[m][e], ss);
+                        ss = fmaf(dI[m][e], J[m][e], ss);
+                        if (peel) {  // the token's term taken back out, exactly
+                            M[m][e] = fmaf(-(KT_F32 ? __uint_as_float(tf32(kv[u])) : kv[u]), wv[cc], M[m][e]);
+                            J[m][e] = fmaf(-kkp[u], wb[cc], J[m][e]);
+                        }
+                    }
+                    qk[2 * (jj & 1) + (u >> 1)][hh][0] = dqa;
+                    qk[2 * (jj & 1) + (u >> 1)][hh][1] = fmaf(2.f * kv[u], dkb, dka);
+                }
+#if !(PROBE & 2)
+                if (jj & 1) {
+                    // tiles 4 p .. 4 p + 3 (p = jj / 2): dq, dk of their 2 x 4 states summed over the 4 channel
+                    // pairs (lane bits 1, 0) and reduce-scattered, lane tq keeping tile 4 p + tq: four-state
+                    // vectors [token, group, p, g, tile, h, (dq, dk)]
+                    float x[2][2][2];
+#pragma unroll
+                    for (int lo = 0; lo < 2; ++lo)
+#pragma unroll
+                        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                            for (int xx = 0; xx < 2; ++xx)
+                                x[lo][hh][xx] = (b1 ? qk[2 + lo][hh][xx] : qk[lo][hh][xx])
+                                    + __shfl_xor_sync(0xffffffffu, b1 ? qk[lo][hh][xx] : qk[2 + lo][hh][xx], 2);
+                    float y[2][2];
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                        for (int xx = 0; xx < 2; ++xx)
+                            y[hh][xx] = (b0 ? x[1][hh][xx] : x[0][hh][xx])
+                                + __shfl_xor_sync(0xffffffffu, b0 ? x[0][hh][xx] : x[1][hh][xx], 1);
+                    red_add4(dqk + (((size_t)tok * G + ig) * 2 + (jj >> 1)) * N + 16 * gq + 4 * tq,
+                             y[0][0], y[0][1], y[1][0], y[1][1]);
+                }
+#else
+                if (ss == 12345.f) red_add(dqk, qk[0][0][0] + qk[1][1][1] + qk[2][0][1] + qk[3][1][0]);
+#endif
+            }
+            // decay gradient: a_t <dM, M_{t-1}> + a_t <dI, J_{t-1}> = <dM, M_t> - v . dv + <dI, J_t> - b . db
+            float dgl = ss * A - (vc[0] * pv[0] + vc[1] * pv[1] + bc[0] * pb[0] + bc[1] * pb[1]);
+            // dv, dbeta of the two channels over the 8 row groups (lane bits 2-4): reduce-scattered
+            const float z0 = (b4 ? pb[0] : pv[0]) + __shfl_xor_sync(0xffffffffu, b4 ? pv[0] : pb[0], 16);
+            const float z1 = (b4 ? pb[1] : pv[1]) + __shfl_xor_sync(0xffffffffu, b4 ? pv[1] : pb[1], 16);
+            float z = (b3 ? z1 : z0) + __shfl_xor_sync(0xffffffffu, b3 ? z0 : z1, 8);
+            z += __shfl_xor_sync(0xffffffffu, z, 4);
+            if (!b2) {
+                const size_t at = ((size_t)tok * H + h) * P + cb * CW + c0 + b3;
+                (b4 ? dbeta : dv)[at] = to_vt(z);
+            }
+#if !(PROBE & 2)
+#pragma unroll
+            for (int o = 16; o >= 1; o >>= 1) dgl += __shfl_xor_sync(0xffffffffu, dgl, o);
+            if (ln == 0) red_add(dg + (size_t)tok * H + h, dgl);
+#endif
+        };
+        int ps = 0;  // the slot of the segment's start; the other takes the state before its token 8
         for (int s = n_seg - 1; s >= 0; --s) {
-            stage(n_a + n_seg - 1 - s);
+            stage(n_a + n_seg - 1 - s);  // (its wait covers the copy of the segment's start into slot ps)
             const int n_s = min(SEG, n_tok - s * SEG), nb = (n_s + SUB - 1) / SUB;
             const long long tseg = bos + t0 + s * SEG;  // the segment's first token
-            get(slab_at(s));
-            if (s > 0) ask_state(slab_at(s - 1));  // the next segment's start, in L2 by the time it is read
-            put(slot_at(0));
+            if (!SLABCP || s == n_seg - 1) {  // the chunk's last segment: its start from the slab
+                get(slab_at(s));
+                put(slot_at(ps));
+            } else {
+                get(slot_at(ps));
+            }
+            if (s > 0) ask_state(slab_at(s - 1));  // the next segment's start, in L2 by the time it is copied
             if (nb > 1) {  // the state before token 8
                 walk_plain(0, SUB - 1);
-                put(slot_at(1));
+                put(slot_at(ps ^ 1));
             }
             for (int j = nb - 1; j >= 0; --j) {
+                const int slot = j ? ps ^ 1 : ps;
+                if (SLABCP && !j && s > 0) {
+                    // the next segment's start copied from the slab into the slot this one no longer reads (a
+                    // thread's own 16 float4: it alone reads them, after the next stage's wait)
+                    const float4* from = slab_at(s - 1);
+                    float4* to = slot_at(ps ^ 1);
+#pragma unroll
+                    for (int x = 0; x < 16; ++x) cp16(to + x * THREADS, from + x * THREADS, true);
+                    commit();
+                }
                 const int base = SUB * j, last = min(base + SUB - 1, n_s - 1);
                 const float gb = j ? st.gs[base - 1] : 0.f;
                 // rescaled from the sub-block's start where its decay allows (M' = M / A, A its decay so far;
@@ -399,145 +553,73 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 const float ea = ex2((gb - st.gs[ta]) * LOG2E), eb = ex2((gb - st.gs[tb2]) * LOG2E);
                 const unsigned va = tf32(st.vw[ta][cb_lane] * ea), vb = tf32(st.vw[tb2][cb_lane] * eb);
                 const unsigned ba = tf32(st.bw[ta][cb_lane] * ea), bb2 = tf32(st.bw[tb2][cb_lane] * eb);
+                // each token's state from a product (its sub-block's start and the tokens up to it), or peeled from
+                // the state after it where the log decay from it to the last state from a product stays above -TSUB
+                // (the errors of the state peeled from grow by that decay; the stage's flags)
+#if FAC
+                float4 next = st.fac[last];  // 1 / A, A, the token's decay, its flags (the stage's), a token ahead
+#else
+                int ref = last;     // the last token whose state came from a product
+                bool held = false;  // M, J hold the token's state (peeled by the token after it)
+#endif
                 for (int tt = last; tt >= base; --tt) {
                     const int r = tt - base;
-                    get(slot_at(j));
-                    float la = 0.f;
-                    if (!(PROBE & 4)) {
-                        if (rescaled) {
-                            const bool a_in = tq <= r, b_in = tq + 4 <= r;  // the lane's tokens up to tt
-                            apply(j, a_in ? va : 0u, b_in ? vb : 0u, a_in ? ba : 0u, b_in ? bb2 : 0u);
-                            la = st.gs[tt] - gb;
-                        } else {
-                            walk_plain(j, tt);
-                        }
-                    }
-                    const float inv = ex2(-la * LOG2E), A = ex2(la * LOG2E), ipi = ip * inv;
-                    const long long tok = tseg + tt;
-                    // the reverse step of token tt
-                    const float2 vv = *reinterpret_cast<const float2*>(&st.vw[tt][c0]);
-                    const float2 bb = *reinterpret_cast<const float2*>(&st.bw[tt][c0]);
-                    const float2 gg = *reinterpret_cast<const float2*>(&st.dyw[tt][c0]);
-                    const float vc[2] = {vv.x, vv.y}, bc[2] = {bb.x, bb.y}, gc[2] = {gg.x, gg.y};
-                    const float gsc[2] = {gg.x * inv, gg.y * inv};
-                    float pv[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f}, ss = 0.f;
-                    float qk[4][2][2];  // a pair of tile pairs' sums over the lane's channels: [tile][h][dq, dk]
-#if WG > 1
-                    float4 yq[2];  // the lane's two four-state vectors of dq, dk (tile pairs 0 and 1)
-#endif
-#pragma unroll
-                    for (int jj = 0; jj < 4; ++jj) {
-                        const float4 K = *reinterpret_cast<const float4*>(&st.kr[tt][gq][4 * jj]);
-                        const float4 KQ = *reinterpret_cast<const float4*>(&st.kkr[tt][gq][4 * jj]);
-                        const float4 Q = *reinterpret_cast<const float4*>(&st.qr[tt][gq][4 * jj]);
-                        const float kv[4] = {K.x, K.y, K.z, K.w}, kq[4] = {KQ.x, KQ.y, KQ.z, KQ.w};
-                        const float qf[4] = {Q.x, Q.y, Q.z, Q.w};
-#pragma unroll
-                        for (int u = 0; u < 4; ++u) {  // state 16 m + gq + 8 hh of tile m
-                            const int m = 2 * jj + (u >> 1), hh = u & 1;
-                            float dqa = 0.f, dka = 0.f, dkb = 0.f;
-#pragma unroll
-                            for (int cc = 0; cc < 2; ++cc) {
-                                const int e = 2 * hh + cc;
-                                const float rr = rcp(J[m][e] + ipi);
-                                const float mu = M[m][e] * rr;
-                                const float tqv = gsc[cc] * qf[u] * rr;
-                                dM[m][e] = fmaf(an, dM[m][e], tqv);
-                                dI[m][e] = fmaf(an, dI[m][e], -tqv * mu);
-                                dqa = fmaf(mu, gc[cc], dqa);
-                                dka = fmaf(dM[m][e], vc[cc], dka);
-                                dkb = fmaf(dI[m][e], bc[cc], dkb);
-                                pv[cc] = fmaf(dM[m][e], kv[u], pv[cc]);
-                                pb[cc] = fmaf(dI[m][e], kq[u], pb[cc]);
-                                ss = fmaf(dM[m][e], M[m][e], ss);
-                                ss = fmaf(dI[m][e], J[m][e], ss);
-                            }
-                            qk[2 * (jj & 1) + (u >> 1)][hh][0] = dqa;
-                            qk[2 * (jj & 1) + (u >> 1)][hh][1] = fmaf(2.f * kv[u], dkb, dka);
-                        }
-#if !(PROBE & 2)
-                        if (jj & 1) {
-                            // tiles 4 p .. 4 p + 3 (p = jj / 2): dq, dk of their 2 x 4 states summed over the 4 channel
-                            // pairs (lane bits 1, 0) and reduce-scattered, lane tq keeping tile 4 p + tq: four-state
-                            // vectors [token, group, p, g, tile, h, (dq, dk)]
-                            float x[2][2][2];
-#pragma unroll
-                            for (int lo = 0; lo < 2; ++lo)
-#pragma unroll
-                                for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                                    for (int xx = 0; xx < 2; ++xx)
-                                        x[lo][hh][xx] = (b1 ? qk[2 + lo][hh][xx] : qk[lo][hh][xx])
-                                            + __shfl_xor_sync(0xffffffffu, b1 ? qk[lo][hh][xx] : qk[2 + lo][hh][xx], 2);
-                            float y[2][2];
-#pragma unroll
-                            for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                                for (int xx = 0; xx < 2; ++xx)
-                                    y[hh][xx] = (b0 ? x[1][hh][xx] : x[0][hh][xx])
-                                        + __shfl_xor_sync(0xffffffffu, b0 ? x[0][hh][xx] : x[1][hh][xx], 1);
-#if WG > 1
-                            yq[jj >> 1] = make_float4(y[0][0], y[0][1], y[1][0], y[1][1]);
-                            if (wgr) sh.dqk[parity][wgi][wgr - 1][jj >> 1][ln] = yq[jj >> 1];
+#if FAC
+                    const float4 fac = next;
+                    if (tt > base) next = st.fac[tt - 1];
+                    const unsigned flags = __float_as_uint(fac.w);
 #else
-                            red_add4(dqk + ((((size_t)tok * G + ig) * REPL + h % REPL) * 2 + (jj >> 1)) * N
-                                         + 16 * gq + 4 * tq,
-                                     y[0][0], y[0][1], y[1][0], y[1][1]);
+                    const unsigned flags = held ? PEELED : 0u;
 #endif
-                        }
-#else
-                        if (ss == 12345.f) red_add(dqk, qk[0][0][0] + qk[1][1][1] + qk[2][0][1] + qk[3][1][0]);
-#endif
-                    }
-                    // decay gradient: a_t <dM, M_{t-1}> + a_t <dI, J_{t-1}> = <dM, M_t> - v . dv + <dI, J_t> - b . db
-                    float dgl = ss * A - (vc[0] * pv[0] + vc[1] * pv[1] + bc[0] * pb[0] + bc[1] * pb[1]);
-                    // dv, dbeta of the two channels over the 8 row groups (lane bits 2-4): reduce-scattered
-                    const float z0 = (b4 ? pb[0] : pv[0]) + __shfl_xor_sync(0xffffffffu, b4 ? pv[0] : pb[0], 16);
-                    const float z1 = (b4 ? pb[1] : pv[1]) + __shfl_xor_sync(0xffffffffu, b4 ? pv[1] : pb[1], 16);
-                    float z = (b3 ? z1 : z0) + __shfl_xor_sync(0xffffffffu, b3 ? z0 : z1, 8);
-                    z += __shfl_xor_sync(0xffffffffu, z, 4);
-                    if (!b2) {
-                        const size_t at = ((size_t)tok * H + h) * P + cb * CW + c0 + b3;
-                        (b4 ? dbeta : dv)[at] = to_vt(z);
-                    }
-#if !(PROBE & 2)
-#pragma unroll
-                    for (int o = 16; o >= 1; o >>= 1) dgl += __shfl_xor_sync(0xffffffffu, dgl, o);
-                    if (ln == 0) red_add(dg + (size_t)tok * H + h, dgl);
-#if WG > 1
-                    // the group's dq, dk: its other warps' vectors (written above) added by rank 0. One barrier of the
-                    // group a token; a buffer a token parity, so a writer's next token never overwrites unread sums
-                    asm volatile("bar.sync %0, %1;" :: "r"(1 + wgi), "r"(32 * WG) : "memory");
-                    if (!wgr) {
-#pragma unroll
-                        for (int pp = 0; pp < 2; ++pp) {
-                            float4 a = yq[pp];
-#pragma unroll
-                            for (int x = 0; x < WG - 1; ++x) {
-                                const float4 b = sh.dqk[parity][wgi][x][pp][ln];
-                                a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+                    if (!(flags & PEELED)) {
+                        get(slot_at(slot));
+                        if (!(PROBE & 4)) {
+                            if (rescaled) {
+                                const bool a_in = tq <= r, b_in = tq + 4 <= r;  // the lane's tokens up to tt
+                                apply(j, a_in ? va : 0u, b_in ? vb : 0u, a_in ? ba : 0u, b_in ? bb2 : 0u);
+                            } else {
+                                walk_plain(j, tt);
                             }
-                            red_add4(dqk + ((((size_t)tok * G + ig) * REPL + h % REPL) * 2 + pp) * N + 16 * gq + 4 * tq,
-                                     a.x, a.y, a.z, a.w);
                         }
+#if !FAC
+                        ref = tt;
+#endif
                     }
-                    parity ^= 1;
+#if !FAC
+                    const bool scaled = rescaled && !(PROBE & 4);
+                    const float4 fac = make_float4(scaled ? ex2((gb - st.gs[tt]) * LOG2E) : 1.f,
+                                                   scaled ? ex2((st.gs[tt] - gb) * LOG2E) : 1.f,
+                                                   ex2(st.gw[tt] * LOG2E), 0.f);
+                    const bool peel = PEEL && scaled && tt > base && st.gs[ref] - st.gs[tt - 1] >= -TSUB;
+                    held = peel;
+#else
+                    const bool peel = PEEL && (flags & PEELS);
 #endif
-#endif
-                    an = ex2(st.gw[tt] * LOG2E);
+                    // (1 / A as the B fragments' weights have it; two copies of the step, each with its constant)
+                    if (peel) reverse(true, tt, tseg + tt, fac.x, fac.y);
+                    else reverse(false, tt, tseg + tt, fac.x, fac.y);
+                    an = fac.z;
                 }
             }
+            ps ^= 1;
         }
-        // the chunk's local adjoint of the state before its first token: a_first dM, a_first dI
+        // the chunk's local adjoint of the state before its first token: a_first dM, a_first dI (the work item's
+        // indices taken again from an opaque copy of `work`, so that none of them stays live through the passes)
+        int wk = work;
+        asm volatile("" : "+r"(wk));
+        const int hb_e = wk % (H * PB), rest_e = wk / (H * PB);
+        const int c_e = rest_e % max_chunks, sq_e = rest_e / max_chunks, h_e = hb_e / PB;
+        const size_t pq = (size_t)((hb_e % PB) * CW + c0) * N + gq;
         float* om = nullptr;
         float* oi = nullptr;
         size_t at = 0;
-        if (c > 0) {
-            const long long slot0 = boc - sq > 0 ? boc - sq : 0;
-            at = ((size_t)(slot0 + c - 1) * H + h) * P * N + (size_t)pc * N + gq;
+        if (c_e > 0) {
+            const long long boc_e = bounds(sq_e, cu_seqlens, chunk_offsets, T, n_chunks).boc;
+            const long long slot0 = boc_e - sq_e > 0 ? boc_e - sq_e : 0;
+            at = ((size_t)(slot0 + c_e - 1) * H + h_e) * P * N + pq;
             om = lm; oi = li;
         } else {
-            at = ((size_t)sq * H + h) * P * N + (size_t)pc * N + gq;
+            at = ((size_t)sq_e * H + h_e) * P * N + pq;
             om = dm0; oi = di0;
         }
 #pragma unroll
@@ -553,40 +635,42 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 """
 
 
-def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | None = None, wg: int = 1) -> int:
+def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | None = None,
+                 tsub: float = TSUB) -> int:
     """The dynamic shared memory of a CTA: two state slots (64 KB each) and one segment's inputs (keys and squared
     keys as tensor-core fragments and as permuted rows, queries permuted, values, gains and output gradients in
     float32, the log decays and their sums, and the rows as copied: values, gains and output gradients in ``dtype``,
-    keys and queries in ``key_dtype``, the same by default; with ``wg`` warps summing their ``dq``, ``dk`` together,
-    two tokens' vectors of each group's other warps)."""
+    keys and queries in ``key_dtype``, the same by default; with ``tsub`` above 0 the squared keys' rows once more,
+    rounded to TF32 for the peeled states)."""
     key_dtype = key_dtype or dtype
     slots = SLOTS * STATES * CHANNELS * 2 * 4
     fragments = 2 * 2 * 8 * 32 * 16
-    rows = 3 * SEG * 8 * ROW * 4
+    rows = (4 if tsub > 0 else 3) * SEG * 8 * ROW * 4
     channels = 3 * SEG * CHANNELS * 4
     raw = SEG * (2 * STATES * key_dtype.itemsize + 3 * CHANNELS * dtype.itemsize) + SEG * 4
-    groups = 2 * (8 // wg) * (wg - 1) * 2 * 32 * 16
-    return slots + fragments + rows + channels + 2 * SEG * 4 + raw + groups
+    return slots + fragments + rows + channels + 2 * SEG * 4 + SEG * 16 + raw
 
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
-                  arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None, order: int = 0,
-                  repl: int = 1, wg: int = 1) -> bytes:
+                  arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None,
+                  tsub: float = TSUB, defines: str = "") -> bytes:
     """The local pass compiled for ``arch`` (a CPU is enough): the cubin's bytes (``probe``: the timing bits of
-    the source's ``PROBE``, which leave parts out; ``order``, ``repl``, ``wg``: the source's ``ORDER``, ``REPL``,
-    ``WG``)."""
+    the source's ``PROBE``, which leave parts out; ``tsub``: its ``TSUB``, 0 for no peeled states; ``defines``:
+    timing macros, ``"FAC=0+SLABCP=0"``)."""
+    if not 0 <= tsub <= TAU:
+        raise ValueError(f"CUDA_TSUB {tsub}: a log decay from 0 (no peeled states) to {TAU:g}")
     options = [f"--gpu-architecture={arch}", "-std=c++17", *dtype_options(dtype, key_dtype), f"-DH={heads}",
                f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
-               f"-DORDER={order}", f"-DREPL={repl}", f"-DWG={wg}"]
+               f"-DPEEL={int(tsub > 0)}", f"-DTSUB={float(tsub)!r}f", *(f"-D{d}" for d in defines.split("+") if d)]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_local.cu", options, "the local pass")
 
 
 @functools.lru_cache(maxsize=32)
 def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, varlen: bool,
-            probe: int = 0, key_dtype: torch.dtype | None = None, order: int = 0, repl: int = 1, wg: int = 1):
+            probe: int = 0, key_dtype: torch.dtype | None = None, tsub: float = TSUB, defines: str = ""):
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, arch=cuda_build.arch(device),
-                          probe=probe, key_dtype=key_dtype, order=order, repl=repl, wg=wg)
-    return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype, wg))
+                          probe=probe, key_dtype=key_dtype, tsub=tsub, defines=defines)
+    return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype, tsub))
 
 
 def slab_states(chunk: int) -> int:
@@ -631,15 +715,11 @@ def states_of_sums(sums: torch.Tensor) -> torch.Tensor:
 
 
 def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
-           n_states, max_chunks, chunk_size, probe: int = 0, order: int = 0, repl: int = 1, wg: int = 1):
+           n_states, max_chunks, chunk_size, probe: int = 0, tsub: float | None = None, defines: str = ""):
     """The local pass into the chunked backward's buffers (``dv``, ``dbeta`` written; ``dk``, ``dq``, ``dg`` added
     to; ``lm``, ``li``, ``dm0``, ``di0`` as the Triton pass writes them); ``probe``: as :func:`compile_cubin`'s.
     ``dq`` and ``dk`` are summed by the kernel into one scratch of four-state vectors (a vector atomic a lane, tile
     pair and token), then added to their buffers."""
-    if wg not in (1, 2, 4):
-        raise ValueError(f"CUDA_WG {wg}: 1, 2 or 4 warps sum their dq, dk together")
-    if repl < 1:
-        raise ValueError(f"CUDA_REPL {repl}: at least one copy of the dq, dk scratch")
     _, length, heads, head_dim = v.shape
     groups = k.shape[2]
     varlen = cu_seqlens is not None
@@ -647,20 +727,21 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     if n_work == 0:  # nothing to walk (an empty grid is a launch error)
         return
     device = v.device.index if v.device.index is not None else torch.cuda.current_device()
-    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, k.dtype, order, repl, wg)
+    tsub = TSUB if tsub is None else float(tsub)
+    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, probe, k.dtype, tsub, defines)
     grid = programs(v.device, n_work)
     v, k, q, beta, dy = (cuda_build.aligned(t) for t in (v, k, q, beta, dy))
     log_decay = log_decay.float().contiguous()
     slab = torch.empty((grid * slab_states(chunk_size) * 2 * CHANNELS * STATES,), dtype=torch.float32,
                        device=v.device)  # 64 KB a state: a thread's 16 float4, THREADS apart
     tokens = v.shape[0] * length
-    sums = torch.zeros((tokens, groups, repl, 2 * STATES), dtype=torch.float32, device=v.device)
+    sums = torch.zeros((tokens, groups, 2 * STATES), dtype=torch.float32, device=v.device)
     empty = torch.empty((1,), dtype=torch.int32, device=v.device)
     tensors = [v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, slab, lm, li, dv, sums, dg, dbeta, dm0, di0,
                cu_seqlens.to(torch.int32) if varlen else empty, offsets.to(torch.int32) if varlen else empty]
     n_chunks = 0 if varlen else max_chunks
-    cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype, wg), tensors,
+    cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype, tsub), tensors,
                       [length, n_chunks, max_chunks, n_work])
-    both = states_of_sums(sums[:, :, 0] if repl == 1 else sums.sum(2))
+    both = states_of_sums(sums)
     dq.view(tokens, groups, STATES).add_(both[..., 0])
     dk.view(tokens, groups, STATES).add_(both[..., 1])

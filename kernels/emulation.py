@@ -581,7 +581,7 @@ def tf32(x: torch.Tensor) -> torch.Tensor:
 
 
 def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, tau=20.0, seg=16, sub=8,
-                     round_tf32=False, decay_sum=False):
+                     round_tf32=False, decay_sum=False, subtract=None):
     """The CUDA local pass (``kernels/cuda_local.py``) over one chunk of one head, as the kernel computes it, from a
     zero adjoint at the chunk's end: ``[T, P]`` values, gains and output gradients, ``[T, N]`` keys and queries,
     ``[T]`` log decays, the chunk's checkpoint ``m0``, ``i0`` (``[P, N]``).
@@ -599,7 +599,12 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
     from the chunk's end instead, ``dlog_decay_t = sum_{u >= t} (I_prior sum(tq_u mu_u) - v_u . dv_u - beta_u .
     dbeta_u)`` (``tq = dy q / I``, ``mu = M / I``: ``<dM_t, M_t> + <dI_t, J_t>`` is the next token's decay gradient
     plus ``<tq, M_t> - <tq mu, J_t> = I_prior sum(tq mu)``), which needs one product an element and token instead of
-    the two of ``<dM, M> + <dI, J>``. Returns the gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local
+    the two of ``<dM, M> + <dI, J>``. ``subtract`` (a float, the kernel's ``TSUB``): in a rescaled sub-block, a token's
+    state comes from the state after it less that token's term (``M' -= (v_u / A_u) k_u``, ``J' -= (beta_u / A_u)
+    k_u^2``, the operands rounded as the product's, so that the term leaves as it came), which costs no product,
+    wherever the log decay from the token to the last one whose state came from a product stays above ``-subtract``
+    (the rounding errors of the state it is peeled from grow by that decay, up to ``e^subtract``); elsewhere from a
+    product as above. Returns the gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local
     adjoints of the chunk's start state, and the products run (sub-blocks of tokens applied at once)."""
     tokens = v.shape[0]
     products = 0
@@ -648,11 +653,20 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
             first = t0 + b * sub
             last = min(first + sub, t0 + n_s) - 1
             rescaled = bool(g(last) - g(first - 1) >= -tau)
+            ref = None  # the last token whose state came from a product
             for t in range(last, first - 1, -1):
-                if rescaled:
+                if (subtract is not None and rescaled and ref is not None
+                        and bool(g(ref) - g(t) >= -subtract)):  # the state after token t + 1 less that token's term
+                    w = torch.exp(g(first - 1) - g(t + 1)).to(v.dtype)
+                    ku = rnd(k[t + 1])
+                    m = m - rnd(v[t + 1] * w)[:, None] * ku[None, :]
+                    j = j - rnd(beta[t + 1] * w)[:, None] * rnd(k[t + 1] * k[t + 1])[None, :]
+                    la = g(t) - g(first - 1)
+                elif rescaled:
                     scales = torch.exp(g(first - 1) - torch.stack([g(u) for u in range(first, t + 1)]))
                     m, j = apply(*slots[b], first, t, scales)
                     la = g(t) - g(first - 1)
+                    ref = t
                 else:
                     m, j = plain(*slots[b], first, t)
                     la = torch.zeros((), dtype=v.dtype)

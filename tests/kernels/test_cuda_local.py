@@ -4,8 +4,9 @@ NVRTC compiles it for sm_90a without a GPU and Triton's ``cuobjdump`` disassembl
 float32 inputs, and float32 values with bf16 keys, at 2.7b shapes and a small one with packed sequences, its registers
 within ``__launch_bounds__`` (one 8-warp CTA an SM), no local memory, its shared memory (two 64 KB state slots, a
 segment's widened inputs and its raw copies) within an H100's or H200's 227 KB a CTA, its state updates as TF32
-tensor-core products (``mma.m16n8k8``: HMMA), no barrier in the token loop, and ``dq``, ``dk`` added by four-state
-vector atomics into a scratch that ``states_of_sums`` orders; every timing probe compiles. Then the dispatch on CPU
+tensor-core products (``mma.m16n8k8``: HMMA), no barrier in the token loop, ``dq``, ``dk`` added by four-state
+vector atomics into a scratch that ``states_of_sums`` orders, and the reverse step in two copies (one peeling the state
+of the token before: ``TSUB``); every timing probe compiles. Then the dispatch on CPU
 tensors (``LOCAL`` "cuda" refuses with the reason, "auto" never takes it; auto's other rules with the reason patched
 away). Its gradients are checked on a GPU against float64 and the Gluon pass (docs/bench/cuda-mma-2026-11-29).
 """
@@ -56,16 +57,16 @@ def reductions(text: str) -> list:
 def test_compiles_within_bounds(dtype, shape):
     """One 8-warp CTA an SM: at most 255 registers a thread and no local memory (a lane's 4 x 8 x 4 states and
     adjoints stay in registers); the state slots and a segment's inputs within 227 KB; a reciprocal a state element
-    and token in the reverse step (2 channels x 16 states: 32); the state updates as TF32 tensor-core products, 16 a
-    ``apply`` (8 tiles of M and of J), which the code inlines 5 times (pass A's two sub-blocks, pass B's state before
-    token 8, its rescaled and its plain per-token walks)."""
+    and token in each of the reverse step's two copies (2 channels x 16 states: 32 each); the state updates as TF32
+    tensor-core products, 16 a ``apply`` (8 tiles of M and of J), which the code inlines 5 times (pass A's two
+    sub-blocks, pass B's state before token 8, its rescaled and its plain per-token walks)."""
     text = disassembly(dtype, shape)
     assert "code for sm_90a" in text
     used = resources(text)
     assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
     assert cuda_local.shared_bytes(*DTYPES[dtype]) <= MAX_SHARED
     ops = opcodes(text)
-    assert ops.count("MUFU.RCP") >= 32
+    assert ops.count("MUFU.RCP") >= 2 * 32
     assert ops.count(TF32_MMA) >= 16 * 5
     assert [op for op in ops if op.startswith("HMMA") and op != TF32_MMA] == []
 
@@ -86,16 +87,17 @@ def test_barriers_outside_the_token_loop():
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
 def test_vector_atomics(dtype):
     """``dq`` and ``dk`` go out four states at a time (``red.global.add.v4.f32``, one a lane, tile pair and token: 2
-    in the code); the one scalar reduction left is the decay gradient's (one a warp and token)."""
-    assert reductions(disassembly(dtype, "2.7b")) == (["REDG.E.ADD.F32.FTZ.RN.STRONG.GPU"]
-                                                      + 2 * ["REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU"])
+    in each copy of the reverse step); the one scalar reduction left is the decay gradient's (one a warp and token)."""
+    assert reductions(disassembly(dtype, "2.7b")) == (2 * ["REDG.E.ADD.F32.FTZ.RN.STRONG.GPU"]
+                                                      + 4 * ["REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU"])
 
 
 def test_shared_memory():
     """Only the raw copies' rows depend on the dtypes: bf16 and fp16 take the same, float32 values, gains and output
-    gradients 3 x 16 x 64 x 2 bytes more, float32 keys and queries 2 x 16 x 128 x 2 more; and ``shared_bytes`` is the
-    kernel's ``sizeof(Shared)`` (NVRTC checks a ``static_assert`` on the source's structs). A slab holds every
-    segment's start: ``chunk // 16`` states."""
+    gradients 3 x 16 x 64 x 2 bytes more, float32 keys and queries 2 x 16 x 128 x 2 more; the peeled states' squared
+    keys as TF32 (``TSUB`` above 0) a row of 16 x 8 x 20 floats more; and ``shared_bytes`` is the kernel's
+    ``sizeof(Shared)`` with and without them (NVRTC checks a ``static_assert`` on the source's structs), within 227 KB.
+    A slab holds every segment's start: ``chunk // 16`` states."""
     bf16, f32 = torch.bfloat16, torch.float32
     half, mixed, full = (cuda_local.shared_bytes(*dtypes) for dtypes in [(bf16,), (f32, bf16), (f32,)])
     assert cuda_local.shared_bytes(torch.float16) == half < mixed < full
@@ -103,11 +105,15 @@ def test_shared_memory():
     assert cuda_local.shared_bytes(bf16, f32) - half == 2 * 16 * 128 * (4 - 2)
     structs = cuda_local.SOURCE[:cuda_local.SOURCE.index('extern "C"')]  # up to the kernel
     for values, keys in [*DTYPES.values(), (bf16, f32)]:
-        size = cuda_local.shared_bytes(values, keys)
-        source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
-        cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17",
-                                                        *cuda_local.dtype_options(values, keys)],
-                                  "the shared-memory layout")
+        for tsub in (cuda_local.TSUB, 0.0):
+            size = cuda_local.shared_bytes(values, keys, tsub)
+            assert size <= MAX_SHARED
+            source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
+            cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17",
+                                                            f"-DPEEL={int(tsub > 0)}",
+                                                            *cuda_local.dtype_options(values, keys)],
+                                      "the shared-memory layout")
+        assert size == cuda_local.shared_bytes(values, keys) - 16 * 8 * 20 * 4
     assert cuda_local.slab_states(512) == 32 and cuda_local.slab_states(16) == 1
 
 
@@ -123,31 +129,19 @@ def test_probes_compile(probe):
     assert (opcodes(text).count(TF32_MMA) < 16 * 5) == bool(probe & 12)
 
 
-@pytest.mark.parametrize("wg", [2, 4])
-def test_warp_groups_compile(wg):
-    """``wg`` warps summing a token's ``dq``, ``dk`` in shared memory before one of them adds them (the timing option
-    ``CUDA_WG``, measured slower than the default: docs/bench/cuda-correct-2026-11-29, call 5): within the registers,
-    no local memory, its buffers within 227 KB in every dtype (float32 with 4 warps: 231,616 bytes) and equal to the
-    source's ``sizeof(Shared)``, one barrier more (the group's, a token) and the same two vector atomics in the code;
-    any other group size, and a scratch of no copies (``CUDA_REPL`` 0), refused."""
-    with pytest.raises(ValueError, match="CUDA_WG 3: 1, 2 or 4 warps"):
-        cuda_local.launch(*[None] * 20, 1, 1, 512, wg=3)
-    with pytest.raises(ValueError, match="CUDA_REPL 0: at least one copy"):
-        cuda_local.launch(*[None] * 20, 1, 1, 512, repl=0)
-    text = sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], wg=wg))
-    used = resources(text)
+def test_peeling_takes_a_copy_of_the_reverse_step():
+    """With ``TSUB`` 0 (``CUDA_TSUB``: no peeled states, every token's state from a product) the reverse step has one
+    copy (32 reciprocals, 2 vector atomics); by default two, the second subtracting the token's term from its state
+    (64 and 4), both within the registers without local memory; thresholds outside 0 to ``TAU`` are refused (past
+    ``TAU`` a peeled state's rounding errors grow by more than the rescaled sub-blocks allow: ``test_emulation``)."""
+    plain = sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], tsub=0))
+    used = resources(plain)
     assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
-    assert opcodes(text).count(BARRIER) == opcodes(disassembly("bf16", "2.7b")).count(BARRIER) + 1
-    assert reductions(text).count("REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU") == 2
-    structs = cuda_local.SOURCE[:cuda_local.SOURCE.index('extern "C"')]
-    for values, keys in DTYPES.values():
-        size = cuda_local.shared_bytes(values, keys, wg)
-        assert size - cuda_local.shared_bytes(values, keys) == 2 * (8 // wg) * (wg - 1) * 2 * 32 * 16
-        assert size <= MAX_SHARED
-        source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
-        cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17", f"-DWG={wg}",
-                                                        *cuda_local.dtype_options(values, keys)],
-                                  "the shared-memory layout")
+    assert 32 <= opcodes(plain).count("MUFU.RCP") < 64 <= opcodes(disassembly("bf16", "2.7b")).count("MUFU.RCP")
+    assert reductions(plain).count("REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU") == 2
+    for tsub in (-1.0, cuda_local.TAU + 1):
+        with pytest.raises(ValueError, match=f"CUDA_TSUB {tsub}: a log decay from 0"):
+            cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], tsub=tsub)
 
 
 def test_compile_error():

@@ -361,6 +361,45 @@ def test_the_cuda_local_pass_in_float32_stays_inside_the_gpu_tolerance():
     assert max(errors[True].values()) > 1e-5, errors[True]
 
 
+@pytest.mark.parametrize("decay_scale", [1.0, 12.0, 30.0])
+def test_peeled_states_give_the_reference_gradients(decay_scale):
+    """The CUDA local pass with peeled states (``cuda_local_chunk(subtract=6)``, the kernel's ``TSUB``: in a rescaled
+    sub-block a token's state is the one after it less that token's term, where the log decay from it to the last
+    state from a product stays above -6) gives the reference scan's float64 gradients, slow decays and decays of up to
+    -12 and -30 a token, and runs fewer products where the decays are slow."""
+    prior = 0.7
+    x, dy, want = _local_case(50 + int(decay_scale), 37, decay_scale, prior)
+    args = (x["v"], x["k"], x["q"], x["log_decay"], x["beta"], x["M0"], x["I0"], prior, dy)
+    grads, d_m0, d_i0, products = emulation.cuda_local_chunk(*args, subtract=6.0)
+    for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items():
+        assert torch.allclose(got, want[name], rtol=1e-10, atol=1e-10 * want[name].abs().max().item()), name
+    every = emulation.cuda_local_chunk(*args)[3]
+    assert (products < every) if decay_scale == 1.0 else (products <= every), (products, every)
+
+
+@pytest.mark.parametrize("case", ["gpu mix", "slow"])
+def test_peeled_states_in_float32_stay_as_close_as_products(case):
+    """In float32 with TF32 products, peeling states where the log decay since the last product stays above -6 (the
+    kernel's ``TSUB``) leaves the gradients within 5% of the error of taking every state from a product, and within
+    the GPU check's 1e-3; peeling up to -20 (the rescaling's bound) lets the rounding errors of the state peeled from
+    grow by up to e^20, past 1e-2: why the threshold is a parameter of its own."""
+    if case == "gpu mix":
+        f32, dy, want = _gpu_mix_case(128)
+    else:
+        x, dy, want = _local_case(7, 128, 2.0, 0.7)
+        f32 = {name: t.float() for name, t in x.items()}
+    errors = {}
+    for subtract in (None, 6.0, 20.0):
+        grads, d_m0, d_i0, _ = emulation.cuda_local_chunk(f32["v"], f32["k"], f32["q"], f32["log_decay"],
+                                                           f32["beta"], f32["M0"], f32["I0"], 0.7, dy.float(),
+                                                           round_tf32=True, subtract=subtract)
+        errors[subtract] = max(((got.double() - want[name]).norm() / want[name].norm()).item()
+                               for name, got in {**grads, "M0": d_m0, "I0": d_i0}.items())
+    assert errors[6.0] < min(1e-3, 1.05 * errors[None]), errors
+    if case == "gpu mix":
+        assert errors[20.0] > 1e-2, errors
+
+
 def _corrections_case(seed: int, tokens: int = 40, p: int = 6, n: int = 8, prior: float = 0.7):
     """One chunk of one head in float64 (a third of the log decays near 0, the rest down to -10, gains up to 10),
     its first state and an entering adjoint, and the corrections by their definition: the states walked token by

@@ -9,7 +9,7 @@ cuda-local-2026-11-29 runs it on its first five cases.) With ``--correct`` it ch
 local pass followed by the CUDA corrections (kernels/cuda_correct.py, CORRECT cuda), then against the Triton corrections
 (CORRECT triton; docs/bench/cuda-correct-2026-11-29).
 
-    python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick] [--correct] [--gluon] [--wg 4] [--cases 0,2]
+    python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick] [--correct] [--gluon] [--tsub 0] [--cases 0,2]
 """
 
 import argparse
@@ -31,11 +31,11 @@ def main() -> int:
                         help="check the CUDA corrections (after the CUDA local pass) against the Triton corrections")
     parser.add_argument("--gluon", action="store_true",
                         help="check the Gluon local pass against float64 (and then against the CUDA pass) instead")
-    parser.add_argument("--wg", type=int, default=1,
-                        help="warps of the CUDA pass that sum their dq, dk together (its CUDA_WG: 1, 2 or 4)")
+    parser.add_argument("--tsub", type=float, default=None,
+                        help="the CUDA pass's peeling threshold (its CUDA_TSUB; 0: every token's state from a product)")
     args = parser.parse_args()
-    if args.wg != 1:
-        chunked_bwd.CHUNKED_CONFIG["CUDA_WG"] = args.wg
+    if args.tsub is not None:
+        chunked_bwd.CHUNKED_CONFIG["CUDA_TSUB"] = args.tsub
     key, tested, other = ("CORRECT", "cuda", "triton") if args.correct else ("LOCAL", "cuda", "gluon")
     if args.gluon:
         tested, other = other, tested
