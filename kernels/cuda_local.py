@@ -24,7 +24,9 @@ for the carry. This kernel does that pass with:
   (6: the peeled state's rounding errors grow by that decay, at most e^6); the other tokens' states come from a
   product as above. The reverse step has two copies, one that peels the next state. The stage computes each token's
   factors once for every warp (``1 / A``, ``A``, its decay and its flags: peeled, peels) and the token loop reads them
-  a token ahead. With the bench's decays 87% of the tokens are peeled (docs/bench/peel-2026-11-29);
+  a token ahead (the timing macro ``FAC`` 0: each token's own, as first built). With the bench's decays 87% of the
+  tokens are peeled (docs/bench/peel-2026-11-29). The timing macro ``SLABCP`` 1 copies each segment's start from the
+  slab into the slot the segment before no longer reads while that one finishes (slower: call 4 there);
 * the reverse step on the rescaled states as they are: ``M / I = M' / (J' + I_prior / A)``, the output gradient times
   ``1 / A``; ``dv``, ``dbeta`` and the decay gradient summed inside the warp (the decay gradient from the token's own
   state, ``a_t <dM_t, M_{t-1}> = <dM_t, M_t> - v . dv``, likewise ``J``), ``dq`` and ``dk`` reduce-scattered over the
@@ -84,6 +86,12 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef TSUB                    // (PEEL 0: every token's state from a product)
 #define TSUB 6.0f
 #endif
+#ifndef FAC
+#define FAC 1                   // (timing) pass B's token factors: 1 the stage's, read a token ahead; 0 each token's
+#endif
+#ifndef SLABCP
+#define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
+#endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)
 #define PEELS 1u                // a token's flags: its reverse step leaves the token before's state (peeled from its)
 #define PEELED 2u               // its state peeled from the token after's
 #define SEG 16
@@ -307,6 +315,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 // token t = ln of sub-block jb: rescaled from the sub-block's start where its decay stays above -TAU
                 // (as pass B's loop decides), and peeled where the decay from it to the last token after it whose
                 // state came from a product stays above -TSUB (that token's state less the terms between)
+#if FAC
                 const int sg = seg_of(i), ns = min(SEG, n_tok - sg * SEG);  // (pass A's stages need none)
                 const int jb = (ln >> 3) & 1, base = SUB * jb, last = max(base, min(base + SUB - 1, ns - 1));
                 const float g7 = __shfl_sync(0xffffffffu, x, SUB - 1), gl = __shfl_sync(0xffffffffu, x, last);
@@ -326,6 +335,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                     st.fac[ln] = make_float4(scaled ? ex2((gb - x) * LOG2E) : 1.f, scaled ? ex2((x - gb) * LOG2E) : 1.f,
                                              ex2(gt * LOG2E), __uint_as_float((before ? PEELS : 0u)
                                                                               | (peeled ? PEELED : 0u)));
+#endif
             }
             __syncthreads();  // (also: every thread done reading the raw buffer)
             if (i + 1 < n_staged) {
@@ -518,18 +528,33 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             if (ln == 0) red_add(dg + (size_t)tok * H + h, dgl);
 #endif
         };
+        int ps = 0;  // the slot of the segment's start; the other takes the state before its token 8
         for (int s = n_seg - 1; s >= 0; --s) {
-            stage(n_a + n_seg - 1 - s);
+            stage(n_a + n_seg - 1 - s);  // (its wait covers the copy of the segment's start into slot ps)
             const int n_s = min(SEG, n_tok - s * SEG), nb = (n_s + SUB - 1) / SUB;
             const long long tseg = bos + t0 + s * SEG;  // the segment's first token
-            get(slab_at(s));
-            if (s > 0) ask_state(slab_at(s - 1));  // the next segment's start, in L2 by the time it is read
-            put(slot_at(0));
+            if (!SLABCP || s == n_seg - 1) {  // the chunk's last segment: its start from the slab
+                get(slab_at(s));
+                put(slot_at(ps));
+            } else {
+                get(slot_at(ps));
+            }
+            if (s > 0) ask_state(slab_at(s - 1));  // the next segment's start, in L2 by the time it is copied
             if (nb > 1) {  // the state before token 8
                 walk_plain(0, SUB - 1);
-                put(slot_at(1));
+                put(slot_at(ps ^ 1));
             }
             for (int j = nb - 1; j >= 0; --j) {
+                const int slot = j ? ps ^ 1 : ps;
+                if (SLABCP && !j && s > 0) {
+                    // the next segment's start copied from the slab into the slot this one no longer reads (a
+                    // thread's own 16 float4: it alone reads them, after the next stage's wait)
+                    const float4* from = slab_at(s - 1);
+                    float4* to = slot_at(ps ^ 1);
+#pragma unroll
+                    for (int x = 0; x < 16; ++x) cp16(to + x * THREADS, from + x * THREADS, true);
+                    commit();
+                }
                 const int base = SUB * j, last = min(base + SUB - 1, n_s - 1);
                 const float gb = j ? st.gs[base - 1] : 0.f;
                 // rescaled from the sub-block's start where its decay allows (M' = M / A, A its decay so far;
@@ -542,14 +567,23 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 // each token's state from a product (its sub-block's start and the tokens up to it), or peeled from
                 // the state after it where the log decay from it to the last state from a product stays above -TSUB
                 // (the errors of the state peeled from grow by that decay; the stage's flags)
+#if FAC
                 float4 next = st.fac[last];  // 1 / A, A, the token's decay, its flags (the stage's), a token ahead
+#else
+                int ref = last;     // the last token whose state came from a product
+                bool held = false;  // M, J hold the token's state (peeled by the token after it)
+#endif
                 for (int tt = last; tt >= base; --tt) {
                     const int r = tt - base;
+#if FAC
                     const float4 fac = next;
                     if (tt > base) next = st.fac[tt - 1];
                     const unsigned flags = __float_as_uint(fac.w);
+#else
+                    const unsigned flags = held ? PEELED : 0u;
+#endif
                     if (!(flags & PEELED)) {
-                        get(slot_at(j));
+                        get(slot_at(slot));
                         if (!(PROBE & 4)) {
                             if (rescaled) {
                                 const bool a_in = tq <= r, b_in = tq + 4 <= r;  // the lane's tokens up to tt
@@ -558,14 +592,27 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                                 walk_plain(j, tt);
                             }
                         }
+#if !FAC
+                        ref = tt;
+#endif
                     }
+#if !FAC
+                    const bool scaled = rescaled && !(PROBE & 4);
+                    const float4 fac = make_float4(scaled ? ex2((gb - st.gs[tt]) * LOG2E) : 1.f,
+                                                   scaled ? ex2((st.gs[tt] - gb) * LOG2E) : 1.f,
+                                                   ex2(st.gw[tt] * LOG2E), 0.f);
+                    const bool peel = PEEL && scaled && tt > base && st.gs[ref] - st.gs[tt - 1] >= -TSUB;
+                    held = peel;
+#else
                     const bool peel = PEEL && (flags & PEELS);
+#endif
                     // (1 / A as the B fragments' weights have it; two copies of the step, each with its constant)
                     if (peel) reverse(true, tt, tseg + tt, fac.x, fac.y);
                     else reverse(false, tt, tseg + tt, fac.x, fac.y);
                     an = fac.z;
                 }
             }
+            ps ^= 1;
         }
         // the chunk's local adjoint of the state before its first token: a_first dM, a_first dI (the work item's
         // indices taken again from an opaque copy of `work`, so that none of them stays live through the passes)
@@ -620,7 +667,7 @@ def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, ch
                   tsub: float = TSUB, defines: str = "") -> bytes:
     """The local pass compiled for ``arch`` (a CPU is enough): the cubin's bytes (``probe``: the timing bits of
     the source's ``PROBE``, which leave parts out; ``tsub``: its ``TSUB``, 0 for no peeled states; ``defines``:
-    timing macros of a variant, ``"NAME=1+OTHER=0"``; the record docs/bench/peel-2026-11-29 ran two at 59b6d49)."""
+    timing macros of a variant, ``"FAC=0+SLABCP=1"``)."""
     if not 0 <= tsub <= TAU:
         raise ValueError(f"CUDA_TSUB {tsub}: a log decay from 0 (no peeled states) to {TAU:g}")
     options = [f"--gpu-architecture={arch}", "-std=c++17", *dtype_options(dtype, key_dtype), f"-DH={heads}",

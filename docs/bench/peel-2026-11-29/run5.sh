@@ -1,5 +1,5 @@
-# Fifth call: the kernel as committed after call 4 (pass B's token factors from the stage, read a token ahead; each
-# segment's start read from the slab; the timing macros FAC and SLABCP gone). check_local.py's seven cases against
+# Fifth call: the kernel as committed after call 4 (59b6d49: pass B's token factors from the stage, read a token ahead;
+# each segment's start read from the slab; FAC 1 and SLABCP 0 by default). check_local.py's seven cases against
 # float64 and the Gluon pass; check_scan_gpu.py --quick --without-uncertainty as auto dispatches; forward + backward
 # beside SSD at B = 1, L = 8192 (with CUDA_TSUB 0 and the breakdown), B = 4 and L = 16384.
 # Run from the repository root with .bench_deps beside it: OUT=dir bash docs/bench/peel-2026-11-29/run5.sh
