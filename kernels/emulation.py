@@ -580,8 +580,18 @@ def tf32(x: torch.Tensor) -> torch.Tensor:
     return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).to(x.dtype)
 
 
+HSUM_C = 1.00034527  # the CUDA local pass's HSUM_C: its B operands' factor against the A operands' truncation
+
+
+def tf32_truncated(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (float32) as a tensor-core product reads a float32 register given as a TF32 operand: its low 13 bits
+    ignored (truncated towards zero)."""
+    bits = x.float().contiguous().view(torch.int32)
+    return (bits & ~0x1FFF).view(torch.float32).to(x.dtype)
+
+
 def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, tau=20.0, seg=16, sub=8,
-                     round_tf32=False, decay_sum=False, subtract=None):
+                     round_tf32=False, decay_sum=False, subtract=None, channel_sums=False):
     """The CUDA local pass (``kernels/cuda_local.py``) over one chunk of one head, as the kernel computes it, from a
     zero adjoint at the chunk's end: ``[T, P]`` values, gains and output gradients, ``[T, N]`` keys and queries,
     ``[T]`` log decays, the chunk's checkpoint ``m0``, ``i0`` (``[P, N]``).
@@ -604,8 +614,12 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
     k_u^2``, the operands rounded as the product's, so that the term leaves as it came), which costs no product,
     wherever the log decay from the token to the last one whose state came from a product stays above ``-subtract``
     (the rounding errors of the state it is peeled from grow by that decay, up to ``e^subtract``); elsewhere from a
-    product as above. Returns the gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local
-    adjoints of the chunk's start state, and the products run (sub-blocks of tokens applied at once)."""
+    product as above. ``channel_sums`` (the kernel's timing macro ``HSUM``): ``dq`` and ``dk``'s sums over the
+    channels as tensor-core products that read ``mu``, ``dM``, ``dI`` as they are, a TF32 operand's low 13 bits
+    ignored (:func:`tf32_truncated`), against the output gradient, values and gains times ``HSUM_C`` (1 + 2^-11.5,
+    which offsets the truncation on average) rounded to TF32. Returns the gradients of ``v``, ``k``, ``q``,
+    ``log_decay``, ``beta``, the local adjoints of the chunk's start state, and the products run (sub-blocks of tokens
+    applied at once)."""
     tokens = v.shape[0]
     products = 0
     rnd = tf32 if round_tf32 else (lambda x: x)
@@ -676,10 +690,17 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
                 tq = (dy[t] * inv)[:, None] * q[t][None, :] * r
                 dm = a_next * dm + tq
                 di = a_next * di - tq * mu
-                grads["q"][t] = (mu * dy[t][:, None]).sum(0)
                 grads["v"][t] = (dm * k[t][None, :]).sum(1)
                 grads["beta"][t] = (di * (k[t] * k[t])[None, :]).sum(1)
-                grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
+                if not channel_sums:
+                    grads["q"][t] = (mu * dy[t][:, None]).sum(0)
+                    grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
+                else:
+                    def across(a, x):  # sum_c a[c, :] x[c] on tensor cores
+                        return (tf32_truncated(a) * tf32(x * HSUM_C)[:, None]).sum(0)
+
+                    grads["q"][t] = across(mu, dy[t])
+                    grads["k"][t] = across(dm, v[t]) + 2 * k[t] * across(di, beta[t])
                 own = (v[t] * grads["v"][t]).sum() + (beta[t] * grads["beta"][t]).sum()
                 if decay_sum:
                     later = later + importance_prior * (tq * mu).sum() - own

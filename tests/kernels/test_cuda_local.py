@@ -168,6 +168,40 @@ def test_states_of_sums():
     assert torch.equal(16 * (4 * p + t) + 8 * h + g, at[2])
 
 
+def test_states_of_tensor_core_sums():
+    """With ``HSUM`` 1 the scratch's order is ``dq`` then ``dk``, lane ``(g, t)``, its accumulator's 4 registers: entry
+    ``c`` of lane ``(g, t)`` lands on state ``32 t + 16 (c & 1) + 8 (c >> 1) + g`` (the accumulator's row ``g + 8 (c >>
+    1)`` of column ``2 t + (c & 1)``, the column a tile); each entry holds its own index."""
+    tokens, groups = 3, 2
+    sums = torch.arange(tokens * groups * 256, dtype=torch.float32).view(tokens, groups, 256)
+    out = cuda_local.states_of_tensor_core_sums(sums)
+    assert out.shape == (tokens, groups, 128, 2)
+    source = out.long()
+    token, rest = source // (groups * 256), source % (groups * 256)
+    group, index = rest // 256, rest % 256
+    x, lane, c = index // 128, index // 4 % 32, index % 4
+    g, t = lane // 4, lane % 4
+    at = torch.meshgrid(*(torch.arange(n) for n in out.shape), indexing="ij")
+    assert torch.equal(token, at[0]) and torch.equal(group, at[1]) and torch.equal(x, at[3])
+    assert torch.equal(32 * t + 16 * (c % 2) + 8 * (c // 2) + g, at[2])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32-bf16-keys"])
+def test_tensor_core_channel_sums_compile(dtype):
+    """The timing macro ``HSUM`` 1 (``dq``, ``dk`` summed over a warp's channels by 3 tensor-core products a tile and
+    token, not yet run on a GPU) compiles: 24 products more in each copy of the reverse step, the 24 shuffles of the
+    channel butterflies fewer in each, the same 4 vector atomics; within the registers, spilling only a few kernel
+    constants (no local memory; the stack below 128 bytes)."""
+    values, keys = DTYPES[dtype]
+    text = sass(cuda_local.compile_cubin(values, *SHAPES["2.7b"], key_dtype=keys, defines="HSUM=1"))
+    used = resources(text)
+    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] < 128, used
+    ops, base = opcodes(text), opcodes(disassembly(dtype, "2.7b"))
+    assert ops.count(TF32_MMA) == base.count(TF32_MMA) + 2 * 24
+    assert ops.count("SHFL.BFLY") == base.count("SHFL.BFLY") - 2 * 24
+    assert reductions(text).count("REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU") == 4
+
+
 def cpu_inputs(dtype=torch.bfloat16, head_dim=64, key_dtype=None):
     v = torch.zeros(1, 32, 2, head_dim, dtype=dtype)
     k = torch.zeros(1, 32, 1, 128, dtype=key_dtype or dtype)

@@ -9,7 +9,8 @@ cuda-local-2026-11-29 runs it on its first five cases.) With ``--correct`` it ch
 local pass followed by the CUDA corrections (kernels/cuda_correct.py, CORRECT cuda), then against the Triton corrections
 (CORRECT triton; docs/bench/cuda-correct-2026-11-29).
 
-    python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick] [--correct] [--gluon] [--tsub 0] [--cases 0,2]
+    python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick] [--correct] [--gluon] [--tsub 0] [--defines HSUM=1]
+        [--cases 0,2]
 """
 
 import argparse
@@ -33,9 +34,13 @@ def main() -> int:
                         help="check the Gluon local pass against float64 (and then against the CUDA pass) instead")
     parser.add_argument("--tsub", type=float, default=None,
                         help="the CUDA pass's peeling threshold (its CUDA_TSUB; 0: every token's state from a product)")
+    parser.add_argument("--defines", default="",
+                        help="timing macros of the CUDA pass (its CUDA_DEFINES, e.g. HSUM=1)")
     args = parser.parse_args()
     if args.tsub is not None:
         chunked_bwd.CHUNKED_CONFIG["CUDA_TSUB"] = args.tsub
+    if args.defines:
+        chunked_bwd.CHUNKED_CONFIG["CUDA_DEFINES"] = args.defines
     key, tested, other = ("CORRECT", "cuda", "triton") if args.correct else ("LOCAL", "cuda", "gluon")
     if args.gluon:
         tested, other = other, tested
