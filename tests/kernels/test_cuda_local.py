@@ -150,40 +150,38 @@ def test_compile_error():
         cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], arch="sm_1")
 
 
+def scratch_sources(order) -> tuple:
+    """``order`` (``states_of_sums`` or a variant) applied to a scratch whose entries hold their own index: each
+    output's scratch index within its token and group, and the output's ``state`` and ``dq``/``dk`` positions, after
+    checking that every output stays in its own token and group."""
+    tokens, groups = 3, 2
+    sums = torch.arange(tokens * groups * 256, dtype=torch.float32).view(tokens, groups, 256)
+    out = order(sums)
+    assert out.shape == (tokens, groups, 128, 2)
+    source = out.long()
+    token, rest = source // (groups * 256), source % (groups * 256)
+    at = torch.meshgrid(*(torch.arange(n) for n in out.shape), indexing="ij")
+    assert torch.equal(token, at[0]) and torch.equal(rest // 256, at[1])
+    return rest % 256, at[2], at[3]
+
+
 def test_states_of_sums():
     """The scratch's ``[tokens, groups, 256]`` in the kernel's order (tile pair ``p``, row group ``g``, lane ``t``,
     ``h``, then ``dq``, ``dk``: where lane ``(g, t)`` adds its four-state vector of tile ``4 p + t``) lands on state
     ``16 (4 p + t) + 8 h + g``: each entry of the scratch holds its own index, which every output's position must
     match."""
-    tokens, groups = 3, 2
-    sums = torch.arange(tokens * groups * 256, dtype=torch.float32).view(tokens, groups, 256)
-    out = cuda_local.states_of_sums(sums)
-    assert out.shape == (tokens, groups, 128, 2)
-    source = out.long()
-    token, rest = source // (groups * 256), source % (groups * 256)
-    group, index = rest // 256, rest % 256
+    index, state, which = scratch_sources(cuda_local.states_of_sums)
     p, g, t, h, x = index // 128, index // 16 % 8, index // 4 % 4, index // 2 % 2, index % 2
-    at = torch.meshgrid(*(torch.arange(n) for n in out.shape), indexing="ij")
-    assert torch.equal(token, at[0]) and torch.equal(group, at[1]) and torch.equal(x, at[3])
-    assert torch.equal(16 * (4 * p + t) + 8 * h + g, at[2])
+    assert torch.equal(x, which) and torch.equal(16 * (4 * p + t) + 8 * h + g, state)
 
 
 def test_states_of_tensor_core_sums():
     """With ``HSUM`` 1 the scratch's order is ``dq`` then ``dk``, lane ``(g, t)``, its accumulator's 4 registers: entry
     ``c`` of lane ``(g, t)`` lands on state ``32 t + 16 (c & 1) + 8 (c >> 1) + g`` (the accumulator's row ``g + 8 (c >>
     1)`` of column ``2 t + (c & 1)``, the column a tile); each entry holds its own index."""
-    tokens, groups = 3, 2
-    sums = torch.arange(tokens * groups * 256, dtype=torch.float32).view(tokens, groups, 256)
-    out = cuda_local.states_of_tensor_core_sums(sums)
-    assert out.shape == (tokens, groups, 128, 2)
-    source = out.long()
-    token, rest = source // (groups * 256), source % (groups * 256)
-    group, index = rest // 256, rest % 256
-    x, lane, c = index // 128, index // 4 % 32, index % 4
-    g, t = lane // 4, lane % 4
-    at = torch.meshgrid(*(torch.arange(n) for n in out.shape), indexing="ij")
-    assert torch.equal(token, at[0]) and torch.equal(group, at[1]) and torch.equal(x, at[3])
-    assert torch.equal(32 * t + 16 * (c % 2) + 8 * (c // 2) + g, at[2])
+    index, state, which = scratch_sources(cuda_local.states_of_tensor_core_sums)
+    x, g, t, c = index // 128, index // 16 % 8, index // 4 % 4, index % 4
+    assert torch.equal(x, which) and torch.equal(32 * t + 16 * (c % 2) + 8 * (c // 2) + g, state)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32-bf16-keys"])
