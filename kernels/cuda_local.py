@@ -710,6 +710,22 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
     return slots + fragments + rows + channels + 2 * SEG * 4 + SEG * 16 + raw
 
 
+TIMING_MACROS = ("FAC", "SLABCP", "HSUM")  # the source's timing macros that ``defines`` may set
+
+
+def timing_macros(defines: str) -> dict:
+    """``"FAC=0+HSUM=1"`` -> ``{"FAC": "0", "HSUM": "1"}`` (a name alone means 1); a name outside ``TIMING_MACROS``
+    raises ``ValueError`` (``PEEL`` and ``TSUB`` come from ``tsub``, the shared-memory size from both)."""
+    macros = {}
+    for item in filter(None, defines.split("+")):
+        name, _, value = item.partition("=")
+        if name not in TIMING_MACROS:
+            raise ValueError(f"CUDA_DEFINES {defines!r}: {name} is not one of the timing macros "
+                             f"{', '.join(TIMING_MACROS)} (CUDA_TSUB sets the peeling)")
+        macros[name] = value or "1"
+    return macros
+
+
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
                   arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None,
                   tsub: float = TSUB, defines: str = "") -> bytes:
@@ -720,7 +736,8 @@ def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, ch
         raise ValueError(f"CUDA_TSUB {tsub}: a log decay from 0 (no peeled states) to {TAU:g}")
     options = [f"--gpu-architecture={arch}", "-std=c++17", *dtype_options(dtype, key_dtype), f"-DH={heads}",
                f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
-               f"-DPEEL={int(tsub > 0)}", f"-DTSUB={float(tsub)!r}f", *(f"-D{d}" for d in defines.split("+") if d)]
+               f"-DPEEL={int(tsub > 0)}", f"-DTSUB={float(tsub)!r}f",
+               *(f"-D{name}={value}" for name, value in timing_macros(defines).items())]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_local.cu", options, "the local pass")
 
 
@@ -810,6 +827,7 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     n_chunks = 0 if varlen else max_chunks
     cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype, tsub), tensors,
                       [length, n_chunks, max_chunks, n_work])
-    both = (states_of_tensor_core_sums if "HSUM=1" in defines.split("+") else states_of_sums)(sums)
+    hsum = timing_macros(defines).get("HSUM", "0") not in ("0", "")
+    both = (states_of_tensor_core_sums if hsum else states_of_sums)(sums)
     dq.view(tokens, groups, STATES).add_(both[..., 0])
     dk.view(tokens, groups, STATES).add_(both[..., 1])

@@ -614,12 +614,12 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
     k_u^2``, the operands rounded as the product's, so that the term leaves as it came), which costs no product,
     wherever the log decay from the token to the last one whose state came from a product stays above ``-subtract``
     (the rounding errors of the state it is peeled from grow by that decay, up to ``e^subtract``); elsewhere from a
-    product as above. ``channel_sums`` (the kernel's timing macro ``HSUM``): ``dq`` and ``dk``'s sums over the
-    channels as tensor-core products that read ``mu``, ``dM``, ``dI`` as they are, a TF32 operand's low 13 bits
-    ignored (:func:`tf32_truncated`), against the output gradient, values and gains times ``HSUM_C`` (1 + 2^-11.5,
-    which offsets the truncation on average) rounded to TF32. Returns the gradients of ``v``, ``k``, ``q``,
-    ``log_decay``, ``beta``, the local adjoints of the chunk's start state, and the products run (sub-blocks of tokens
-    applied at once)."""
+    product as above (``subtract`` 0, as the kernel's ``TSUB`` 0, peels none). ``channel_sums`` (the kernel's timing
+    macro ``HSUM``): ``dq`` and ``dk``'s sums over the channels as tensor-core products that read ``mu``, ``dM``, ``dI``
+    as they are, a TF32 operand's low 13 bits ignored (:func:`tf32_truncated`), against the output gradient, values and
+    gains times ``HSUM_C`` (1 + 2^-11.5, which offsets the truncation on average) rounded to TF32. Returns the
+    gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local adjoints of the chunk's start state, and the
+    products run (sub-blocks of tokens applied at once)."""
     tokens = v.shape[0]
     products = 0
     rnd = tf32 if round_tf32 else (lambda x: x)
@@ -669,7 +669,7 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
             rescaled = bool(g(last) - g(first - 1) >= -tau)
             ref = None  # the last token whose state came from a product
             for t in range(last, first - 1, -1):
-                if (subtract is not None and rescaled and ref is not None
+                if (subtract is not None and subtract > 0 and rescaled and ref is not None
                         and bool(g(ref) - g(t) >= -subtract)):  # the state after token t + 1 less that token's term
                     w = torch.exp(g(first - 1) - g(t + 1)).to(v.dtype)
                     ku = rnd(k[t + 1])

@@ -200,6 +200,28 @@ def test_tensor_core_channel_sums_compile(dtype):
     assert reductions(text).count("REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU") == 4
 
 
+def test_timing_macros():
+    """``CUDA_DEFINES`` reaches the source as its timing macros (a name alone meaning 1); any other name is refused,
+    ``PEEL`` and ``TSUB`` too, since ``CUDA_TSUB`` sets them and the shared memory with them."""
+    assert cuda_local.timing_macros("") == {}
+    assert cuda_local.timing_macros("FAC=0+HSUM") == {"FAC": "0", "HSUM": "1"}
+    for bad in ("PEEL=0", "TSUB=8.0f", "HSUM=1+ORDER=1"):
+        with pytest.raises(ValueError, match="is not one of the timing macros FAC, SLABCP, HSUM"):
+            cuda_local.timing_macros(bad)
+
+
+def test_config_reaches_the_launch(monkeypatch):
+    """``chunked_bwd`` passes the config's ``CUDA_TSUB``, ``CUDA_DEFINES`` and ``CUDA_PROBE`` to the launch, and the
+    defaults where the config has none."""
+    seen = []
+    monkeypatch.setattr(cuda_local, "launch", lambda *args, **kwargs: seen.append(kwargs))
+    args = [None] * 11 + [(None,) * 7] + [None, None, 1, 1, 512]
+    assert chunked_bwd._cuda_local({"LOCAL": "cuda", "CUDA_TSUB": 4.0, "CUDA_DEFINES": "HSUM=1", "CUDA_PROBE": 2},
+                                   *args)
+    assert chunked_bwd._cuda_local({"LOCAL": "cuda"}, *args)
+    assert seen == [{"probe": 2, "tsub": 4.0, "defines": "HSUM=1"}, {"probe": 0, "tsub": None, "defines": ""}]
+
+
 def cpu_inputs(dtype=torch.bfloat16, head_dim=64, key_dtype=None):
     v = torch.zeros(1, 32, 2, head_dim, dtype=dtype)
     k = torch.zeros(1, 32, 1, 128, dtype=key_dtype or dtype)

@@ -375,6 +375,7 @@ def test_peeled_states_give_the_reference_gradients(decay_scale):
         assert torch.allclose(got, want[name], rtol=1e-10, atol=1e-10 * want[name].abs().max().item()), name
     every = emulation.cuda_local_chunk(*args)[3]
     assert (products < every) if decay_scale == 1.0 else (products <= every), (products, every)
+    assert emulation.cuda_local_chunk(*args, subtract=0.0)[3] == every  # as the kernel's TSUB 0: none peeled
 
 
 @pytest.mark.parametrize("case", ["gpu mix", "slow"])
