@@ -590,6 +590,12 @@ def tf32_truncated(x: torch.Tensor) -> torch.Tensor:
     return (bits & ~0x1FFF).view(torch.float32).to(x.dtype)
 
 
+def channel_sum(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``sum_c a[c, :] x[c]`` as the CUDA local pass's ``HSUM`` products take it: ``a`` ``[P, N]`` read truncated to
+    TF32, ``x`` ``[P]`` times ``HSUM_C`` rounded to TF32."""
+    return (tf32_truncated(a) * tf32(x * HSUM_C)[:, None]).sum(0)
+
+
 def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, tau=20.0, seg=16, sub=8,
                      round_tf32=False, decay_sum=False, subtract=None, channel_sums=False):
     """The CUDA local pass (``kernels/cuda_local.py``) over one chunk of one head, as the kernel computes it, from a
@@ -696,11 +702,8 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
                     grads["q"][t] = (mu * dy[t][:, None]).sum(0)
                     grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
                 else:
-                    def across(a, x):  # sum_c a[c, :] x[c] on tensor cores
-                        return (tf32_truncated(a) * tf32(x * HSUM_C)[:, None]).sum(0)
-
-                    grads["q"][t] = across(mu, dy[t])
-                    grads["k"][t] = across(dm, v[t]) + 2 * k[t] * across(di, beta[t])
+                    grads["q"][t] = channel_sum(mu, dy[t])
+                    grads["k"][t] = channel_sum(dm, v[t]) + 2 * k[t] * channel_sum(di, beta[t])
                 own = (v[t] * grads["v"][t]).sum() + (beta[t] * grads["beta"][t]).sum()
                 if decay_sum:
                     later = later + importance_prior * (tq * mu).sum() - own
