@@ -16,11 +16,16 @@ scratch; docs/kernels.md).
     python scripts/bench_train.py --json bench_train.json
     PALIMPSA_GLUON_LOCAL_PROGRAMS=12 python scripts/bench_train.py --upgraded 64 --seq-lens 8192 --tf32
     python scripts/bench_train.py --d-model 768 --n-layer 24 --upgraded 4 --seq-lens 2048   # a quick look
+    python scripts/bench_train.py --upgraded 8 --seq-lens 8192 --tf32 --rounds 4   # a ratio robust to drift
     python scripts/bench_train.py --upgraded 8 --seq-lens 8192 --tf32 --profile 25   # where a step's time goes
     python scripts/bench_train.py --upgraded 64 --seq-lens 8192 --tf32 --documents 4   # packed, as the trainer packs
 
 ``--documents N`` packs N documents of equal length into each row, with ``cu_seqlens`` marking them, as the trainer
 packs its data by default (every model starts a fresh state at each); 1 (the default) is one document a row.
+
+``--rounds R`` builds and times each model R times, alternating the order (plain, upgraded, upgraded, plain, ...),
+and reports the median of the R ratios, each from two runs next to each other in time: a lent GPU's speed can move by
+a few percent between runs, more than one kernel change is worth.
 
 ``--profile N`` runs one more step of each model under torch.profiler after its timed steps and prints the N GPU
 kernels that took the most time in it (ms per step, calls, share of the step's kernel time), and the sums over the
@@ -118,6 +123,50 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
     return result
 
 
+def round_order(arms: list, index: int) -> list:
+    """The arms in round ``index``: as given in even rounds, the first two swapped in odd ones (plain, upgraded,
+    upgraded, plain, ...), so that a machine whose speed drifts over the run favours neither model."""
+    if index % 2 == 0 or len(arms) < 2:
+        return list(arms)
+    return [arms[1], arms[0], *arms[2:]]
+
+
+def combine_rounds(rounds: list[dict], labels: list[str]) -> dict:
+    """One sequence length's result from its rounds (each ``{label: measure(...)}``): each model's median step over
+    the rounds, its highest peak memory, and the throughput ratio as the median of the rounds' own ratios (each from
+    two runs next to each other in time); ``ratios`` lists those."""
+    result: dict = {}
+    for label in labels:
+        runs = [r[label] for r in rounds if label in r]
+        if any("error" in run for run in runs):
+            result[label] = next(run for run in runs if "error" in run)
+            continue
+        steps = sorted(run["step_s"] for run in runs)
+        median = next(run for run in runs if run["step_s"] == steps[(len(steps) - 1) // 2])
+        result[label] = {**median, "peak_gib": max(run["peak_gib"] for run in runs),
+                         "peak_extra_gib": max(run["peak_extra_gib"] for run in runs),
+                         "round_tokens_per_s": [run["tokens_per_s"] for run in runs]}
+
+    def ratios(label: str) -> list[float]:
+        return [r[label]["tokens_per_s"] / r["plain"]["tokens_per_s"] for r in rounds
+                if "tokens_per_s" in r.get(label, {}) and "tokens_per_s" in r.get("plain", {})]
+
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+    if "error" not in result["plain"] and "error" not in result["upgraded"]:
+        result["ratios"] = ratios("upgraded")
+        result["throughput_ratio"] = median(result["ratios"])
+        result["memory_ratio"] = result["upgraded"]["peak_gib"] / result["plain"]["peak_gib"]
+    full = result.get("upgraded_full_recompute", {})
+    if "error" not in result["plain"] and "tokens_per_s" in full:
+        result["full_recompute_throughput_ratio"] = median(ratios("upgraded_full_recompute"))
+        result["full_recompute_memory_ratio"] = full["peak_gib"] / result["plain"]["peak_gib"]
+    return result
+
+
 def kernel_family(name: str) -> str:
     """A GPU kernel's family, for the profile's sums."""
     lowered = name.lower()
@@ -205,6 +254,10 @@ def main() -> None:
                         help="comma-separated sequence lengths, one sequence per step (default %(default)s; each "
                              "length times both models, so one length is the quicker run)")
     parser.add_argument("--steps", type=int, default=5, help="timed optimizer steps per model (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time each model this many times, alternating (plain, upgraded, upgraded, plain, "
+                             "...), each time freshly built; the ratio is the median of the rounds' own ratios "
+                             "(default %(default)s; 4 or more where single runs move by a few percent)")
     parser.add_argument("--warmup", type=int, default=2,
                         help="untimed steps before them: compilation, autotuning (default %(default)s)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
@@ -227,6 +280,8 @@ def main() -> None:
         parser.error(f"--profile {args.profile}: give the number of kernels to list, e.g. 25")
     if args.documents < 1 or any(int(n) < args.documents for n in args.seq_lens.split(",")):
         parser.error(f"--documents {args.documents}: give at least 1, and at most the shortest of --seq-lens")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give at least 1")
     if not torch.cuda.is_available():
         raise SystemExit("bench_train.py needs a CUDA GPU")
     fused_recurrent.CHUNK_SIZE, fused_recurrent.BLOCK_SIZE = args.chunk_size, args.block_size
@@ -268,32 +323,34 @@ def main() -> None:
     print(fused_check)
     rows = []
     for seq_len in [int(s) for s in args.seq_lens.split(",")]:
-        result = {"seq_len": seq_len}
         arms = [("plain", [], True), ("upgraded", layers, True)]
         if args.full_recompute:
             arms.append(("upgraded_full_recompute", layers, False))
-        for label, upgraded, keep in arms:
-            config = PalimpsaConfig(d_model=args.d_model, n_layer=args.n_layer, vocab_size=args.vocab,
-                                    upgraded_layers=upgraded, beta_init=1e-3)
-            model = build(config, "cuda", torch.bfloat16)
-            try:
-                result[label] = measure(model, layers, seq_len, args.steps, args.warmup, keep_scan_outputs=keep,
-                                        profile_top=args.profile, documents=args.documents)
-                if "profile" in result[label]:
-                    print_profile(label, seq_len, result[label]["profile"])
-            except torch.cuda.OutOfMemoryError as error:
-                result[label] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
-            del model
-            gc.collect()
-            torch.cuda.empty_cache()
-        if "error" not in result["plain"] and "error" not in result["upgraded"]:
-            result["throughput_ratio"] = result["upgraded"]["tokens_per_s"] / result["plain"]["tokens_per_s"]
-            result["memory_ratio"] = result["upgraded"]["peak_gib"] / result["plain"]["peak_gib"]
-        full = result.get("upgraded_full_recompute", {})
-        if "error" not in result["plain"] and "tokens_per_s" in full:
-            result["full_recompute_throughput_ratio"] = full["tokens_per_s"] / result["plain"]["tokens_per_s"]
-            result["full_recompute_memory_ratio"] = full["peak_gib"] / result["plain"]["peak_gib"]
-        rows.append(result)
+        rounds = []
+        for index in range(args.rounds):
+            measured = {}
+            for label, upgraded, keep in round_order(arms, index):
+                config = PalimpsaConfig(d_model=args.d_model, n_layer=args.n_layer, vocab_size=args.vocab,
+                                        upgraded_layers=upgraded, beta_init=1e-3)
+                model = build(config, "cuda", torch.bfloat16)
+                try:
+                    measured[label] = measure(model, layers, seq_len, args.steps, args.warmup,
+                                              keep_scan_outputs=keep, profile_top=args.profile if index == 0 else 0,
+                                              documents=args.documents)
+                    if "profile" in measured[label]:
+                        print_profile(label, seq_len, measured[label]["profile"])
+                except torch.cuda.OutOfMemoryError as error:
+                    measured[label] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
+                del model
+                gc.collect()
+                torch.cuda.empty_cache()
+            rounds.append(measured)
+            if args.rounds > 1 and all("tokens_per_s" in measured[label] for label, _, _ in arms):
+                print(f"  L {seq_len} round {index + 1}/{args.rounds}: " + ", ".join(
+                    f"{label} {measured[label]['tokens_per_s']:,.0f} tok/s" for label, _, _ in arms) +
+                    f", ratio {measured['upgraded']['tokens_per_s'] / measured['plain']['tokens_per_s']:.3f}",
+                    flush=True)
+        rows.append({"seq_len": seq_len, **combine_rounds(rounds, [label for label, _, _ in arms])})
     device = torch.cuda.get_device_name()
     rows_note = f"{args.documents} documents packed a row" if args.documents > 1 else "one document a row"
     print(f"\nfine-tuning, {args.n_layer} layers x d_model {args.d_model}, layers {layers} trained "
@@ -308,6 +365,9 @@ def main() -> None:
         print(f"{row['seq_len']:>6} {plain['tokens_per_s']:>12,.0f} {upgraded['tokens_per_s']:>11,.0f} "
               f"{row['throughput_ratio']:>6.2f} {plain['peak_gib']:>10.1f} {upgraded['peak_gib']:>9.1f} "
               f"{row['memory_ratio']:>6.2f}")
+        if len(row.get("ratios", [])) > 1:
+            print(f"{'':>6} ratios of the {len(row['ratios'])} rounds: "
+                  + " ".join(f"{r:.3f}" for r in row["ratios"]) + " (median above; tokens/s: each model's median)")
         if "full_recompute_throughput_ratio" in row:
             full = row["upgraded_full_recompute"]
             print(f"{'':>6} {'(scan recomputed)':>12} {full['tokens_per_s']:>11,.0f} "
@@ -331,7 +391,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"device": device, "date": time.strftime("%Y-%m-%d"), "layers": layers, "scan": scan,
-                       "documents_per_row": args.documents,
+                       "documents_per_row": args.documents, "rounds": args.rounds,
                        "fused_mamba2_check": fused_check, "rows": rows}, handle, indent=2)
 
 

@@ -24,3 +24,45 @@ def test_a_document_count_that_cannot_pack_is_refused_before_anything_runs():
         run = subprocess.run([sys.executable, str(SCRIPT), *extra], capture_output=True, text=True, timeout=300)
         assert run.returncode == 2, run.stderr
         assert "give at least 1, and at most the shortest of --seq-lens" in run.stderr.splitlines()[-1], run.stderr
+
+
+def test_rounds_alternate_the_order_so_drift_favours_neither_model():
+    order = load_script("bench_train").round_order
+    arms = ["plain", "upgraded", "full"]
+    assert [order(arms, r) for r in range(3)] == [arms, ["upgraded", "plain", "full"], arms]
+    assert order(["plain"], 1) == ["plain"]
+
+
+def test_rounds_combine_into_each_models_median_and_the_median_of_their_own_ratios():
+    combine = load_script("bench_train").combine_rounds
+
+    def run(tokens_per_s, peak):
+        return {"step_s": 8192 / tokens_per_s, "tokens_per_s": tokens_per_s, "peak_gib": peak,
+                "peak_extra_gib": peak - 1}
+
+    # the machine slows in round 2: the ratio of each round's pair stays near 0.9, the medians of the
+    # models' own speeds give 0.9 only by luck of the pairing
+    rounds = [{"plain": run(1000, 10), "upgraded": run(900, 12)},
+              {"plain": run(800, 10), "upgraded": run(720, 13)},
+              {"plain": run(1000, 11), "upgraded": run(910, 12)}]
+    result = combine(rounds, ["plain", "upgraded"])
+    assert [round(r, 3) for r in result["ratios"]] == [0.9, 0.9, 0.91]
+    assert result["throughput_ratio"] == 0.9
+    assert result["plain"]["tokens_per_s"] == 1000 and result["upgraded"]["tokens_per_s"] == 900
+    assert result["plain"]["peak_gib"] == 11 and result["upgraded"]["peak_gib"] == 13
+    assert result["memory_ratio"] == 13 / 11
+    assert result["upgraded"]["round_tokens_per_s"] == [900, 720, 910]
+    # an even count takes the mean of the middle two ratios
+    assert abs(combine(rounds[:2] + [{"plain": run(1000, 10), "upgraded": run(950, 12)},
+                                     {"plain": run(1000, 10), "upgraded": run(800, 12)}],
+                       ["plain", "upgraded"])["throughput_ratio"] - 0.9) < 1e-12
+    # a model out of memory in any round is reported, with no ratio
+    failed = combine([rounds[0], {"plain": run(800, 10), "upgraded": {"error": "out of memory: x"}}],
+                     ["plain", "upgraded"])
+    assert failed["upgraded"] == {"error": "out of memory: x"} and "throughput_ratio" not in failed
+
+
+def test_zero_rounds_are_refused_before_anything_runs():
+    run = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "0"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert "--rounds 0: give at least 1" in run.stderr.splitlines()[-1], run.stderr
