@@ -29,7 +29,8 @@ for the carry. This kernel does that pass with:
   slab into the slot the segment before no longer reads while that one finishes (slower: call 4 there);
 * the reverse step on the rescaled states as they are: ``M / I = M' / (J' + I_prior / A)``, the output gradient times
   ``1 / A``; ``dv``, ``dbeta`` and the decay gradient summed inside the warp (the decay gradient from the token's own
-  state, ``a_t <dM_t, M_{t-1}> = <dM_t, M_t> - v . dv``, likewise ``J``), ``dq`` and ``dk`` reduce-scattered over the
+  state, ``a_t <dM_t, M_{t-1}> = <dM_t, M_t> - v . dv``, likewise ``J``, its two sums in 4 chains of FFMAs: the
+  timing macro ``SSPLIT`` 0 takes one), ``dq`` and ``dk`` reduce-scattered over the
   warp's 4 channel pairs and added by four-state vector atomics (``red.global.add.v4.f32``, 2 a lane and token) into
   a ``[tokens, groups, 256]`` scratch that :func:`states_of_sums` orders for ``launch`` to add;
 * each segment's inputs copied to shared memory by ``cp.async`` while the segment before runs, then widened once:
@@ -73,13 +74,14 @@ TSUB = 6.0  # a token's state peeled from the one after it where the log decay s
 KERNEL = "palimpsa_bwd_local_cuda"
 
 SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
-#define N 128
-#define CW 64
-#define WARPS 8
-#define THREADS 256
+// N, CW, THREADS, SEG, SUB, ROW, TAU come from layout_options() (the module's constants)
 #ifndef PROBE
 #define PROBE 0                 // timing only (wrong gradients): 2 no dq, dk, decay-gradient butterflies or atomics;
-#endif                          // 4 no per-token walks in pass B (the sub-block's start as it is); 8 no pass A
+#endif                          // 4 no per-token walks in pass B (the sub-block's start as it is); 8 no pass A;
+                                // 16 the butterflies but no atomics; 32 the reverse step's reciprocals as multiplies
+#ifndef SSPLIT
+#define SSPLIT 1                // the decay gradient's <dM, M> + <dI, J>: 1 in 4 chains of FFMAs (by term and
+#endif                          // channel), 0 (timing) in one chain of 64 (docs/bench/hsum-2026-11-29, call 5)
 #ifndef PEEL
 #define PEEL 1                  // in a rescaled sub-block, a token's state is the one after it less that token's term
 #endif                          // where the log decay from it to the last state from a product stays above -TSUB
@@ -92,21 +94,8 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef SLABCP
 #define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
 #endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)
-#ifndef HSUM
-#define HSUM 0                  // (timing) dq, dk's sums over the warp's channels: 1 on tensor cores, 0 by shuffles
-#endif
-#define HSUM_C 1.00034527f      // (HSUM) the B operands' factor, 1 + 2^-11.5: the A operands' truncation offset
-#if HSUM                        // the adjoints' element of (h, channel c) of a tile: as an A fragment's with HSUM
-#define AE(h, c) (2 * (c) + (h))
-#else                           // (no copies to line them up), else as the states'
-#define AE(h, c) (2 * (h) + (c))
-#endif
 #define PEELS 1u                // a token's flags: its reverse step leaves the token before's state (peeled from its)
 #define PEELED 2u               // its state peeled from the token after's
-#define SEG 16
-#define SUB 8
-#define ROW 20
-#define TAU 20.0f
 #define LOG2E 1.4426950408889634f
 
 // vt: values, gains, output gradients (and dv, dbeta); kt: keys and queries (cuda_build.TENSOR_CORE_HELPERS)
@@ -430,6 +419,23 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 #pragma unroll
             for (int e = 0; e < 4; ++e) { dM[m][e] = 0.f; dI[m][e] = 0.f; }
         float an = 0.f;  // the decay of the token after the one reversed (the adjoint's factor)
+        // a token's dv, dbeta (its lane partials pv, pb, over the 8 row groups: lane bits 2-4, reduce-scattered) and
+        // decay gradient (dgl, over the warp) summed and written
+        auto finish = [&](long long tok, float pv0, float pv1, float pb0, float pb1, float dgl) {
+            const float z0 = (b4 ? pb0 : pv0) + __shfl_xor_sync(0xffffffffu, b4 ? pv0 : pb0, 16);
+            const float z1 = (b4 ? pb1 : pv1) + __shfl_xor_sync(0xffffffffu, b4 ? pv1 : pb1, 16);
+            float z = (b3 ? z1 : z0) + __shfl_xor_sync(0xffffffffu, b3 ? z0 : z1, 8);
+            z += __shfl_xor_sync(0xffffffffu, z, 4);
+            if (!b2) {
+                const size_t at = ((size_t)tok * H + h) * P + cb * CW + c0 + b3;
+                (b4 ? dbeta : dv)[at] = to_vt(z);
+            }
+#if !(PROBE & 2)
+#pragma unroll
+            for (int o = 16; o >= 1; o >>= 1) dgl += __shfl_xor_sync(0xffffffffu, dgl, o);
+            if (ln == 0 && (!(PROBE & 16) || dgl == 12345.f)) red_add(dg + (size_t)tok * H + h, dgl);
+#endif
+        };
         // the reverse step of token tt (its state in M, J, rescaled by 1 / A: ``inv``); with ``peel`` true it
         // leaves the token before's state in M, J: the token's term (v / A) k, (beta / A) k^2 subtracted with the
         // operands its products read, so the term leaves as it came in
@@ -450,21 +456,10 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 }
             }
             float pv[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f}, ss = 0.f;
-#if HSUM
-            // dq, dk summed over the warp's 8 channels by mma.m16n8k8: tile m's elements are its A fragment (the
-            // adjoints stored in its order, AE; channel 2 t as k = t, 2 t + 1 as k = t + 4), read as tf32 (their low
-            // 13 bits ignored: truncated, 3.4e-4 smaller on average), the output gradient, values and gains times
-            // HSUM_C (which offsets that on average) rounded to tf32 the B fragment's column m, held by the lanes of
-            // row group m (zero in the others); so one accumulator holds every tile's sums, column m tile m's: lane
-            // (g, t) states 32 t + g, 32 t + 16 + g, 32 t + g + 8, 32 t + g + 24
-            const unsigned bq0 = tf32(gc[0] * HSUM_C), bq1 = tf32(gc[1] * HSUM_C);
-            const unsigned bv0 = tf32(vc[0] * HSUM_C), bv1 = tf32(vc[1] * HSUM_C);
-            const unsigned bb0 = tf32(bc[0] * HSUM_C), bb1 = tf32(bc[1] * HSUM_C);
-            float hq[4] = {0.f, 0.f, 0.f, 0.f}, hk[4] = {0.f, 0.f, 0.f, 0.f}, hb[4] = {0.f, 0.f, 0.f, 0.f};
-            float mut[4];  // mu of the tile's 4 elements
-#else
-            float qk[4][2][2];  // a pair of tile pairs' sums over the lane's channels: [tile][h][dq, dk]
+#if SSPLIT
+            float sp[4] = {0.f, 0.f, 0.f, 0.f};  // <dM, M>, <dI, J> of the lane's channels c0, c0 + 1
 #endif
+            float qk[4][2][2];  // a pair of tile pairs' sums over the lane's channels: [tile][h][dq, dk]
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
                 const float4 K = *reinterpret_cast<const float4*>(&st.kr[tt][gq][4 * jj]);
@@ -485,41 +480,33 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                     float dqa = 0.f, dka = 0.f, dkb = 0.f;
 #pragma unroll
                     for (int cc = 0; cc < 2; ++cc) {
-                        const int e = 2 * hh + cc, a = AE(hh, cc);
-                        const float rr = rcp(J[m][e] + ipi);
+                        const int e = 2 * hh + cc;
+                        const float rr = (PROBE & 32) ? (J[m][e] + ipi) * 0.5f : rcp(J[m][e] + ipi);
                         const float mu = M[m][e] * rr;
                         const float tqv = gsc[cc] * qf[u] * rr;
-                        dM[m][a] = fmaf(an, dM[m][a], tqv);
-                        dI[m][a] = fmaf(an, dI[m][a], -tqv * mu);
-#if HSUM
-                        mut[a] = mu;
-#else
+                        dM[m][e] = fmaf(an, dM[m][e], tqv);
+                        dI[m][e] = fmaf(an, dI[m][e], -tqv * mu);
                         dqa = fmaf(mu, gc[cc], dqa);
-                        dka = fmaf(dM[m][a], vc[cc], dka);
-                        dkb = fmaf(dI[m][a], bc[cc], dkb);
+                        dka = fmaf(dM[m][e], vc[cc], dka);
+                        dkb = fmaf(dI[m][e], bc[cc], dkb);
+                        pv[cc] = fmaf(dM[m][e], kv[u], pv[cc]);
+                        pb[cc] = fmaf(dI[m][e], kq[u], pb[cc]);
+#if SSPLIT
+                        sp[2 * cc] = fmaf(dM[m][e], M[m][e], sp[2 * cc]);
+                        sp[2 * cc + 1] = fmaf(dI[m][e], J[m][e], sp[2 * cc + 1]);
+#else
+                        ss = fmaf(dM[m][e], M[m][e], ss);
+                        ss = fmaf(dI[m][e], J[m][e], ss);
 #endif
-                        pv[cc] = fmaf(dM[m][a], kv[u], pv[cc]);
-                        pb[cc] = fmaf(dI[m][a], kq[u], pb[cc]);
-                        ss = fmaf(dM[m][a], M[m][e], ss);
-                        ss = fmaf(dI[m][a], J[m][e], ss);
                         if (peel) {  // the token's term taken back out, exactly
                             M[m][e] = fmaf(-(KT_F32 ? __uint_as_float(tf32(kv[u])) : kv[u]), wv[cc], M[m][e]);
                             J[m][e] = fmaf(-kkp[u], wb[cc], J[m][e]);
                         }
                     }
-#if HSUM
-                    if (hh) {  // tile m complete: its sums over the channels, into column m
-                        const bool mine = gq == m;
-                        mma(hq, make_float4(mut[0], mut[1], mut[2], mut[3]), mine ? bq0 : 0u, mine ? bq1 : 0u);
-                        mma(hk, make_float4(dM[m][0], dM[m][1], dM[m][2], dM[m][3]), mine ? bv0 : 0u, mine ? bv1 : 0u);
-                        mma(hb, make_float4(dI[m][0], dI[m][1], dI[m][2], dI[m][3]), mine ? bb0 : 0u, mine ? bb1 : 0u);
-                    }
-#else
                     qk[2 * (jj & 1) + (u >> 1)][hh][0] = dqa;
                     qk[2 * (jj & 1) + (u >> 1)][hh][1] = fmaf(2.f * kv[u], dkb, dka);
-#endif
                 }
-#if !HSUM && !(PROBE & 2)
+#if !(PROBE & 2)
                 if (jj & 1) {
                     // tiles 4 p .. 4 p + 3 (p = jj / 2): dq, dk of their 2 x 4 states summed over the 4 channel
                     // pairs (lane bits 1, 0) and reduce-scattered, lane tq keeping tile 4 p + tq: four-state
@@ -540,40 +527,20 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                         for (int xx = 0; xx < 2; ++xx)
                             y[hh][xx] = (b0 ? x[1][hh][xx] : x[0][hh][xx])
                                 + __shfl_xor_sync(0xffffffffu, b0 ? x[0][hh][xx] : x[1][hh][xx], 1);
-                    red_add4(dqk + (((size_t)tok * G + ig) * 2 + (jj >> 1)) * N + 16 * gq + 4 * tq,
-                             y[0][0], y[0][1], y[1][0], y[1][1]);
+                    if (!(PROBE & 16) || y[0][0] == 12345.f)
+                        red_add4(dqk + (((size_t)tok * G + ig) * 2 + (jj >> 1)) * N + 16 * gq + 4 * tq,
+                                 y[0][0], y[0][1], y[1][0], y[1][1]);
                 }
-#elif !HSUM
+#else
                 if (ss == 12345.f) red_add(dqk, qk[0][0][0] + qk[1][1][1] + qk[2][0][1] + qk[3][1][0]);
 #endif
             }
-#if HSUM && !(PROBE & 2)
-            {   // dk = the values' sums + 2 k the gains' sums (the keys of the lane's states from its row group's row)
-                const float4 K4 = *reinterpret_cast<const float4*>(&st.kr[tt][gq][4 * tq]);  // states c0, c2, c1, c3
-                float* at = dqk + ((size_t)tok * G + ig) * 2 * N + 4 * ln;
-                red_add4(at, hq[0], hq[1], hq[2], hq[3]);
-                red_add4(at + N, fmaf(2.f * K4.x, hb[0], hk[0]), fmaf(2.f * K4.z, hb[1], hk[1]),
-                         fmaf(2.f * K4.y, hb[2], hk[2]), fmaf(2.f * K4.w, hb[3], hk[3]));
-            }
-#elif HSUM
-            if (ss == 12345.f) red_add(dqk, hq[0] + hk[1] + hb[2] + hq[3]);
+#if SSPLIT
+            ss = (sp[0] + sp[1]) + (sp[2] + sp[3]);
 #endif
             // decay gradient: a_t <dM, M_{t-1}> + a_t <dI, J_{t-1}> = <dM, M_t> - v . dv + <dI, J_t> - b . db
             float dgl = ss * A - (vc[0] * pv[0] + vc[1] * pv[1] + bc[0] * pb[0] + bc[1] * pb[1]);
-            // dv, dbeta of the two channels over the 8 row groups (lane bits 2-4): reduce-scattered
-            const float z0 = (b4 ? pb[0] : pv[0]) + __shfl_xor_sync(0xffffffffu, b4 ? pv[0] : pb[0], 16);
-            const float z1 = (b4 ? pb[1] : pv[1]) + __shfl_xor_sync(0xffffffffu, b4 ? pv[1] : pb[1], 16);
-            float z = (b3 ? z1 : z0) + __shfl_xor_sync(0xffffffffu, b3 ? z0 : z1, 8);
-            z += __shfl_xor_sync(0xffffffffu, z, 4);
-            if (!b2) {
-                const size_t at = ((size_t)tok * H + h) * P + cb * CW + c0 + b3;
-                (b4 ? dbeta : dv)[at] = to_vt(z);
-            }
-#if !(PROBE & 2)
-#pragma unroll
-            for (int o = 16; o >= 1; o >>= 1) dgl += __shfl_xor_sync(0xffffffffu, dgl, o);
-            if (ln == 0) red_add(dg + (size_t)tok * H + h, dgl);
-#endif
+            finish(tok, pv[0], pv[1], pb[0], pb[1], dgl);
         };
         int ps = 0;  // the slot of the segment's start; the other takes the state before its token 8
         for (int s = n_seg - 1; s >= 0; --s) {
@@ -685,9 +652,8 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 #pragma unroll
             for (int e = 0; e < 4; ++e) {  // (channel e & 1, state 16 m + gq + 8 (e >> 1))
                 const size_t o = at + (size_t)(e & 1) * N + 16 * m + 8 * (e >> 1);
-                const int a = AE(e >> 1, e & 1);
-                if (om) om[o] = an * dM[m][a];
-                if (oi) oi[o] = an * dI[m][a];
+                if (om) om[o] = an * dM[m][e];
+                if (oi) oi[o] = an * dI[m][e];
             }
     }
 }
@@ -710,11 +676,11 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
     return slots + fragments + rows + channels + 2 * SEG * 4 + SEG * 16 + raw
 
 
-TIMING_MACROS = ("FAC", "SLABCP", "HSUM")  # the source's timing macros that ``defines`` may set
+TIMING_MACROS = ("FAC", "SLABCP", "SSPLIT")  # the source's timing macros that ``defines`` may set
 
 
 def timing_macros(defines: str) -> dict:
-    """``"FAC=0+HSUM=1"`` -> ``{"FAC": "0", "HSUM": "1"}`` (a name alone means 1); a name outside ``TIMING_MACROS``
+    """``"FAC=0+SLABCP"`` -> ``{"FAC": "0", "SLABCP": "1"}`` (a name alone means 1); a name outside ``TIMING_MACROS``
     raises ``ValueError`` (``PEEL`` and ``TSUB`` come from ``tsub``, the shared-memory size from both)."""
     macros = {}
     for item in filter(None, defines.split("+")):
@@ -726,6 +692,12 @@ def timing_macros(defines: str) -> dict:
     return macros
 
 
+def layout_options() -> list[str]:
+    """The layout's constants as the source's macros, so that the module and the kernel share one definition."""
+    return [f"-DN={STATES}", f"-DCW={CHANNELS}", f"-DTHREADS={THREADS}", f"-DSEG={SEG}", f"-DSUB={SUB}",
+            f"-DROW={ROW}", f"-DTAU={TAU!r}f"]
+
+
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
                   arch: str = "sm_90a", probe: int = 0, key_dtype: torch.dtype | None = None,
                   tsub: float = TSUB, defines: str = "") -> bytes:
@@ -734,7 +706,8 @@ def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, ch
     timing macros of a variant, ``"FAC=0+SLABCP=1"``)."""
     if not 0 <= tsub <= TAU:
         raise ValueError(f"CUDA_TSUB {tsub}: a log decay from 0 (no peeled states) to {TAU:g}")
-    options = [f"--gpu-architecture={arch}", "-std=c++17", *dtype_options(dtype, key_dtype), f"-DH={heads}",
+    options = [f"--gpu-architecture={arch}", "-std=c++17", *layout_options(), *dtype_options(dtype, key_dtype),
+               f"-DH={heads}",
                f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
                f"-DPEEL={int(tsub > 0)}", f"-DTSUB={float(tsub)!r}f",
                *(f"-D{name}={value}" for name, value in timing_macros(defines).items())]
@@ -790,15 +763,6 @@ def states_of_sums(sums: torch.Tensor) -> torch.Tensor:
     return sums.view(tokens, groups, 2, 8, 4, 2, 2).permute(0, 1, 2, 4, 5, 3, 6).reshape(tokens, groups, STATES, 2)
 
 
-def states_of_tensor_core_sums(sums: torch.Tensor) -> torch.Tensor:
-    """The ``dq``, ``dk`` sums of the timing macro ``HSUM`` 1, ``[tokens, groups, 256]`` in its order (``dq``, then
-    ``dk``; lane ``(g, t)``; its accumulator's 4: states ``32 t + g``, ``32 t + 16 + g``, ``32 t + g + 8``, ``32 t + g +
-    24``), as ``[tokens, groups, 128, 2]``."""
-    tokens, groups = sums.shape[:2]
-    both = sums.view(tokens, groups, 2, 8, 4, 2, 2).permute(0, 1, 2, 4, 6, 5, 3).reshape(tokens, groups, 2, STATES)
-    return both.transpose(2, 3)
-
-
 def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg, dbeta, dm0, di0, cu_seqlens, offsets,
            n_states, max_chunks, chunk_size, probe: int = 0, tsub: float | None = None, defines: str = ""):
     """The local pass into the chunked backward's buffers (``dv``, ``dbeta`` written; ``dk``, ``dq``, ``dg`` added
@@ -827,7 +791,6 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     n_chunks = 0 if varlen else max_chunks
     cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype, tsub), tensors,
                       [length, n_chunks, max_chunks, n_work])
-    hsum = timing_macros(defines).get("HSUM", "0") not in ("0", "")
-    both = (states_of_tensor_core_sums if hsum else states_of_sums)(sums)
+    both = states_of_sums(sums)
     dq.view(tokens, groups, STATES).add_(both[..., 0])
     dk.view(tokens, groups, STATES).add_(both[..., 1])

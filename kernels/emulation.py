@@ -580,24 +580,8 @@ def tf32(x: torch.Tensor) -> torch.Tensor:
     return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).to(x.dtype)
 
 
-HSUM_C = 1.00034527  # the CUDA local pass's HSUM_C: its B operands' factor against the A operands' truncation
-
-
-def tf32_truncated(x: torch.Tensor) -> torch.Tensor:
-    """``x`` (float32) as a tensor-core product reads a float32 register given as a TF32 operand: its low 13 bits
-    ignored (truncated towards zero)."""
-    bits = x.float().contiguous().view(torch.int32)
-    return (bits & ~0x1FFF).view(torch.float32).to(x.dtype)
-
-
-def channel_sum(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``sum_c a[c, :] x[c]`` as the CUDA local pass's ``HSUM`` products take it: ``a`` ``[P, N]`` read truncated to
-    TF32, ``x`` ``[P]`` times ``HSUM_C`` rounded to TF32."""
-    return (tf32_truncated(a) * tf32(x * HSUM_C)[:, None]).sum(0)
-
-
 def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, tau=20.0, seg=16, sub=8,
-                     round_tf32=False, decay_sum=False, subtract=None, channel_sums=False):
+                     round_tf32=False, decay_sum=False, subtract=None):
     """The CUDA local pass (``kernels/cuda_local.py``) over one chunk of one head, as the kernel computes it, from a
     zero adjoint at the chunk's end: ``[T, P]`` values, gains and output gradients, ``[T, N]`` keys and queries,
     ``[T]`` log decays, the chunk's checkpoint ``m0``, ``i0`` (``[P, N]``).
@@ -620,10 +604,7 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
     k_u^2``, the operands rounded as the product's, so that the term leaves as it came), which costs no product,
     wherever the log decay from the token to the last one whose state came from a product stays above ``-subtract``
     (the rounding errors of the state it is peeled from grow by that decay, up to ``e^subtract``); elsewhere from a
-    product as above (``subtract`` 0, as the kernel's ``TSUB`` 0, peels none). ``channel_sums`` (the kernel's timing
-    macro ``HSUM``): ``dq`` and ``dk``'s sums over the channels as tensor-core products that read ``mu``, ``dM``, ``dI``
-    as they are, a TF32 operand's low 13 bits ignored (:func:`tf32_truncated`), against the output gradient, values and
-    gains times ``HSUM_C`` (1 + 2^-11.5, which offsets the truncation on average) rounded to TF32. Returns the
+    product as above (``subtract`` 0, as the kernel's ``TSUB`` 0, peels none). Returns the
     gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local adjoints of the chunk's start state, and the
     products run (sub-blocks of tokens applied at once)."""
     tokens = v.shape[0]
@@ -698,12 +679,8 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
                 di = a_next * di - tq * mu
                 grads["v"][t] = (dm * k[t][None, :]).sum(1)
                 grads["beta"][t] = (di * (k[t] * k[t])[None, :]).sum(1)
-                if not channel_sums:
-                    grads["q"][t] = (mu * dy[t][:, None]).sum(0)
-                    grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
-                else:
-                    grads["q"][t] = channel_sum(mu, dy[t])
-                    grads["k"][t] = channel_sum(dm, v[t]) + 2 * k[t] * channel_sum(di, beta[t])
+                grads["q"][t] = (mu * dy[t][:, None]).sum(0)
+                grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
                 own = (v[t] * grads["v"][t]).sum() + (beta[t] * grads["beta"][t]).sum()
                 if decay_sum:
                     later = later + importance_prior * (tq * mu).sum() - own

@@ -111,6 +111,7 @@ def test_shared_memory():
             source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
             cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17",
                                                             f"-DPEEL={int(tsub > 0)}",
+                                                            *cuda_local.layout_options(),
                                                             *cuda_local.dtype_options(values, keys)],
                                       "the shared-memory layout")
         assert size == cuda_local.shared_bytes(values, keys) - 16 * 8 * 20 * 4
@@ -127,6 +128,33 @@ def test_probes_compile(probe):
     assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
     assert ("REDG.E.ADD.F32x4" in text) == (not probe & 2)
     assert (opcodes(text).count(TF32_MMA) < 16 * 5) == bool(probe & 12)
+
+
+def test_probes_of_the_sums_and_reciprocals_compile():
+    """Probe 16 keeps the ``dq``/``dk`` and decay-gradient butterflies (the default build's shuffles) and skips their
+    atomics only where a sum equals 12345 (so that nothing is dead code); probe 32 takes the reverse step's reciprocals
+    as multiplies (fewer than 32 reciprocals left in the kernel, against 64 and more), spilling at most a few
+    bytes. Both within the registers (docs/bench/hsum-2026-11-29, call 5)."""
+    default = disassembly("bf16", "2.7b")
+    sums, recips = disassembly("bf16", "2.7b", 16), disassembly("bf16", "2.7b", 32)
+    for text in (sums, recips):
+        assert resources(text)["REG"] <= 255 and resources(text)["LOCAL"] == 0
+    assert resources(sums)["STACK"] == 0 and resources(recips)["STACK"] <= 16
+    assert opcodes(sums).count("SHFL.BFLY") == opcodes(default).count("SHFL.BFLY")
+    assert reductions(sums) == reductions(default)
+    assert opcodes(recips).count("MUFU.RCP") < 32 <= opcodes(default).count("MUFU.RCP") - 32
+
+
+def test_decay_gradient_sums_in_chains():
+    """``SSPLIT`` 1 (the default) sums the decay gradient's ``<dM, M> + <dI, J>`` in 4 chains of FFMAs (by term and
+    channel) instead of one 64 long (``SSPLIT`` 0): 3 adds more a copy of the reverse step, within the registers and
+    without local memory either way."""
+    single = sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], defines="SSPLIT=0"))
+    default = disassembly("bf16", "2.7b")
+    for text in (single, default):
+        used = resources(text)
+        assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+    assert opcodes(default).count("FADD") >= opcodes(single).count("FADD") + 2 * 3
 
 
 def test_peeling_takes_a_copy_of_the_reverse_step():
@@ -151,7 +179,7 @@ def test_compile_error():
 
 
 def scratch_sources(order) -> tuple:
-    """``order`` (``states_of_sums`` or a variant) applied to a scratch whose entries hold their own index: each
+    """``order`` (``states_of_sums``) applied to a scratch whose entries hold their own index: each
     output's scratch index within its token and group, and the output's ``state`` and ``dq``/``dk`` positions, after
     checking that every output stays in its own token and group."""
     tokens, groups = 3, 2
@@ -175,38 +203,13 @@ def test_states_of_sums():
     assert torch.equal(x, which) and torch.equal(16 * (4 * p + t) + 8 * h + g, state)
 
 
-def test_states_of_tensor_core_sums():
-    """With ``HSUM`` 1 the scratch's order is ``dq`` then ``dk``, lane ``(g, t)``, its accumulator's 4 registers: entry
-    ``c`` of lane ``(g, t)`` lands on state ``32 t + 16 (c & 1) + 8 (c >> 1) + g`` (the accumulator's row ``g + 8 (c >>
-    1)`` of column ``2 t + (c & 1)``, the column a tile); each entry holds its own index."""
-    index, state, which = scratch_sources(cuda_local.states_of_tensor_core_sums)
-    x, g, t, c = index // 128, index // 16 % 8, index // 4 % 4, index % 4
-    assert torch.equal(x, which) and torch.equal(32 * t + 16 * (c % 2) + 8 * (c // 2) + g, state)
-
-
-@pytest.mark.parametrize("dtype", ["bf16", "f32-bf16-keys"])
-def test_tensor_core_channel_sums_compile(dtype):
-    """The timing macro ``HSUM`` 1 (``dq``, ``dk`` summed over a warp's channels by 3 tensor-core products a tile and
-    token, not yet run on a GPU) compiles: 24 products more in each copy of the reverse step, the 24 shuffles of the
-    channel butterflies fewer in each, the same 4 vector atomics; within the registers, spilling only a few kernel
-    constants (no local memory; the stack below 128 bytes)."""
-    values, keys = DTYPES[dtype]
-    text = sass(cuda_local.compile_cubin(values, *SHAPES["2.7b"], key_dtype=keys, defines="HSUM=1"))
-    used = resources(text)
-    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] < 128, used
-    ops, base = opcodes(text), opcodes(disassembly(dtype, "2.7b"))
-    assert ops.count(TF32_MMA) == base.count(TF32_MMA) + 2 * 24
-    assert ops.count("SHFL.BFLY") == base.count("SHFL.BFLY") - 2 * 24
-    assert reductions(text).count("REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU") == 4
-
-
 def test_timing_macros():
     """``CUDA_DEFINES`` reaches the source as its timing macros (a name alone meaning 1); any other name is refused,
     ``PEEL`` and ``TSUB`` too, since ``CUDA_TSUB`` sets them and the shared memory with them."""
     assert cuda_local.timing_macros("") == {}
-    assert cuda_local.timing_macros("FAC=0+HSUM") == {"FAC": "0", "HSUM": "1"}
-    for bad in ("PEEL=0", "TSUB=8.0f", "HSUM=1+ORDER=1"):
-        with pytest.raises(ValueError, match="is not one of the timing macros FAC, SLABCP, HSUM"):
+    assert cuda_local.timing_macros("FAC=0+SLABCP") == {"FAC": "0", "SLABCP": "1"}
+    for bad in ("PEEL=0", "TSUB=8.0f", "SLABCP=1+HSUM=1"):
+        with pytest.raises(ValueError, match="is not one of the timing macros FAC, SLABCP, SSPLIT "):
             cuda_local.timing_macros(bad)
 
 
@@ -216,10 +219,10 @@ def test_config_reaches_the_launch(monkeypatch):
     seen = []
     monkeypatch.setattr(cuda_local, "launch", lambda *args, **kwargs: seen.append(kwargs))
     args = [None] * 11 + [(None,) * 7] + [None, None, 1, 1, 512]
-    assert chunked_bwd._cuda_local({"LOCAL": "cuda", "CUDA_TSUB": 4.0, "CUDA_DEFINES": "HSUM=1", "CUDA_PROBE": 2},
+    assert chunked_bwd._cuda_local({"LOCAL": "cuda", "CUDA_TSUB": 4.0, "CUDA_DEFINES": "FAC=0", "CUDA_PROBE": 2},
                                    *args)
     assert chunked_bwd._cuda_local({"LOCAL": "cuda"}, *args)
-    assert seen == [{"probe": 2, "tsub": 4.0, "defines": "HSUM=1"}, {"probe": 0, "tsub": None, "defines": ""}]
+    assert seen == [{"probe": 2, "tsub": 4.0, "defines": "FAC=0"}, {"probe": 0, "tsub": None, "defines": ""}]
 
 
 def cpu_inputs(dtype=torch.bfloat16, head_dim=64, key_dtype=None):

@@ -9,7 +9,7 @@ cuda-local-2026-11-29 runs it on its first five cases.) With ``--correct`` it ch
 local pass followed by the CUDA corrections (kernels/cuda_correct.py, CORRECT cuda), then against the Triton corrections
 (CORRECT triton; docs/bench/cuda-correct-2026-11-29).
 
-    python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick] [--correct] [--gluon] [--tsub 0] [--defines HSUM=1]
+    python docs/bench/cuda-mma-2026-11-29/check_local.py [--quick] [--correct] [--gluon] [--tsub 0] [--defines FAC=0]
         [--cases 0,2]
 """
 
@@ -35,7 +35,7 @@ def main() -> int:
     parser.add_argument("--tsub", type=float, default=None,
                         help="the CUDA pass's peeling threshold (its CUDA_TSUB; 0: every token's state from a product)")
     parser.add_argument("--defines", default="",
-                        help="timing macros of the CUDA pass (its CUDA_DEFINES, e.g. HSUM=1)")
+                        help="timing macros of the CUDA pass (its CUDA_DEFINES, e.g. FAC=0)")
     args = parser.parse_args()
     if args.tsub is not None:
         chunked_bwd.CHUNKED_CONFIG["CUDA_TSUB"] = args.tsub
