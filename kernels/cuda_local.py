@@ -49,6 +49,11 @@ output gradients of one dtype, keys and queries of one dtype (float32 anywhere o
 ``chunked_bwd`` takes it under ``LOCAL`` "auto" where its work fills the GPU (``AUTO_CUDA_ROUNDS``) and the keys come
 in the values' dtype; ``LOCAL`` "cuda" (or ``PALIMPSA_CHUNKED_LOCAL=cuda``) asks for it wherever it can run.
 
+The timing macro ``W16`` (not yet run on a GPU) runs 16 warps of 8 channels x 64 states (512 threads, 128 registers):
+each state half's ``dv``, ``dbeta`` sums meet in shared memory and a segment's are written at the next stage; the
+squared keys come from the keys in the reverse step instead of staged rows (docs/kernels.md, "What bounds the pass
+now").
+
 Earlier forms (git 55392c2 and before: a lane's 2 channels x 16 states updated by FFMAs, 4.25 updates a token from
 sub-block starts every 4 tokens) took 12.42 ms against the Gluon pass's 11.18 at B = 1, L = 8192; the tensor-core form
 with a product every token 9.5-10.3 ms, with peeled states 9.0-9.1 (``CUDA_TSUB`` 0 gives the former).
@@ -67,7 +72,7 @@ CHANNELS = 64  # a CTA's channels
 SEG = 16  # tokens between slab states (a stage)
 SUB = 8  # tokens a sub-block: one tensor-core k-step; its start in shared memory
 SLOTS = 2  # shared-memory state slots: a segment's start and the state after its 8th token
-THREADS = 256  # 8 warps: a warp 8 channels of all 128 states, a lane 2 channels x 16 states
+THREADS = 256  # 8 warps: a warp 8 channels of all 128 states, a lane 2 channels x 16 states (W16: 512, 8 states)
 ROW = 20  # floats a lane group's permuted row takes (16 used; the padding keeps 8 groups' 16-byte reads apart)
 TAU = 20.0  # a sub-block rescaled where its log decay stays above -TAU
 TSUB = 6.0  # a token's state peeled from the one after it where the log decay since the last product stays above -TSUB
@@ -75,6 +80,13 @@ KERNEL = "palimpsa_bwd_local_cuda"
 
 SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 // N, CW, THREADS, SEG, SUB, ROW, TAU come from layout_options() (the module's constants)
+#ifndef W16
+#define W16 0                   // (timing) 1: 16 warps of 8 channels x 64 states (4 tiles), 128 registers a thread
+#endif
+#if W16 != (THREADS == 512)
+#error "W16 takes 512 threads, else 256"
+#endif
+#define TL (W16 ? 4 : 8)        // state tiles a warp
 #ifndef PROBE
 #define PROBE 0                 // timing only (wrong gradients): 2 no dq, dk, decay-gradient butterflies or atomics;
 #endif                          // 4 no per-token walks in pass B (the sub-block's start as it is); 8 no pass A;
@@ -107,9 +119,11 @@ struct Stage {                  // one segment's inputs
     float4 ak[2][8][32];        // keys as A fragments: [k-step][state tile][lane] (16-bit keys are tf32 exactly)
     float4 akk[2][8][32];       // squared keys, rounded to tf32
     float kr[SEG][8][ROW];      // keys, squared keys, queries of lane group g's 16 states (16 m + g + 8 h at 2 m + h)
+#if !W16                        // (W16: the squared keys from the keys, in the reverse step)
     float kkr[SEG][8][ROW];
+#endif
     float qr[SEG][8][ROW];
-#if PEEL
+#if PEEL && !W16
     float kkt[SEG][8][ROW];     // the squared keys of kkr rounded to tf32, as the products read them (akk)
 #endif
     float vw[SEG][CW];          // values, gains, output gradients in float32
@@ -118,7 +132,11 @@ struct Stage {                  // one segment's inputs
     float gs[SEG];              // the log decays summed from the segment's first token (inclusive)
     float gw[SEG];              // the log decays
     float4 fac[SEG];            // pass B's factors of a token (every warp's the same): 1 / A and A (A its sub-block's
-};                              // decay through it, 1 where not rescaled), its decay, and its flags (PEELS, PEELED)
+                                // decay through it, 1 where not rescaled), its decay, and its flags (PEELS, PEELED)
+#if W16                         // (W16) each state half's dv, dbeta sums of a token, [token][half][dv, dbeta][channel]
+    float part[SEG][2][2][CW + 8];  // (rows 8 floats longer: dv's and dbeta's stores in other banks), added and
+#endif                              // written at the next segment's stage
+};
 struct Raw {                    // a segment's inputs as copied (the next segment's copies run during this one)
     kt rk[SEG][N];
     kt rq[SEG][N];
@@ -129,7 +147,7 @@ struct Raw {                    // a segment's inputs as copied (the next segmen
 };
 
 struct Shared {
-    float4 slot[2][16][THREADS];  // a segment's start and the state after its 8th token: a thread's 8 M tiles, then J's
+    float4 slot[2][2 * TL][THREADS];  // a segment's start, the state after its 8th token: a thread's M tiles, J's
     Stage st;
     Raw raw;
 };
@@ -164,15 +182,17 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
     Stage& st = sh.st;
     const int tid = threadIdx.x, w = tid >> 5, ln = tid & 31;
     const int gq = ln >> 2, tq = ln & 3;      // the lane's row group (states 16 m + gq + 8 h) and channel pair
-    const int c0 = 8 * w + 2 * tq;            // its two channels c0, c0 + 1 of the CTA's block
-    const int cb_lane = 8 * w + gq;           // the channel of its B fragments
+    const int cw = W16 ? (w & 7) : w;         // the warp's 8 channels (W16: of its state half's tiles)
+    const int hs = W16 ? (w >> 3) : 0;       // (W16) the warp's state half
+    const int c0 = 8 * cw + 2 * tq;           // its two channels c0, c0 + 1 of the CTA's block
+    const int cb_lane = 8 * cw + gq;          // the channel of its B fragments
     const float ip = *ip_ptr;
     constexpr int PB = P / CW;                // channel blocks a head
     constexpr int NSLAB = CT / SEG;           // slab states a CTA: every segment's start (the checkpoint first)
-    float4* my_slab = slab + (size_t)blockIdx.x * NSLAB * 16 * THREADS + tid;
+    float4* my_slab = slab + (size_t)blockIdx.x * NSLAB * 2 * TL * THREADS + tid;
     const bool b4 = (ln >> 4) & 1, b3 = (ln >> 3) & 1, b2 = (ln >> 2) & 1, b1 = (ln >> 1) & 1, b0 = ln & 1;
 
-    float M[8][4], J[8][4], dM[8][4], dI[8][4];
+    float M[TL][4], J[TL][4], dM[TL][4], dI[TL][4];
 
     for (int work = blockIdx.x; work < n_work; work += gridDim.x) {
         const int hb = work % (H * PB), rest = work / (H * PB);
@@ -242,6 +262,19 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             }
             commit();
         };
+#if W16
+        // pass B's segment s: its tokens' dv, dbeta, the state halves' sums added (every warp's written)
+        auto flush = [&](int s) {
+            const int n_s = min(SEG, n_tok - s * SEG);
+            const long long tb = bos + t0 + s * SEG;
+            for (int x = tid; x < SEG * 2 * CW; x += THREADS) {
+                const int which = x / (SEG * CW), t = (x / CW) % SEG, c = x % CW;
+                if (t < n_s)
+                    (which ? dbeta : dv)[((size_t)(tb + t) * H + h) * P + cb * CW + c]
+                        = to_vt(st.part[t][0][which][c] + st.part[t][1][which][c]);
+            }
+        };
+#endif
         // the i-th staged segment: its copies awaited and widened into the stage (the keys and squared keys as A
         // fragments and as rows permuted to the lanes' states, the queries permuted, the values, gains and output
         // gradients in float32, the log decays summed), then the next one's copies asked for
@@ -249,8 +282,11 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             const Raw& rw = sh.raw;
             wait_copies();
             __syncthreads();  // this segment's copies landed, every warp done with the stage's previous contents
+#if W16
+            if (i > n_a) flush(seg_of(i - 1));  // pass B's segment before: its tokens' dv, dbeta
+#endif
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {  // 2 x 8 x 32 fragments of each
+            for (int r = 0; r < 512 / THREADS; ++r) {  // 2 x 8 x 32 fragments of each
                 const int f = tid + r * THREADS, kb = f >> 8, m = (f >> 5) & 7, l = f & 31;
                 const int s0 = 16 * m + (l >> 2), tk = 8 * kb + (l & 3);
                 const float a0 = widen_k(rw.rk[tk][s0]), a1 = widen_k(rw.rk[tk][s0 + 8]);
@@ -260,7 +296,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 st.akk[kb][m][l] = make_float4(__uint_as_float(tf32(a0 * a0)), __uint_as_float(tf32(a1 * a1)),
                                                __uint_as_float(tf32(a2 * a2)), __uint_as_float(tf32(a3 * a3)));
             }
-            {
+            if (!W16 || tid < 256) {  // (W16: 256 of the 512 threads)
                 const int t = tid >> 4, gg = (tid >> 1) & 7, e0 = 8 * (tid & 1);
                 float kx[8], qx[8];
 #pragma unroll
@@ -270,17 +306,21 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                     qx[e] = widen_k(rw.rq[t][n]);
                 }
                 float* kr = &st.kr[t][gg][e0];
+#if !W16
                 float* kkr = &st.kkr[t][gg][e0];
+#endif
                 float* qr = &st.qr[t][gg][e0];
                 *reinterpret_cast<float4*>(kr) = make_float4(kx[0], kx[1], kx[2], kx[3]);
                 *reinterpret_cast<float4*>(kr + 4) = make_float4(kx[4], kx[5], kx[6], kx[7]);
+#if !W16
                 *reinterpret_cast<float4*>(kkr) = make_float4(kx[0] * kx[0], kx[1] * kx[1], kx[2] * kx[2],
                                                               kx[3] * kx[3]);
                 *reinterpret_cast<float4*>(kkr + 4) = make_float4(kx[4] * kx[4], kx[5] * kx[5], kx[6] * kx[6],
                                                                   kx[7] * kx[7]);
+#endif
                 *reinterpret_cast<float4*>(qr) = make_float4(qx[0], qx[1], qx[2], qx[3]);
                 *reinterpret_cast<float4*>(qr + 4) = make_float4(qx[4], qx[5], qx[6], qx[7]);
-#if PEEL
+#if PEEL && !W16
                 float* kkt = &st.kkt[t][gg][e0];
                 float kk[8];
 #pragma unroll
@@ -289,7 +329,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 *reinterpret_cast<float4*>(kkt + 4) = make_float4(kk[4], kk[5], kk[6], kk[7]);
 #endif
             }
-            {
+            if (!W16 || tid < 256) {  // (W16: 256 of the 512 threads)
                 const vt* pv = &rw.rv[0][0] + 4 * tid;  // 4 values, gains, output gradients a thread
                 const vt* pb = &rw.rb[0][0] + 4 * tid;
                 const vt* pd = &rw.rdy[0][0] + 4 * tid;
@@ -344,7 +384,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
         // the states times a decay
         auto scale = [&](float f) {
 #pragma unroll
-            for (int m = 0; m < 8; ++m)
+            for (int m = 0; m < TL; ++m)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) { M[m][e] *= f; J[m][e] *= f; }
         };
@@ -352,9 +392,9 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
         // cb_lane): M += K^T (w v), J += (K^2)^T (w beta)
         auto apply = [&](int kb, unsigned v0, unsigned v1, unsigned e0, unsigned e1) {
 #pragma unroll
-            for (int m = 0; m < 8; ++m) {
-                mma(M[m], st.ak[kb][m][ln], v0, v1);
-                mma(J[m], st.akk[kb][m][ln], e0, e1);
+            for (int m = 0; m < TL; ++m) {
+                mma(M[m], st.ak[kb][TL * hs + m][ln], v0, v1);
+                mma(J[m], st.akk[kb][TL * hs + m][ln], e0, e1);
             }
         };
         // the true state after token `last` from the true state before token 8 kb (plainly: the start times its
@@ -370,35 +410,35 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
         };
         auto load_global = [&](const float* m, const float* ii, size_t at) {  // [P, N] rows, J = I - I_prior
 #pragma unroll
-            for (int mm = 0; mm < 8; ++mm)
+            for (int mm = 0; mm < TL; ++mm)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const size_t o = at + (size_t)(e & 1) * N + 16 * mm + 8 * (e >> 1);
+                    const size_t o = at + (size_t)(e & 1) * N + 16 * (TL * hs + mm) + 8 * (e >> 1);
                     M[mm][e] = m[o];
                     J[mm][e] = ii[o] - ip;
                 }
         };
-        auto put = [&](float4* p) {  // 16 float4 a thread, THREADS apart
+        auto put = [&](float4* p) {  // 2 TL float4 a thread, THREADS apart
 #pragma unroll
-            for (int m = 0; m < 8; ++m) {
+            for (int m = 0; m < TL; ++m) {
                 p[m * THREADS] = make_float4(M[m][0], M[m][1], M[m][2], M[m][3]);
-                p[(8 + m) * THREADS] = make_float4(J[m][0], J[m][1], J[m][2], J[m][3]);
+                p[(TL + m) * THREADS] = make_float4(J[m][0], J[m][1], J[m][2], J[m][3]);
             }
         };
         auto get = [&](const float4* p) {
 #pragma unroll
-            for (int m = 0; m < 8; ++m) {
-                const float4 a = p[m * THREADS], b = p[(8 + m) * THREADS];
+            for (int m = 0; m < TL; ++m) {
+                const float4 a = p[m * THREADS], b = p[(TL + m) * THREADS];
                 M[m][0] = a.x; M[m][1] = a.y; M[m][2] = a.z; M[m][3] = a.w;
                 J[m][0] = b.x; J[m][1] = b.y; J[m][2] = b.z; J[m][3] = b.w;
             }
         };
-        auto slab_at = [&](int s) { return my_slab + (size_t)s * 16 * THREADS; };
+        auto slab_at = [&](int s) { return my_slab + (size_t)s * 2 * TL * THREADS; };
         auto slot_at = [&](int j) { return &sh.slot[j][0][tid]; };
-        auto ask_state = [&](const float4* p) {  // a slab state's 512 lines of 128 bytes asked for in L2, 2 a thread
+        auto ask_state = [&](const float4* p) {  // a slab state's 512 lines of 128 bytes asked for in L2
             const float4* base = p - tid;
             prefetch_l2(base + 8 * tid);
-            prefetch_l2(base + 8 * (tid + THREADS));
+            if (THREADS < 512) prefetch_l2(base + 8 * (tid + THREADS));
         };
 
         // pass A: the chunk walked from its checkpoint a segment at a time, every segment's start kept in the slab
@@ -415,20 +455,24 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 
         // pass B
 #pragma unroll
-        for (int m = 0; m < 8; ++m)
+        for (int m = 0; m < TL; ++m)
 #pragma unroll
             for (int e = 0; e < 4; ++e) { dM[m][e] = 0.f; dI[m][e] = 0.f; }
         float an = 0.f;  // the decay of the token after the one reversed (the adjoint's factor)
         // a token's dv, dbeta (its lane partials pv, pb, over the 8 row groups: lane bits 2-4, reduce-scattered) and
         // decay gradient (dgl, over the warp) summed and written
-        auto finish = [&](long long tok, float pv0, float pv1, float pb0, float pb1, float dgl) {
+        auto finish = [&](int tt, long long tok, float pv0, float pv1, float pb0, float pb1, float dgl) {
             const float z0 = (b4 ? pb0 : pv0) + __shfl_xor_sync(0xffffffffu, b4 ? pv0 : pb0, 16);
             const float z1 = (b4 ? pb1 : pv1) + __shfl_xor_sync(0xffffffffu, b4 ? pv1 : pb1, 16);
             float z = (b3 ? z1 : z0) + __shfl_xor_sync(0xffffffffu, b3 ? z0 : z1, 8);
             z += __shfl_xor_sync(0xffffffffu, z, 4);
             if (!b2) {
+#if W16
+                st.part[tt][hs][b4][c0 + b3] = z;
+#else
                 const size_t at = ((size_t)tok * H + h) * P + cb * CW + c0 + b3;
                 (b4 ? dbeta : dv)[at] = to_vt(z);
+#endif
             }
 #if !(PROBE & 2)
 #pragma unroll
@@ -461,15 +505,25 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 #endif
             float qk[4][2][2];  // a pair of tile pairs' sums over the lane's channels: [tile][h][dq, dk]
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                const float4 K = *reinterpret_cast<const float4*>(&st.kr[tt][gq][4 * jj]);
-                const float4 KQ = *reinterpret_cast<const float4*>(&st.kkr[tt][gq][4 * jj]);
-                const float4 Q = *reinterpret_cast<const float4*>(&st.qr[tt][gq][4 * jj]);
+            for (int jj = 0; jj < TL / 2; ++jj) {
+                const int jg = TL / 2 * hs + jj;  // the tile pair of the CTA's 4
+                const float4 K = *reinterpret_cast<const float4*>(&st.kr[tt][gq][4 * jg]);
+#if W16
+                const float4 KQ = make_float4(K.x * K.x, K.y * K.y, K.z * K.z, K.w * K.w);  // as the stage squares
+#else
+                const float4 KQ = *reinterpret_cast<const float4*>(&st.kkr[tt][gq][4 * jg]);
+#endif
+                const float4 Q = *reinterpret_cast<const float4*>(&st.qr[tt][gq][4 * jg]);
                 const float kv[4] = {K.x, K.y, K.z, K.w}, kq[4] = {KQ.x, KQ.y, KQ.z, KQ.w};
                 float kkp[4] = {0.f, 0.f, 0.f, 0.f};  // (peel) the squared keys as tf32, as the products read them
-#if PEEL
+#if PEEL && W16
                 if (peel) {
-                    const float4 KT = *reinterpret_cast<const float4*>(&st.kkt[tt][gq][4 * jj]);
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) kkp[u] = __uint_as_float(tf32(kq[u]));
+                }
+#elif PEEL
+                if (peel) {
+                    const float4 KT = *reinterpret_cast<const float4*>(&st.kkt[tt][gq][4 * jg]);
                     kkp[0] = KT.x; kkp[1] = KT.y; kkp[2] = KT.z; kkp[3] = KT.w;
                 }
 #endif
@@ -528,7 +582,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                             y[hh][xx] = (b0 ? x[1][hh][xx] : x[0][hh][xx])
                                 + __shfl_xor_sync(0xffffffffu, b0 ? x[0][hh][xx] : x[1][hh][xx], 1);
                     if (!(PROBE & 16) || y[0][0] == 12345.f)
-                        red_add4(dqk + (((size_t)tok * G + ig) * 2 + (jj >> 1)) * N + 16 * gq + 4 * tq,
+                        red_add4(dqk + (((size_t)tok * G + ig) * 2 + (jg >> 1)) * N + 16 * gq + 4 * tq,
                                  y[0][0], y[0][1], y[1][0], y[1][1]);
                 }
 #else
@@ -540,7 +594,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 #endif
             // decay gradient: a_t <dM, M_{t-1}> + a_t <dI, J_{t-1}> = <dM, M_t> - v . dv + <dI, J_t> - b . db
             float dgl = ss * A - (vc[0] * pv[0] + vc[1] * pv[1] + bc[0] * pb[0] + bc[1] * pb[1]);
-            finish(tok, pv[0], pv[1], pb[0], pb[1], dgl);
+            finish(tt, tok, pv[0], pv[1], pb[0], pb[1], dgl);
         };
         int ps = 0;  // the slot of the segment's start; the other takes the state before its token 8
         for (int s = n_seg - 1; s >= 0; --s) {
@@ -562,11 +616,11 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 const int slot = j ? ps ^ 1 : ps;
                 if (SLABCP && !j && s > 0) {
                     // the next segment's start copied from the slab into the slot this one no longer reads (a
-                    // thread's own 16 float4: it alone reads them, after the next stage's wait)
+                    // thread's own 2 TL float4: it alone reads them, after the next stage's wait)
                     const float4* from = slab_at(s - 1);
                     float4* to = slot_at(ps ^ 1);
 #pragma unroll
-                    for (int x = 0; x < 16; ++x) cp16(to + x * THREADS, from + x * THREADS, true);
+                    for (int x = 0; x < 2 * TL; ++x) cp16(to + x * THREADS, from + x * THREADS, true);
                     commit();
                 }
                 const int base = SUB * j, last = min(base + SUB - 1, n_s - 1);
@@ -628,6 +682,10 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             }
             ps ^= 1;
         }
+#if W16
+        __syncthreads();  // every warp's sums of the chunk's first segment written
+        flush(0);
+#endif
         // the chunk's local adjoint of the state before its first token: a_first dM, a_first dI (the work item's
         // indices taken again from an opaque copy of `work`, so that none of them stays live through the passes)
         int wk = work;
@@ -648,10 +706,10 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             om = dm0; oi = di0;
         }
 #pragma unroll
-        for (int m = 0; m < 8; ++m)
+        for (int m = 0; m < TL; ++m)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {  // (channel e & 1, state 16 m + gq + 8 (e >> 1))
-                const size_t o = at + (size_t)(e & 1) * N + 16 * m + 8 * (e >> 1);
+                const size_t o = at + (size_t)(e & 1) * N + 16 * (TL * hs + m) + 8 * (e >> 1);
                 if (om) om[o] = an * dM[m][e];
                 if (oi) oi[o] = an * dI[m][e];
             }
@@ -661,22 +719,25 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 
 
 def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | None = None,
-                 tsub: float = TSUB) -> int:
+                 tsub: float = TSUB, w16: bool = False) -> int:
     """The dynamic shared memory of a CTA: two state slots (64 KB each) and one segment's inputs (keys and squared
     keys as tensor-core fragments and as permuted rows, queries permuted, values, gains and output gradients in
     float32, the log decays and their sums, and the rows as copied: values, gains and output gradients in ``dtype``,
     keys and queries in ``key_dtype``, the same by default; pass B's factors of each token; with ``tsub`` above 0 the
-    squared keys' rows once more, rounded to TF32 for the peeled states)."""
+    squared keys' rows once more, rounded to TF32 for the peeled states). ``w16`` (the timing macro ``W16``): no squared
+    keys' rows (the reverse step squares the keys' rows), and each state half's ``dv``, ``dbeta`` sums of a segment's
+    tokens."""
     key_dtype = key_dtype or dtype
     slots = SLOTS * STATES * CHANNELS * 2 * 4
     fragments = 2 * 2 * 8 * 32 * 16
-    rows = (4 if tsub > 0 else 3) * SEG * 8 * ROW * 4
+    rows = (2 if w16 else 4 if tsub > 0 else 3) * SEG * 8 * ROW * 4
+    halves = SEG * 2 * 2 * (CHANNELS + 8) * 4 if w16 else 0
     channels = 3 * SEG * CHANNELS * 4
     raw = SEG * (2 * STATES * key_dtype.itemsize + 3 * CHANNELS * dtype.itemsize) + SEG * 4
-    return slots + fragments + rows + channels + 2 * SEG * 4 + SEG * 16 + raw
+    return slots + fragments + rows + channels + 2 * SEG * 4 + SEG * 16 + halves + raw
 
 
-TIMING_MACROS = ("FAC", "SLABCP", "SSPLIT")  # the source's timing macros that ``defines`` may set
+TIMING_MACROS = ("FAC", "SLABCP", "SSPLIT", "W16")  # the source's timing macros that ``defines`` may set
 
 
 def timing_macros(defines: str) -> dict:
@@ -692,9 +753,14 @@ def timing_macros(defines: str) -> dict:
     return macros
 
 
-def layout_options() -> list[str]:
+def wide(defines: str) -> bool:
+    """Whether ``defines`` asks for the timing macro ``W16`` (16 warps a CTA, 512 threads)."""
+    return timing_macros(defines).get("W16", "0") not in ("0", "")
+
+
+def layout_options(threads: int = THREADS) -> list[str]:
     """The layout's constants as the source's macros, so that the module and the kernel share one definition."""
-    return [f"-DN={STATES}", f"-DCW={CHANNELS}", f"-DTHREADS={THREADS}", f"-DSEG={SEG}", f"-DSUB={SUB}",
+    return [f"-DN={STATES}", f"-DCW={CHANNELS}", f"-DTHREADS={threads}", f"-DSEG={SEG}", f"-DSUB={SUB}",
             f"-DROW={ROW}", f"-DTAU={TAU!r}f"]
 
 
@@ -706,7 +772,8 @@ def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, ch
     timing macros of a variant, ``"FAC=0+SLABCP=1"``)."""
     if not 0 <= tsub <= TAU:
         raise ValueError(f"CUDA_TSUB {tsub}: a log decay from 0 (no peeled states) to {TAU:g}")
-    options = [f"--gpu-architecture={arch}", "-std=c++17", *layout_options(), *dtype_options(dtype, key_dtype),
+    threads = 2 * THREADS if wide(defines) else THREADS
+    options = [f"--gpu-architecture={arch}", "-std=c++17", *layout_options(threads), *dtype_options(dtype, key_dtype),
                f"-DH={heads}",
                f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
                f"-DPEEL={int(tsub > 0)}", f"-DTSUB={float(tsub)!r}f",
@@ -719,7 +786,7 @@ def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: 
             probe: int = 0, key_dtype: torch.dtype | None = None, tsub: float = TSUB, defines: str = ""):
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, arch=cuda_build.arch(device),
                           probe=probe, key_dtype=key_dtype, tsub=tsub, defines=defines)
-    return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype, tsub))
+    return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype, tsub, wide(defines)))
 
 
 def slab_states(chunk: int) -> int:
@@ -782,15 +849,16 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     v, k, q, beta, dy = (cuda_build.aligned(t) for t in (v, k, q, beta, dy))
     log_decay = log_decay.float().contiguous()
     slab = torch.empty((grid * slab_states(chunk_size) * 2 * CHANNELS * STATES,), dtype=torch.float32,
-                       device=v.device)  # 64 KB a state: a thread's 16 float4, THREADS apart
+                       device=v.device)  # 64 KB a state: a thread's 16 float4 (W16: 8), THREADS apart
     tokens = v.shape[0] * length
     sums = torch.zeros((tokens, groups, 2 * STATES), dtype=torch.float32, device=v.device)
     empty = torch.empty((1,), dtype=torch.int32, device=v.device)
     tensors = [v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, slab, lm, li, dv, sums, dg, dbeta, dm0, di0,
                cu_seqlens.to(torch.int32) if varlen else empty, offsets.to(torch.int32) if varlen else empty]
     n_chunks = 0 if varlen else max_chunks
-    cuda_build.launch(func, v.device, (grid, 1, 1), THREADS, shared_bytes(v.dtype, k.dtype, tsub), tensors,
-                      [length, n_chunks, max_chunks, n_work])
+    w16 = wide(defines)
+    cuda_build.launch(func, v.device, (grid, 1, 1), 2 * THREADS if w16 else THREADS,
+                      shared_bytes(v.dtype, k.dtype, tsub, w16), tensors, [length, n_chunks, max_chunks, n_work])
     both = states_of_sums(sums)
     dq.view(tokens, groups, STATES).add_(both[..., 0])
     dk.view(tokens, groups, STATES).add_(both[..., 1])

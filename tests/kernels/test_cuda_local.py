@@ -116,6 +116,13 @@ def test_shared_memory():
                                       "the shared-memory layout")
         assert size == cuda_local.shared_bytes(values, keys) - 16 * 8 * 20 * 4
     assert cuda_local.slab_states(512) == 32 and cuda_local.slab_states(16) == 1
+    for values, keys in DTYPES.values():  # W16: no squared keys' rows, the state halves' dv, dbeta sums of a segment
+        size = cuda_local.shared_bytes(values, keys, w16=True)
+        assert size == cuda_local.shared_bytes(values, keys) - 2 * 16 * 8 * 20 * 4 + 16 * 2 * 2 * (64 + 8) * 4
+        source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
+        options = ["--gpu-architecture=sm_90a", "-std=c++17", "-DPEEL=1", "-DW16=1",
+                   *cuda_local.layout_options(512), *cuda_local.dtype_options(values, keys)]
+        cuda_build.compile_source(source, "shared.cu", options, "the shared-memory layout")
 
 
 @pytest.mark.parametrize("probe", [2, 4, 8, 14])
@@ -155,6 +162,36 @@ def test_decay_gradient_sums_in_chains():
         used = resources(text)
         assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
     assert opcodes(default).count("FADD") >= opcodes(single).count("FADD") + 2 * 3
+
+
+@pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
+def test_sixteen_warps_compile(dtype, shape):
+    """The timing macro ``W16`` (16 warps of 8 channels x 64 states, 512 threads, not yet run on a GPU) compiles
+    within 128 registers a thread (the register file of one CTA an SM), its reverse step free of local memory (a few
+    values of the segments' code spill to the stack): 16 reciprocals in each of its two copies, one ``dq``/``dk``
+    vector atomic in each (one tile pair a warp), the decay gradient's atomic, and no global store of ``dv``,
+    ``dbeta`` there (they go through shared memory, written a segment at a time); 8 tensor-core products an
+    ``apply``; the shared memory within 227 KB. A build whose threads do not match ``W16`` does not compile."""
+    values, keys = DTYPES[dtype]
+    text = sass(cuda_local.compile_cubin(values, *SHAPES[shape], varlen=shape == "small", key_dtype=keys,
+                                         defines="W16=1"))
+    used = resources(text)
+    assert used["REG"] <= 128 and used["LOCAL"] == 0 and used["STACK"] < 256, used
+    assert cuda_local.shared_bytes(values, keys, w16=True) <= MAX_SHARED
+    found = instructions(text)
+    products = max(at for at, op, _ in found if op == TF32_MMA)  # the reverse step's copies follow the last
+    first = min(at for at, op, _ in found if op == "MUFU.RCP" and at > products)
+    last = max(at for at, op, _ in found if op.startswith("REDG"))
+    hot = [op for at, op, _ in found if first <= at <= last]
+    assert not [op for op in hot if op.startswith(("LDL", "STL"))]
+    assert hot.count("MUFU.RCP") == 32 and not [op for op in hot if op.startswith("STG")]
+    assert reductions(text) == 2 * ["REDG.E.ADD.F32.FTZ.RN.STRONG.GPU"] + 2 * ["REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU"]
+    assert opcodes(text).count(TF32_MMA) >= 8 * 5
+    source = cuda_local.SOURCE
+    options = ["--gpu-architecture=sm_90a", "-std=c++17", "-DW16=1", *cuda_local.layout_options(),
+               *cuda_local.dtype_options(values, keys), "-DH=8", "-DG=1", "-DP=64", "-DCT=64"]
+    with pytest.raises(cuda_build.CompileError, match="W16 takes 512 threads"):
+        cuda_build.compile_source(source, "w16.cu", options, "the local pass")
 
 
 def test_peeling_takes_a_copy_of_the_reverse_step():
@@ -209,8 +246,30 @@ def test_timing_macros():
     assert cuda_local.timing_macros("") == {}
     assert cuda_local.timing_macros("FAC=0+SLABCP") == {"FAC": "0", "SLABCP": "1"}
     for bad in ("PEEL=0", "TSUB=8.0f", "SLABCP=1+HSUM=1"):
-        with pytest.raises(ValueError, match="is not one of the timing macros FAC, SLABCP, SSPLIT "):
+        with pytest.raises(ValueError, match="is not one of the timing macros FAC, SLABCP, SSPLIT, W16 "):
             cuda_local.timing_macros(bad)
+    assert cuda_local.wide("W16") and cuda_local.wide("FAC=0+W16=1")
+    assert not cuda_local.wide("") and not cuda_local.wide("W16=0") and not cuda_local.wide("SSPLIT=0")
+
+
+@pytest.mark.parametrize("defines, threads", [("", 256), ("W16=1", 512)])
+def test_launch_takes_the_threads_and_shared_memory_of_its_build(monkeypatch, defines, threads):
+    """The launch asks for 512 threads and ``W16``'s shared memory where ``defines`` names ``W16``, else 256 and
+    the default's (the kernel, grid and driver call stubbed: the launch's own arithmetic on the CPU)."""
+    seen = {}
+    monkeypatch.setattr(cuda_local, "_kernel", lambda *args: seen.setdefault("kernel", args))
+    monkeypatch.setattr(cuda_local, "programs", lambda device, n_work: 4)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cuda_build, "launch", lambda func, device, grid, threads, shared, tensors, ints:
+                        seen.update(threads=threads, shared=shared))
+    v = torch.zeros(1, 32, 2, 64)
+    k = torch.zeros(1, 32, 1, 128)
+    grads = [torch.zeros_like(t) for t in (v, k, k, v[..., 0])]
+    cuda_local.launch(v, k, k, v[..., 0], v, torch.ones(1), None, None, v, None, None, grads[0], grads[1], grads[2],
+                      grads[3], torch.zeros_like(v), None, None, None, None, 1, 1, 32, defines=defines)
+    assert seen["threads"] == threads
+    assert seen["shared"] == cuda_local.shared_bytes(torch.float32, torch.float32, cuda_local.TSUB, threads == 512)
+    assert seen["kernel"][-1] == defines
 
 
 def test_config_reaches_the_launch(monkeypatch):
