@@ -586,7 +586,11 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                                  y[0][0], y[0][1], y[1][0], y[1][1]);
                 }
 #else
+#if SSPLIT  // (a test no value passes, on a sum the loop builds, so that the partial sums stay live)
+                if (sp[0] == 12345.f) red_add(dqk, qk[0][0][0] + qk[1][1][1] + qk[2][0][1] + qk[3][1][0]);
+#else
                 if (ss == 12345.f) red_add(dqk, qk[0][0][0] + qk[1][1][1] + qk[2][0][1] + qk[3][1][0]);
+#endif
 #endif
             }
 #if SSPLIT
