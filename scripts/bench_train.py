@@ -142,8 +142,8 @@ def combine_rounds(rounds: list[dict], labels: list[str]) -> dict:
             result[label] = next(run for run in runs if "error" in run)
             continue
         steps = sorted(run["step_s"] for run in runs)
-        median = next(run for run in runs if run["step_s"] == steps[(len(steps) - 1) // 2])
-        result[label] = {**median, "peak_gib": max(run["peak_gib"] for run in runs),
+        middle = next(run for run in runs if run["step_s"] == steps[(len(steps) - 1) // 2])
+        result[label] = {**middle, "peak_gib": max(run["peak_gib"] for run in runs),
                          "peak_extra_gib": max(run["peak_extra_gib"] for run in runs),
                          "round_tokens_per_s": [run["tokens_per_s"] for run in runs]}
 
