@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import torch
-from palimpsa.kernels import chunked_bwd, palimpsa_scan
+from palimpsa.kernels import chunked_bwd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peel-2026-11-29"))
-from time_tsub import inputs  # noqa: E402  (the same inputs as the peel record's timings)
+from time_tsub import inputs, local_pass  # noqa: E402  (the peel record's inputs and timed pass)
 
 
 def main() -> None:
@@ -34,19 +34,11 @@ def main() -> None:
         grads = {}
         for r in range(args.rounds):
             for probe, defines in variants:
-                chunked_bwd.CHUNKED_CONFIG.update(LOCAL="cuda", CUDA_PROBE=probe, CUDA_DEFINES=defines)
-                for x in leaves:
-                    x.grad = None
-                y, _, _ = palimpsa_scan(*leaves, importance_prior=1.0)
-                chunked_bwd.TIMINGS = []
-                y.backward(dy)
-                torch.cuda.synchronize()
-                local = [s.elapsed_time(e) for n, s, e in chunked_bwd.TIMINGS if n == "local"]
-                chunked_bwd.TIMINGS = None
+                local, grad = local_pass(leaves, dy, {"LOCAL": "cuda", "CUDA_PROBE": probe, "CUDA_DEFINES": defines})
                 if r:  # the first round compiles
                     times[(probe, defines)] += local
                 else:
-                    grads[(probe, defines)] = [x.grad.float().clone() for x in leaves]
+                    grads[(probe, defines)] = grad
         base = grads[variants[0]]
         for (probe, defines), ms in times.items():
             diff = max(((a - b).norm() / b.norm()).item() for a, b in zip(grads[(probe, defines)], base, strict=True))

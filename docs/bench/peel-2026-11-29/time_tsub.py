@@ -55,6 +55,21 @@ def inputs(kind: str, decays: str):
     return (v, k, q, g, beta), dy
 
 
+def local_pass(leaves, dy, config: dict) -> tuple[list, list]:
+    """One forward and backward with ``config`` put into the chunk-parallel backward's: the local pass's times (ms, by
+    CUDA events) and the leaves' gradients."""
+    chunked_bwd.CHUNKED_CONFIG.update(config)
+    for x in leaves:
+        x.grad = None
+    y, _, _ = palimpsa_scan(*leaves, importance_prior=1.0)
+    chunked_bwd.TIMINGS = []
+    y.backward(dy)
+    torch.cuda.synchronize()
+    local = [s.elapsed_time(e) for n, s, e in chunked_bwd.TIMINGS if n == "local"]
+    chunked_bwd.TIMINGS = None
+    return local, [x.grad.float().clone() for x in leaves]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tsubs", default="0,6,4,8")
@@ -70,20 +85,12 @@ def main() -> None:
             grads = {}
             for r in range(args.rounds):
                 for tsub in tsubs:
-                    chunked_bwd.CHUNKED_CONFIG["CUDA_TSUB"], chunked_bwd.CHUNKED_CONFIG["CUDA_DEFINES"] = tsub
-                    chunked_bwd.CHUNKED_CONFIG["LOCAL"] = "cuda"
-                    for x in leaves:
-                        x.grad = None
-                    y, _, _ = palimpsa_scan(*leaves, importance_prior=1.0)
-                    chunked_bwd.TIMINGS = []
-                    y.backward(dy)
-                    torch.cuda.synchronize()
-                    local = [s.elapsed_time(e) for n, s, e in chunked_bwd.TIMINGS if n == "local"]
-                    chunked_bwd.TIMINGS = None
+                    local, grad = local_pass(leaves, dy, {"CUDA_TSUB": tsub[0], "CUDA_DEFINES": tsub[1],
+                                                          "LOCAL": "cuda"})
                     if r:  # the first round compiles
                         times[tsub] += local
                     else:
-                        grads[tsub] = [x.grad.float().clone() for x in leaves]
+                        grads[tsub] = grad
             base = grads[tsubs[0]]
             for tsub, ms in times.items():
                 diff = max(((a - b).norm() / b.norm()).item() for a, b in zip(grads[tsub], base, strict=True))
