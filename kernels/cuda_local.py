@@ -277,13 +277,14 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
 #endif
         // the i-th staged segment: its copies awaited and widened into the stage (the keys and squared keys as A
         // fragments and as rows permuted to the lanes' states, the queries permuted, the values, gains and output
-        // gradients in float32, the log decays summed), then the next one's copies asked for
-        auto stage = [&](int i) {
+        // gradients in float32, the log decays summed), then the next one's copies asked for (pass_b: a stage of pass
+        // B, which under W16 also writes the segment before's dv, dbeta)
+        auto stage = [&](int i, bool pass_b) {
             const Raw& rw = sh.raw;
             wait_copies();
             __syncthreads();  // this segment's copies landed, every warp done with the stage's previous contents
 #if W16
-            if (i > n_a) flush(seg_of(i - 1));  // pass B's segment before: its tokens' dv, dbeta
+            if (pass_b && i > n_a) flush(seg_of(i - 1));  // pass B's segment before: its tokens' dv, dbeta
 #endif
 #pragma unroll
             for (int r = 0; r < 512 / THREADS; ++r) {  // 2 x 8 x 32 fragments of each
@@ -447,7 +448,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
         copy_in(seg_of(0));
         if (n_staged > 1) ask(seg_of(1));
         for (int s = 0; s < n_a; ++s) {
-            stage(s);
+            stage(s, false);
             walk_plain(0, SUB - 1);  // (a whole segment: both of its sub-blocks)
             walk_plain(1, SEG - 1);
             put(slab_at(s + 1));
@@ -602,7 +603,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
         };
         int ps = 0;  // the slot of the segment's start; the other takes the state before its token 8
         for (int s = n_seg - 1; s >= 0; --s) {
-            stage(n_a + n_seg - 1 - s);  // (its wait covers the copy of the segment's start into slot ps)
+            stage(n_a + n_seg - 1 - s, true);  // (its wait covers the copy of the segment's start into slot ps)
             const int n_s = min(SEG, n_tok - s * SEG), nb = (n_s + SUB - 1) / SUB;
             const long long tseg = bos + t0 + s * SEG;  // the segment's first token
             if (!SLABCP || s == n_seg - 1) {  // the chunk's last segment: its start from the slab
