@@ -763,6 +763,11 @@ def wide(defines: str) -> bool:
     return timing_macros(defines).get("W16", "0") not in ("0", "")
 
 
+def threads(defines: str = "") -> int:
+    """A CTA's threads in the build that ``defines`` names."""
+    return 2 * THREADS if wide(defines) else THREADS
+
+
 def layout_options(threads: int = THREADS) -> list[str]:
     """The layout's constants as the source's macros, so that the module and the kernel share one definition."""
     return [f"-DN={STATES}", f"-DCW={CHANNELS}", f"-DTHREADS={threads}", f"-DSEG={SEG}", f"-DSUB={SUB}",
@@ -777,10 +782,9 @@ def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, ch
     timing macros of a variant, ``"FAC=0+SLABCP=1"``)."""
     if not 0 <= tsub <= TAU:
         raise ValueError(f"CUDA_TSUB {tsub}: a log decay from 0 (no peeled states) to {TAU:g}")
-    threads = 2 * THREADS if wide(defines) else THREADS
-    options = [f"--gpu-architecture={arch}", "-std=c++17", *layout_options(threads), *dtype_options(dtype, key_dtype),
-               f"-DH={heads}",
-               f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
+    options = [f"--gpu-architecture={arch}", "-std=c++17", *layout_options(threads(defines)),
+               *dtype_options(dtype, key_dtype), f"-DH={heads}", f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}",
+               f"-DVARLEN={int(varlen)}", f"-DPROBE={probe}",
                f"-DPEEL={int(tsub > 0)}", f"-DTSUB={float(tsub)!r}f",
                *(f"-D{name}={value}" for name, value in timing_macros(defines).items())]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_local.cu", options, "the local pass")
@@ -861,9 +865,9 @@ def launch(v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, lm, li, dv, dk, dq, dg,
     tensors = [v, k, q, log_decay, beta, ip, ck_m, ck_i, dy, slab, lm, li, dv, sums, dg, dbeta, dm0, di0,
                cu_seqlens.to(torch.int32) if varlen else empty, offsets.to(torch.int32) if varlen else empty]
     n_chunks = 0 if varlen else max_chunks
-    w16 = wide(defines)
-    cuda_build.launch(func, v.device, (grid, 1, 1), 2 * THREADS if w16 else THREADS,
-                      shared_bytes(v.dtype, k.dtype, tsub, w16), tensors, [length, n_chunks, max_chunks, n_work])
+    cuda_build.launch(func, v.device, (grid, 1, 1), threads(defines),
+                      shared_bytes(v.dtype, k.dtype, tsub, wide(defines)), tensors,
+                      [length, n_chunks, max_chunks, n_work])
     both = states_of_sums(sums)
     dq.view(tokens, groups, STATES).add_(both[..., 0])
     dk.view(tokens, groups, STATES).add_(both[..., 1])

@@ -604,9 +604,9 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
     k_u^2``, the operands rounded as the product's, so that the term leaves as it came), which costs no product,
     wherever the log decay from the token to the last one whose state came from a product stays above ``-subtract``
     (the rounding errors of the state it is peeled from grow by that decay, up to ``e^subtract``); elsewhere from a
-    product as above (``subtract`` 0, as the kernel's ``TSUB`` 0, peels none). Returns the
-    gradients of ``v``, ``k``, ``q``, ``log_decay``, ``beta``, the local adjoints of the chunk's start state, and the
-    products run (sub-blocks of tokens applied at once)."""
+    product as above (``subtract`` 0, as the kernel's ``TSUB`` 0, peels none). Returns the gradients of ``v``, ``k``,
+    ``q``, ``log_decay``, ``beta``, the local adjoints of the chunk's start state, and the products run (sub-blocks of
+    tokens applied at once)."""
     tokens = v.shape[0]
     products = 0
     rnd = tf32 if round_tf32 else (lambda x: x)
@@ -677,9 +677,9 @@ def cuda_local_chunk(v, k, q, log_decay, beta, m0, i0, importance_prior, dy, *, 
                 tq = (dy[t] * inv)[:, None] * q[t][None, :] * r
                 dm = a_next * dm + tq
                 di = a_next * di - tq * mu
+                grads["q"][t] = (mu * dy[t][:, None]).sum(0)
                 grads["v"][t] = (dm * k[t][None, :]).sum(1)
                 grads["beta"][t] = (di * (k[t] * k[t])[None, :]).sum(1)
-                grads["q"][t] = (mu * dy[t][:, None]).sum(0)
                 grads["k"][t] = (dm * v[t][:, None]).sum(0) + 2 * k[t] * (di * beta[t][:, None]).sum(0)
                 own = (v[t] * grads["v"][t]).sum() + (beta[t] * grads["beta"][t]).sum()
                 if decay_sum:
