@@ -103,6 +103,9 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef FAC
 #define FAC 1                   // (timing) pass B's token factors: 1 the stage's, read a token ahead; 0 each token's
 #endif
+#ifndef LEANA
+#define LEANA 1                 // pass A's segments staged with only what its walk reads (the keys' fragments,
+#endif                          // values, gains, log decays): no rows, output gradients or pass B's factors
 #ifndef SLABCP
 #define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
 #endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)
@@ -297,7 +300,8 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 st.akk[kb][m][l] = make_float4(__uint_as_float(tf32(a0 * a0)), __uint_as_float(tf32(a1 * a1)),
                                                __uint_as_float(tf32(a2 * a2)), __uint_as_float(tf32(a3 * a3)));
             }
-            if (!W16 || tid < 256) {  // (W16: 256 of the 512 threads)
+            const bool lean = LEANA && !pass_b;  // (pass A's walk reads the fragments, values, gains, decays only)
+            if ((!W16 || tid < 256) && !lean) {  // (W16: 256 of the 512 threads)
                 const int t = tid >> 4, gg = (tid >> 1) & 7, e0 = 8 * (tid & 1);
                 float kx[8], qx[8];
 #pragma unroll
@@ -338,8 +342,9 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                                                                                   widen(pv[2]), widen(pv[3]));
                 *reinterpret_cast<float4*>(&st.bw[0][0] + 4 * tid) = make_float4(widen(pb[0]), widen(pb[1]),
                                                                                   widen(pb[2]), widen(pb[3]));
-                *reinterpret_cast<float4*>(&st.dyw[0][0] + 4 * tid) = make_float4(widen(pd[0]), widen(pd[1]),
-                                                                                   widen(pd[2]), widen(pd[3]));
+                if (!lean)
+                    *reinterpret_cast<float4*>(&st.dyw[0][0] + 4 * tid) = make_float4(widen(pd[0]), widen(pd[1]),
+                                                                                       widen(pd[2]), widen(pd[3]));
             }
             if (w == 0) {  // the log decays' running sums (tokens past the chunk add 0), and pass B's token factors
                 const float gt = ln < SEG ? rw.g[ln] : 0.f;
@@ -355,25 +360,28 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 // (as pass B's loop decides), and peeled where the decay from it to the last token after it whose
                 // state came from a product stays above -TSUB (that token's state less the terms between)
 #if FAC
-                const int sg = seg_of(i), ns = min(SEG, n_tok - sg * SEG);  // (pass A's stages need none)
-                const int jb = (ln >> 3) & 1, base = SUB * jb, last = max(base, min(base + SUB - 1, ns - 1));
-                const float g7 = __shfl_sync(0xffffffffu, x, SUB - 1), gl = __shfl_sync(0xffffffffu, x, last);
-                const float gb = jb ? g7 : 0.f;
-                const bool scaled = !(PROBE & 4) && gl - gb >= -TAU;
-                bool peeled = false;  // this token's state from the one after it
-                float ref = gl;       // the decay sum through the last token after it whose state came from a product
+                if (!lean) {
+                    const int sg = seg_of(i), ns = min(SEG, n_tok - sg * SEG);
+                    const int jb = (ln >> 3) & 1, base = SUB * jb, last = max(base, min(base + SUB - 1, ns - 1));
+                    const float g7 = __shfl_sync(0xffffffffu, x, SUB - 1), gl = __shfl_sync(0xffffffffu, x, last);
+                    const float gb = jb ? g7 : 0.f;
+                    const bool scaled = !(PROBE & 4) && gl - gb >= -TAU;
+                    bool peeled = false;  // this token's state from the one after it
+                    float ref = gl;       // the decay sum through the last token after it whose state came from a
+                                          // product
 #pragma unroll
-                for (int u = SUB - 2; u >= 0; --u) {  // the sub-block's tokens from its last but one down
-                    const float gu = __shfl_sync(0xffffffffu, x, base + u);
-                    const bool in = base + u < last, p = PEEL && scaled && in && ref - gu >= -TSUB;
-                    if (base + u == ln) peeled = p;
-                    if (in && !p) ref = gu;
+                    for (int u = SUB - 2; u >= 0; --u) {  // the sub-block's tokens from its last but one down
+                        const float gu = __shfl_sync(0xffffffffu, x, base + u);
+                        const bool in = base + u < last, p = PEEL && scaled && in && ref - gu >= -TSUB;
+                        if (base + u == ln) peeled = p;
+                        if (in && !p) ref = gu;
+                    }
+                    const bool before = __shfl_up_sync(0xffffffffu, peeled, 1) && ln > base;  // the token before's
+                    if (ln < SEG && i >= n_a)
+                        st.fac[ln] = make_float4(scaled ? ex2((gb - x) * LOG2E) : 1.f,
+                                                 scaled ? ex2((x - gb) * LOG2E) : 1.f, ex2(gt * LOG2E),
+                                                 __uint_as_float((before ? PEELS : 0u) | (peeled ? PEELED : 0u)));
                 }
-                const bool before = __shfl_up_sync(0xffffffffu, peeled, 1) && ln > base;  // the token before's
-                if (ln < SEG && i >= n_a)
-                    st.fac[ln] = make_float4(scaled ? ex2((gb - x) * LOG2E) : 1.f, scaled ? ex2((x - gb) * LOG2E) : 1.f,
-                                             ex2(gt * LOG2E), __uint_as_float((before ? PEELS : 0u)
-                                                                              | (peeled ? PEELED : 0u)));
 #endif
             }
             __syncthreads();  // (also: every thread done reading the raw buffer)
@@ -742,7 +750,7 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
     return slots + fragments + rows + channels + 2 * SEG * 4 + SEG * 16 + halves + raw
 
 
-TIMING_MACROS = ("FAC", "SLABCP", "SSPLIT", "W16")  # the source's timing macros that ``defines`` may set
+TIMING_MACROS = ("FAC", "LEANA", "SLABCP", "SSPLIT", "W16")  # the source's timing macros that ``defines`` may set
 
 
 def timing_macros(defines: str) -> dict:
