@@ -35,7 +35,9 @@ for the carry. This kernel does that pass with:
   a ``[tokens, groups, 256]`` scratch that :func:`states_of_sums` orders for ``launch`` to add;
 * each segment's inputs copied to shared memory by ``cp.async`` while the segment before runs, then widened once:
   keys and squared keys as TF32 A fragments and as rows permuted to the lanes' states, queries permuted, values, gains
-  and output gradients in float32, the log decays summed.
+  and output gradients in float32, the log decays summed. Pass A's walk reads the fragments, values, gains and decays
+  alone, so its stages build only those (the timing macro ``LEANA`` 0 builds everything there too, as first written;
+  2.5% slower, docs/bench/w16-2026-11-29, call 3).
 
 Precision: the products round their operands to TF32 (10 bits of mantissa; 16-bit keys are exact), as the chunked
 backward's corrections and the chunked forward's local pass do for these inputs; the recomputed states carry that
@@ -49,10 +51,10 @@ output gradients of one dtype, keys and queries of one dtype (float32 anywhere o
 ``chunked_bwd`` takes it under ``LOCAL`` "auto" where its work fills the GPU (``AUTO_CUDA_ROUNDS``) and the keys come
 in the values' dtype; ``LOCAL`` "cuda" (or ``PALIMPSA_CHUNKED_LOCAL=cuda``) asks for it wherever it can run.
 
-The timing macro ``W16`` (not yet run on a GPU) runs 16 warps of 8 channels x 64 states (512 threads, 128 registers):
-each state half's ``dv``, ``dbeta`` sums meet in shared memory and a segment's are written at the next stage; the
-squared keys come from the keys in the reverse step instead of staged rows (docs/kernels.md, "What bounds the pass
-now").
+The timing macro ``W16`` runs 16 warps of 8 channels x 64 states (512 threads, 128 registers): each state half's
+``dv``, ``dbeta`` sums meet in shared memory and a segment's are written at the next stage; the squared keys come from
+the keys in the reverse step instead of staged rows. Correct on an H200 and 13% slower: the issue rate rose from 0.57
+to 0.66 a cycle and scheduler, but the instructions by 31% (docs/kernels.md, "What bounds the pass now").
 
 Earlier forms (git 55392c2 and before: a lane's 2 channels x 16 states updated by FFMAs, 4.25 updates a token from
 sub-block starts every 4 tokens) took 12.42 ms against the Gluon pass's 11.18 at B = 1, L = 8192; the tensor-core form
