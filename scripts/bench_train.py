@@ -25,7 +25,9 @@ packs its data by default (every model starts a fresh state at each); 1 (the def
 
 ``--rounds R`` builds and times each model R times, alternating the order (plain, upgraded, upgraded, plain, ...),
 and reports the median of the R ratios, each from two runs next to each other in time: a lent GPU's speed can move by
-a few percent between runs, more than one kernel change is worth.
+a few percent between runs, more than one kernel change is worth. After each model's timed steps the GPU's SM clock,
+power draw and temperature are read from ``nvidia-smi`` (where it is on the PATH) and printed with each round and kept
+in the JSON (``gpu_state``), so that a slow round shows whether the GPU had lowered its clock.
 
 ``--profile N`` runs one more step of each model under torch.profiler after its timed steps and prints the N GPU
 kernels that took the most time in it (ms per step, calls, share of the step's kernel time), and the sums over the
@@ -39,6 +41,7 @@ import gc
 import json
 import math
 import os
+import subprocess
 import time
 
 import torch
@@ -95,6 +98,41 @@ def packed(seq_len: int, documents: int, device: str = "cuda") -> torch.Tensor |
     return torch.tensor(bounds, dtype=torch.int32, device=device)
 
 
+GPU_STATE_QUERY = "clocks.sm,power.draw,temperature.gpu"
+
+
+def gpu_state(device: int | str = 0, run=subprocess.run) -> dict | None:
+    """The GPU's SM clock (MHz), power draw (W) and temperature (C) now, as ``nvidia-smi`` reads them for
+    ``device`` (its index or UUID, ``GPU-...``); None where nvidia-smi is missing, fails or prints no such line (the
+    benchmark goes on without them)."""
+    try:
+        out = run(["nvidia-smi", f"--id={device}", f"--query-gpu={GPU_STATE_QUERY}", "--format=csv,noheader,nounits"],
+                  capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    try:
+        clock, power, temperature = (float(field) for field in lines[0].split(","))
+    except (IndexError, ValueError):  # no line, or "[N/A]" where a reading is missing
+        return None
+    return {"sm_clock_mhz": clock, "power_w": power, "temperature_c": temperature}
+
+
+def smi_device() -> str:
+    """The current CUDA device as nvidia-smi names it: its UUID where torch gives one (so that
+    ``CUDA_VISIBLE_DEVICES`` cannot mismatch the indices), else its index."""
+    index = torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None else str(index)
+
+
+def state_text(state: dict | None) -> str:
+    """``gpu_state``'s reading as ``1,980 MHz 540 W 61 C`` (``no GPU state`` without one)."""
+    if not state:
+        return "no GPU state"
+    return f"{state['sm_clock_mhz']:,.0f} MHz {state['power_w']:.0f} W {state['temperature_c']:.0f} C"
+
+
 def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int,
             keep_scan_outputs: bool = True, profile_top: int = 0, documents: int = 1) -> dict:
     optimizer = prepare(model, layers, keep_scan_outputs)
@@ -113,11 +151,13 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
         torch.cuda.synchronize()
         if index >= warmup:
             times.append(time.perf_counter() - start)
+    state = gpu_state(smi_device())  # (after the timed steps, outside them)
     times.sort()
     median = times[len(times) // 2]
     result = {"seq_len": seq_len, "step_s": median, "tokens_per_s": seq_len / median,
               "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-              "peak_extra_gib": (torch.cuda.max_memory_allocated() - base) / 2**30, "loss": loss.item()}
+              "peak_extra_gib": (torch.cuda.max_memory_allocated() - base) / 2**30, "loss": loss.item(),
+              "gpu_state": state}
     if profile_top:
         result["profile"] = profile_step(model, ids, optimizer, profile_top, cu_seqlens)
     return result
@@ -134,7 +174,8 @@ def round_order(arms: list, index: int) -> list:
 def combine_rounds(rounds: list[dict], labels: list[str]) -> dict:
     """One sequence length's result from its rounds (each ``{label: measure(...)}``): each model's median step over
     the rounds, its highest peak memory, and the throughput ratio as the median of the rounds' own ratios (each from
-    two runs next to each other in time); ``ratios`` lists those."""
+    two runs next to each other in time); ``ratios`` lists those, and each model's ``round_tokens_per_s`` and
+    ``round_gpu_states`` its rounds' speeds and GPU readings."""
     result: dict = {}
     for label in labels:
         runs = [r[label] for r in rounds if label in r]
@@ -145,7 +186,8 @@ def combine_rounds(rounds: list[dict], labels: list[str]) -> dict:
         middle = next(run for run in runs if run["step_s"] == steps[(len(steps) - 1) // 2])
         result[label] = {**middle, "peak_gib": max(run["peak_gib"] for run in runs),
                          "peak_extra_gib": max(run["peak_extra_gib"] for run in runs),
-                         "round_tokens_per_s": [run["tokens_per_s"] for run in runs]}
+                         "round_tokens_per_s": [run["tokens_per_s"] for run in runs],
+                         "round_gpu_states": [run.get("gpu_state") for run in runs]}
 
     def ratios(label: str) -> list[float]:
         return [r[label]["tokens_per_s"] / r["plain"]["tokens_per_s"] for r in rounds
@@ -348,8 +390,9 @@ def main() -> None:
             if args.rounds > 1 and all("tokens_per_s" in measured[label] for label, _, _ in arms):
                 print(f"  L {seq_len} round {index + 1}/{args.rounds}: " + ", ".join(
                     f"{label} {measured[label]['tokens_per_s']:,.0f} tok/s" for label, _, _ in arms) +
-                    f", ratio {measured['upgraded']['tokens_per_s'] / measured['plain']['tokens_per_s']:.3f}",
-                    flush=True)
+                    f", ratio {measured['upgraded']['tokens_per_s'] / measured['plain']['tokens_per_s']:.3f} (" +
+                    ", ".join(f"{label} {state_text(measured[label].get('gpu_state'))}" for label, _, _ in arms) +
+                    ")", flush=True)
         rows.append({"seq_len": seq_len, **combine_rounds(rounds, [label for label, _, _ in arms])})
     device = torch.cuda.get_device_name()
     rows_note = f"{args.documents} documents packed a row" if args.documents > 1 else "one document a row"

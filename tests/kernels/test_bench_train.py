@@ -1,5 +1,6 @@
 """``scripts/bench_train.py``'s packed rows (``--documents``): the boundaries it gives the models, and its refusal of
-a document count that cannot pack (the benchmark itself needs a GPU)."""
+a document count that cannot pack; its rounds; its reading of the GPU's clock, power and temperature from
+``nvidia-smi`` (the benchmark itself needs a GPU)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def test_rounds_combine_into_each_models_median_and_the_median_of_their_own_rati
     assert result["plain"]["peak_gib"] == 11 and result["upgraded"]["peak_gib"] == 13
     assert result["memory_ratio"] == 13 / 11
     assert result["upgraded"]["round_tokens_per_s"] == [900, 720, 910]
+    assert result["upgraded"]["round_gpu_states"] == [None, None, None]
     # an even count takes the mean of the middle two ratios
     assert abs(combine(rounds[:2] + [{"plain": run(1000, 10), "upgraded": run(950, 12)},
                                      {"plain": run(1000, 10), "upgraded": run(800, 12)}],
@@ -66,3 +68,31 @@ def test_zero_rounds_are_refused_before_anything_runs():
     run = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "0"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2, run.stderr
     assert "--rounds 0: give at least 1" in run.stderr.splitlines()[-1], run.stderr
+
+
+def test_the_gpu_state_is_read_from_nvidia_smi_and_missing_readings_give_none():
+    bench = load_script("bench_train")
+    calls = []
+
+    def smi(stdout, returncode=0):
+        def run(command, **kwargs):
+            calls.append(command)
+            return subprocess.CompletedProcess(command, returncode, stdout, "")
+        return run
+
+    state = bench.gpu_state("GPU-1234", run=smi("1755, 689.42, 68\n"))
+    assert state == {"sm_clock_mhz": 1755.0, "power_w": 689.42, "temperature_c": 68.0}
+    assert calls[0][:2] == ["nvidia-smi", "--id=GPU-1234"] and "--format=csv,noheader,nounits" in calls[0]
+    assert bench.state_text(state) == "1,755 MHz 689 W 68 C"
+    assert bench.gpu_state(0, run=smi("1980, [N/A], 40\n")) is None  # a reading the GPU does not give
+    assert bench.gpu_state(0, run=smi("", returncode=6)) is None  # no such GPU
+    assert bench.gpu_state(0, run=smi("")) is None
+
+    def missing(command, **kwargs):
+        raise FileNotFoundError("nvidia-smi")
+
+    def hung(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, 20)
+
+    assert bench.gpu_state(0, run=missing) is None and bench.gpu_state(0, run=hung) is None
+    assert bench.state_text(None) == "no GPU state"
