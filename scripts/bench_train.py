@@ -25,9 +25,11 @@ packs its data by default (every model starts a fresh state at each); 1 (the def
 
 ``--rounds R`` builds and times each model R times, alternating the order (plain, upgraded, upgraded, plain, ...),
 and reports the median of the R ratios, each from two runs next to each other in time: a lent GPU's speed can move by
-a few percent between runs, more than one kernel change is worth. After each model's timed steps the GPU's SM clock,
-power draw and temperature are read from ``nvidia-smi`` (where it is on the PATH) and printed with each round and kept
-in the JSON (``gpu_state``), so that a slow round shows whether the GPU had lowered its clock.
+a few percent between runs, more than one kernel change is worth. While each model's timed steps run, a thread reads
+the GPU's SM clock, power draw, temperature and clock-event reasons from ``nvidia-smi`` (where it is on the PATH)
+every second; each round prints the lowest clock, the highest power and temperature and the reasons that lowered the
+clock (power cap, thermal, ...), and the JSON keeps them (``gpu_state``), so that a slow round shows whether the GPU
+throttled.
 
 ``--profile N`` runs one more step of each model under torch.profiler after its timed steps and prints the N GPU
 kernels that took the most time in it (ms per step, calls, share of the step's kernel time), and the sums over the
@@ -42,6 +44,7 @@ import json
 import math
 import os
 import subprocess
+import threading
 import time
 
 import torch
@@ -98,24 +101,83 @@ def packed(seq_len: int, documents: int, device: str = "cuda") -> torch.Tensor |
     return torch.tensor(bounds, dtype=torch.int32, device=device)
 
 
-GPU_STATE_QUERY = "clocks.sm,power.draw,temperature.gpu"
+GPU_STATE_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active")
+GPU_STATE_KEYS = ("sm_clock_mhz", "power_w", "temperature_c", "clock_reasons")
+# clocks_event_reasons bits that lower the SM clock under load (nvidia-smi --help-query-gpu)
+CLOCK_REASONS = {0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal", 0x40: "hw thermal", 0x80: "power brake"}
 
 
 def gpu_state(device: int | str = 0, run=subprocess.run) -> dict | None:
-    """The GPU's SM clock (MHz), power draw (W) and temperature (C) now, as ``nvidia-smi`` reads them for
-    ``device`` (its index or UUID, ``GPU-...``); None where nvidia-smi is missing, fails or prints no such line (the
-    benchmark goes on without them)."""
-    try:
-        out = run(["nvidia-smi", f"--id={device}", f"--query-gpu={GPU_STATE_QUERY}", "--format=csv,noheader,nounits"],
-                  capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
+    """The GPU's SM clock (MHz), power draw (W), temperature (C) and active clock-event reasons (a bit mask) now, as
+    ``nvidia-smi`` reads them for ``device`` (its index or UUID, ``GPU-...``); a reading the GPU does not give
+    (``[N/A]``) is None, and an nvidia-smi without the reasons' field is asked without it. None where nvidia-smi is
+    missing, fails or prints no such line (the benchmark goes on without it)."""
+    for fields in (GPU_STATE_FIELDS, GPU_STATE_FIELDS[:3]):
+        try:
+            out = run(["nvidia-smi", f"--id={device}", f"--query-gpu={','.join(fields)}",
+                       "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+        values = [field.strip() for field in lines[0].split(",")] if lines else []
+        if len(values) == len(fields):
+            break
+    else:
         return None
-    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
-    try:
-        clock, power, temperature = (float(field) for field in lines[0].split(","))
-    except (IndexError, ValueError):  # no line, or "[N/A]" where a reading is missing
+    state = {}
+    for key, value in zip(GPU_STATE_KEYS, values):
+        try:
+            state[key] = int(value, 16) if key == "clock_reasons" else float(value)
+        except ValueError:  # "[N/A]", "[Not Supported]"
+            state[key] = None
+    return state if any(value is not None for value in state.values()) else None
+
+
+def combine_states(states: list) -> dict | None:
+    """Readings taken over a run as one: the lowest SM clock, the highest power and temperature, every clock-event
+    reason seen, and how many readings there were (None without any)."""
+    states = [state for state in states if state]
+    if not states:
         return None
-    return {"sm_clock_mhz": clock, "power_w": power, "temperature_c": temperature}
+
+    def pick(key, choose):
+        values = [state.get(key) for state in states if state.get(key) is not None]
+        return choose(values) if values else None
+
+    reasons = [state.get("clock_reasons") for state in states if state.get("clock_reasons") is not None]
+    combined = {"sm_clock_mhz": pick("sm_clock_mhz", min), "power_w": pick("power_w", max),
+                "temperature_c": pick("temperature_c", max), "clock_reasons": None, "readings": len(states)}
+    for mask in reasons:
+        combined["clock_reasons"] = (combined["clock_reasons"] or 0) | mask
+    return combined
+
+
+class GpuSampler:
+    """``gpu_state`` read every ``every`` seconds in a thread between ``start()`` and ``stop()`` (nvidia-smi runs
+    beside the steps, which it leaves to the GPU), once at ``stop()`` where the run was shorter than that; ``stop()``
+    returns the readings as one (``combine_states``)."""
+
+    def __init__(self, device: int | str, every: float = 1.0, read=gpu_state):
+        self.device, self.every, self.read = device, every, read
+        self.readings: list = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self.readings.append(self.read(self.device))
+
+    def start(self) -> GpuSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict | None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if not self.readings:
+            self.readings.append(self.read(self.device))
+        return combine_states(self.readings)
 
 
 def smi_device() -> str:
@@ -127,10 +189,18 @@ def smi_device() -> str:
 
 
 def state_text(state: dict | None) -> str:
-    """``gpu_state``'s reading as ``1,980 MHz 540 W 61 C`` (``no GPU state`` without one)."""
+    """Readings as ``1,755 MHz 689 W 68 C, power cap`` (the lowest clock, highest power and temperature, the reasons
+    that lowered the clock); ``no GPU state`` without any."""
     if not state:
         return "no GPU state"
-    return f"{state['sm_clock_mhz']:,.0f} MHz {state['power_w']:.0f} W {state['temperature_c']:.0f} C"
+
+    def reading(key, text):
+        return text.format(state[key]) if state.get(key) is not None else "?"
+
+    text = " ".join([reading("sm_clock_mhz", "{:,.0f} MHz"), reading("power_w", "{:.0f} W"),
+                     reading("temperature_c", "{:.0f} C")])
+    reasons = [name for bit, name in CLOCK_REASONS.items() if (state.get("clock_reasons") or 0) & bit]
+    return text + (", " + " + ".join(reasons) if reasons else "")
 
 
 def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int,
@@ -142,16 +212,21 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     times = []
-    for index in range(warmup + steps):
-        start = time.perf_counter()
-        loss = model(ids, labels=ids, cu_seqlens=cu_seqlens).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if index >= warmup:
-            times.append(time.perf_counter() - start)
-    state = gpu_state(smi_device())  # (after the timed steps, outside them)
+    sampler = GpuSampler(smi_device())
+    try:
+        for index in range(warmup + steps):
+            if index == warmup:
+                sampler.start()  # (the timed steps' readings)
+            start = time.perf_counter()
+            loss = model(ids, labels=ids, cu_seqlens=cu_seqlens).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            if index >= warmup:
+                times.append(time.perf_counter() - start)
+    finally:
+        state = sampler.stop()
     times.sort()
     median = times[len(times) // 2]
     result = {"seq_len": seq_len, "step_s": median, "tokens_per_s": seq_len / median,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from checkpoints import ROOT, load_script
 
@@ -70,23 +71,37 @@ def test_zero_rounds_are_refused_before_anything_runs():
     assert "--rounds 0: give at least 1" in run.stderr.splitlines()[-1], run.stderr
 
 
-def test_the_gpu_state_is_read_from_nvidia_smi_and_missing_readings_give_none():
-    bench = load_script("bench_train")
+def smi(*answers):
+    """A stand-in for ``subprocess.run`` that answers nvidia-smi with ``(stdout, returncode)`` in turn."""
     calls = []
 
-    def smi(stdout, returncode=0):
-        def run(command, **kwargs):
-            calls.append(command)
-            return subprocess.CompletedProcess(command, returncode, stdout, "")
-        return run
+    def run(command, **kwargs):
+        stdout, returncode = answers[min(len(calls), len(answers) - 1)]
+        calls.append(command)
+        return subprocess.CompletedProcess(command, returncode, stdout, "")
 
-    state = bench.gpu_state("GPU-1234", run=smi("1755, 689.42, 68\n"))
-    assert state == {"sm_clock_mhz": 1755.0, "power_w": 689.42, "temperature_c": 68.0}
-    assert calls[0][:2] == ["nvidia-smi", "--id=GPU-1234"] and "--format=csv,noheader,nounits" in calls[0]
-    assert bench.state_text(state) == "1,755 MHz 689 W 68 C"
-    assert bench.gpu_state(0, run=smi("1980, [N/A], 40\n")) is None  # a reading the GPU does not give
-    assert bench.gpu_state(0, run=smi("", returncode=6)) is None  # no such GPU
-    assert bench.gpu_state(0, run=smi("")) is None
+    run.calls = calls
+    return run
+
+
+def test_the_gpu_state_is_read_from_nvidia_smi_and_missing_readings_give_none():
+    bench = load_script("bench_train")
+    run = smi(("1755, 689.42, 68, 0x0000000000000004\n", 0))
+    state = bench.gpu_state("GPU-1234", run=run)
+    assert state == {"sm_clock_mhz": 1755.0, "power_w": 689.42, "temperature_c": 68.0, "clock_reasons": 4}
+    assert run.calls[0][:2] == ["nvidia-smi", "--id=GPU-1234"] and "--format=csv,noheader,nounits" in run.calls[0]
+    assert "clocks_event_reasons.active" in run.calls[0][2]
+    assert bench.state_text(state) == "1,755 MHz 689 W 68 C, power cap"
+    # a reading the GPU does not give is None, the others stay
+    assert bench.gpu_state(0, run=smi(("1980, [N/A], 40, 0x0\n", 0))) == {
+        "sm_clock_mhz": 1980.0, "power_w": None, "temperature_c": 40.0, "clock_reasons": 0}
+    assert bench.state_text({"sm_clock_mhz": 1980.0, "power_w": None, "temperature_c": 40.0}) == "1,980 MHz ? 40 C"
+    # an nvidia-smi that does not know the reasons' field is asked without it
+    older = smi(('Field "clocks_event_reasons.active" is not a valid field to query.\n', 2), ("1980, 300, 50\n", 0))
+    assert bench.gpu_state(0, run=older) == {"sm_clock_mhz": 1980.0, "power_w": 300.0, "temperature_c": 50.0}
+    assert "clocks_event_reasons.active" not in older.calls[1][2]
+    assert bench.gpu_state(0, run=smi(("", 6))) is None  # no such GPU
+    assert bench.gpu_state(0, run=smi(("[N/A], [N/A], [N/A], [N/A]\n", 0))) is None
 
     def missing(command, **kwargs):
         raise FileNotFoundError("nvidia-smi")
@@ -96,3 +111,35 @@ def test_the_gpu_state_is_read_from_nvidia_smi_and_missing_readings_give_none():
 
     assert bench.gpu_state(0, run=missing) is None and bench.gpu_state(0, run=hung) is None
     assert bench.state_text(None) == "no GPU state"
+
+
+def test_readings_over_a_run_keep_the_lowest_clock_the_highest_power_and_heat_and_every_reason():
+    bench = load_script("bench_train")
+    combined = bench.combine_states([
+        {"sm_clock_mhz": 1980.0, "power_w": 500.0, "temperature_c": 60.0, "clock_reasons": 0},
+        None,
+        {"sm_clock_mhz": 1755.0, "power_w": 700.0, "temperature_c": 58.0, "clock_reasons": 0x4},
+        {"sm_clock_mhz": 1800.0, "power_w": None, "temperature_c": 71.0, "clock_reasons": 0x20}])
+    assert combined == {"sm_clock_mhz": 1755.0, "power_w": 700.0, "temperature_c": 71.0, "clock_reasons": 0x24,
+                        "readings": 3}
+    assert bench.state_text(combined) == "1,755 MHz 700 W 71 C, power cap + sw thermal"
+    assert bench.combine_states([None, None]) is None
+
+
+def test_the_sampler_reads_while_the_steps_run_and_once_at_the_end_of_a_short_run():
+    bench = load_script("bench_train")
+    clocks = iter(range(1900, 1000, -10))
+
+    def read(device):
+        assert device == "GPU-1"
+        return {"sm_clock_mhz": float(next(clocks)), "power_w": 600.0, "temperature_c": 60.0, "clock_reasons": 0}
+
+    sampler = bench.GpuSampler("GPU-1", every=0.01, read=read).start()
+    deadline = time.time() + 5
+    while len(sampler.readings) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    state = sampler.stop()
+    assert state["readings"] >= 3 and state["sm_clock_mhz"] <= 1880.0  # the lowest of several readings
+    short = bench.GpuSampler("GPU-1", every=60, read=read).start()
+    assert short.stop()["readings"] == 1  # stopped before the first period: one reading at the stop
+    assert bench.GpuSampler("GPU-1", read=read).stop()["readings"] == 1  # never started (no timed step)
