@@ -53,7 +53,7 @@ in the values' dtype; ``LOCAL`` "cuda" (or ``PALIMPSA_CHUNKED_LOCAL=cuda``) asks
 
 The timing macro ``W16`` runs 16 warps of 8 channels x 64 states (512 threads, 128 registers): each state half's
 ``dv``, ``dbeta`` sums meet in shared memory and a segment's are written at the next stage; the squared keys come from
-the keys in the reverse step instead of staged rows. Correct on an H200 and 13% slower: the issue rate rose from 0.57
+the keys in the reverse step instead of staged rows. Correct on an H200 and 10-13% slower: the issue rate rose from 0.57
 to 0.66 a cycle and scheduler, but the instructions by 31% (docs/kernels.md, "What bounds the pass now").
 
 Earlier forms (git 55392c2 and before: a lane's 2 channels x 16 states updated by FFMAs, 4.25 updates a token from
