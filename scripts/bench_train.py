@@ -39,9 +39,11 @@ scan's kernels (``palimpsa_*``), mamba_ssm's SSD kernels, matrix products and th
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import math
+import operator
 import os
 import subprocess
 import threading
@@ -144,12 +146,10 @@ def combine_states(states: list) -> dict | None:
         values = [state.get(key) for state in states if state.get(key) is not None]
         return choose(values) if values else None
 
-    reasons = [state.get("clock_reasons") for state in states if state.get("clock_reasons") is not None]
-    combined = {"sm_clock_mhz": pick("sm_clock_mhz", min), "power_w": pick("power_w", max),
-                "temperature_c": pick("temperature_c", max), "clock_reasons": None, "readings": len(states)}
-    for mask in reasons:
-        combined["clock_reasons"] = (combined["clock_reasons"] or 0) | mask
-    return combined
+    return {"sm_clock_mhz": pick("sm_clock_mhz", min), "power_w": pick("power_w", max),
+            "temperature_c": pick("temperature_c", max),
+            "clock_reasons": pick("clock_reasons", lambda masks: functools.reduce(operator.or_, masks)),
+            "readings": len(states)}
 
 
 class GpuSampler:
