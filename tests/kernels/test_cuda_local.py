@@ -104,25 +104,24 @@ def test_shared_memory():
     assert mixed - half == 3 * 16 * 64 * (4 - 2) and full - mixed == 2 * 16 * 128 * (4 - 2)
     assert cuda_local.shared_bytes(bf16, f32) - half == 2 * 16 * 128 * (4 - 2)
     structs = cuda_local.SOURCE[:cuda_local.SOURCE.index('extern "C"')]  # up to the kernel
+
+    def compiles_as(size, values, keys, options):  # NVRTC's check that sizeof(Shared) is ``size`` under ``options``
+        source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
+        cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17", *options,
+                                                        *cuda_local.dtype_options(values, keys)],
+                                  "the shared-memory layout")
+
     for values, keys in [*DTYPES.values(), (bf16, f32)]:
         for tsub in (cuda_local.TSUB, 0.0):
             size = cuda_local.shared_bytes(values, keys, tsub)
             assert size <= MAX_SHARED
-            source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
-            cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17",
-                                                            f"-DPEEL={int(tsub > 0)}",
-                                                            *cuda_local.layout_options(),
-                                                            *cuda_local.dtype_options(values, keys)],
-                                      "the shared-memory layout")
+            compiles_as(size, values, keys, [f"-DPEEL={int(tsub > 0)}", *cuda_local.layout_options()])
         assert size == cuda_local.shared_bytes(values, keys) - 16 * 8 * 20 * 4
     assert cuda_local.slab_states(512) == 32 and cuda_local.slab_states(16) == 1
     for values, keys in DTYPES.values():  # W16: no squared keys' rows, the state halves' dv, dbeta sums of a segment
         size = cuda_local.shared_bytes(values, keys, w16=True)
         assert size == cuda_local.shared_bytes(values, keys) - 2 * 16 * 8 * 20 * 4 + 16 * 2 * 2 * (64 + 8) * 4
-        source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
-        options = ["--gpu-architecture=sm_90a", "-std=c++17", "-DPEEL=1", "-DW16=1",
-                   *cuda_local.layout_options(512), *cuda_local.dtype_options(values, keys)]
-        cuda_build.compile_source(source, "shared.cu", options, "the shared-memory layout")
+        compiles_as(size, values, keys, ["-DPEEL=1", "-DW16=1", *cuda_local.layout_options(512)])
 
 
 @pytest.mark.parametrize("probe", [2, 4, 8, 14])
