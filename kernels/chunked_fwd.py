@@ -38,12 +38,17 @@ import triton.language as tl
 from . import chunked_bwd, cuda_build, cuda_walk
 from . import fused_recurrent as fr
 
-# the local pass's tiles: BP channels x BT tokens per matrix product; BP and local_warps 0: the precision's default
-# (chunked_bwd's corrections': 32 channels and 4 warps with TF32 products, 16 and 8 with IEEE ones)
+# the local pass's tiles: BP channels x BK states x BT tokens per matrix product; BP and local_warps 0: the
+# precision's default (chunked_bwd's corrections': 32 channels and 4 warps with TF32 products, 16 and 8 with IEEE
+# ones); BK 0: all the states. SUFFIX 1: each token weighted by its decays to the chunk's end, the sub-blocks from the
+# last, so that the products only accumulate (0: the state times each sub-block's decay, the form before). On an H200
+# at 2.7b shapes, bf16, L = 8192 the local pass takes 0.235 ms at B = 1 and 0.887 at B = 4 against SUFFIX 0's 0.260
+# and 0.996; BK 64 or 32 (more programs, fewer accumulators each), BP 64 or 16, BT 64 or 16, 8 warps and one or four
+# pipeline stages were all slower (docs/bench/fwd-local-2026-11-29, calls 2-4)
 # walk_BV, walk_warps, walk_UNROLL: the chunk walk's tiling (palimpsa_fwd_kernel's BV, num_warps, UNROLL); 0 takes
 # WALK_CONFIG's
-CHUNKED_FWD_CONFIG = {"BP": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "walk_BV": 0, "walk_warps": 0,
-                      "walk_UNROLL": 0}
+CHUNKED_FWD_CONFIG = {"BP": 0, "BK": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "SUFFIX": 1, "walk_BV": 0,
+                      "walk_warps": 0, "walk_UNROLL": 0}
 # The chunk walk's tiling: one warp of eight channels, one token an iteration (the walk has programs enough to fill
 # the GPU without four warps a program, and a warp's readout sum needs no barrier), in the layout that the
 # checkpoint's load gives it (32 lanes along N). On an H100 at 2.7b shapes, bf16, B = 1, L = 8192: the chunked
@@ -87,37 +92,53 @@ def palimpsa_fwd_local_kernel(
     v, k, g, beta, ck_m, ck_i, cu_seqlens, chunk_offsets, chunk_seq, T,
     H: tl.constexpr, G: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
     CT: tl.constexpr, BT: tl.constexpr, USE_BETA: tl.constexpr, IS_VARLEN: tl.constexpr, DOT: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, SUFFIX: tl.constexpr,
 ):
     """``BP`` channels of one head's end state of one chunk from a zero start, into the next chunk's checkpoint
-    slot (a sequence's last chunk has no next one and does nothing)."""
-    i_ck, i_h, i_pb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    slot (a sequence's last chunk has no next one and does nothing). ``SUFFIX``: the sub-blocks from the last, each
+    token weighted by the exponential of its log decays to the chunk's end (this sub-block's after it plus the later
+    sub-blocks' sums), so that the products only accumulate; else from the first, the state times each sub-block's
+    decay before its product."""
+    i_ck, i_h, i_pk = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_pb, i_kb = i_pk // tl.cdiv(N, BK), i_pk % tl.cdiv(N, BK)  # (BK below N: the states in blocks)
     i_g = i_h // (H // G)
     _, bos, T, boc, i_c = chunked_bwd.chunk_at(i_ck, chunk_seq, cu_seqlens, chunk_offsets, T, CT, IS_VARLEN)
     t0 = i_c * CT
     last = i_c == tl.cdiv(T, CT) - 1
     n = tl.where(last, 0, tl.minimum(CT, T - t0))
     o_p = i_pb * BP + tl.arange(0, BP)
-    o_k = tl.arange(0, BK)
+    o_k = i_kb * BK + tl.arange(0, BK)
     o_b = tl.arange(0, BT)
     after = o_b[None, :] > o_b[:, None]  # [t, r]: r after t
     b_m = tl.zeros([BP, BK], dtype=ACC)
     b_j = tl.zeros([BP, BK], dtype=ACC)
-    for j in range(tl.cdiv(n, BT)):
+    n_sub = tl.cdiv(n, BT)
+    b_after = tl.sum(tl.zeros([BT], dtype=ACC), 0)  # (SUFFIX) the log decays of the sub-blocks after this one
+    for jj in range(n_sub):
+        j = n_sub - 1 - jj if SUFFIX else jj
         o_t = j * BT + o_b
         m_t = o_t < n
         tok = bos + t0 + o_t
         b_g = tl.load(g + tok * H + i_h, mask=m_t, other=0).to(ACC)
-        b_carry = tl.exp(tl.sum(b_g, 0))  # the sub-block's decay: carries what the earlier sub-blocks wrote
-        b_w = tl.exp(tl.sum(tl.where(after, b_g[None, :], 0), 1))  # [t]: this sub-block's decays after t
+        b_within = tl.sum(tl.where(after, b_g[None, :], 0), 1)  # [t]: this sub-block's log decays after t
         m_tk = m_t[:, None] & (o_k[None, :] < N)
         m_tp = m_t[:, None] & (o_p[None, :] < P)
         b_k = tl.load(k + (tok[:, None] * G + i_g) * N + o_k[None, :], mask=m_tk, other=0).to(ACC)
         b_v = tl.load(v + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
-        b_m = b_carry * b_m + tl.dot(tl.trans(b_v * b_w[:, None]), b_k, input_precision=DOT)
         if USE_BETA:
             b_b = tl.load(beta + (tok[:, None] * H + i_h) * P + o_p[None, :], mask=m_tp, other=0).to(ACC)
-            b_j = b_carry * b_j + tl.dot(tl.trans(b_b * b_w[:, None]), b_k * b_k, input_precision=DOT)
+        if SUFFIX:  # each token weighted by its decays to the chunk's end: the products only accumulate
+            b_w = tl.exp(b_within + b_after)
+            b_m += tl.dot(tl.trans(b_v * b_w[:, None]), b_k, input_precision=DOT)
+            if USE_BETA:
+                b_j += tl.dot(tl.trans(b_b * b_w[:, None]), b_k * b_k, input_precision=DOT)
+            b_after += tl.sum(b_g, 0)
+        else:  # first to last, the sub-block's decay carrying what the earlier ones wrote
+            b_carry = tl.exp(tl.sum(b_g, 0))
+            b_w = tl.exp(b_within)
+            b_m = b_carry * b_m + tl.dot(tl.trans(b_v * b_w[:, None]), b_k, input_precision=DOT)
+            if USE_BETA:
+                b_j = b_carry * b_j + tl.dot(tl.trans(b_b * b_w[:, None]), b_k * b_k, input_precision=DOT)
     o_pk = o_p[:, None] * N + o_k[None, :]
     m_pk = (o_p[:, None] < tl.where(last, 0, P)) & (o_k[None, :] < N)  # the last chunk has no slot
     o_l = ((i_ck + 1).to(tl.int64) * H + i_h) * P * N
@@ -172,7 +193,7 @@ def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chu
     dot = chunked_bwd._dot_precision(config["DOT"], dtype, FULL_PRECISION_DOT)
     return {"BP": max(least, min(int(config["BP"]) or chunked_bwd._block_p(dot), triton.next_power_of_2(head_dim))),
             "local_warps": int(config["local_warps"]) or chunked_bwd._correct_warps(dot),
-            "BK": max(least, triton.next_power_of_2(state_size)),
+            "BK": max(least, triton.next_power_of_2(min(int(config["BK"]) or state_size, state_size))),
             "BT": max(least, min(int(config["BT"]), chunk_size)),
             "BE": min(1024, triton.next_power_of_2(head_dim * state_size)), "DOT": dot}
 
@@ -264,10 +285,11 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
         max_chunks = int(counts.max())
     common = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": cu_seqlens is not None,
               "ACC": fr._acc_dtype(v.dtype)}
-    palimpsa_fwd_local_kernel[(n_chunks, heads, triton.cdiv(head_dim, sizes["BP"]))](
+    blocks = triton.cdiv(head_dim, sizes["BP"]) * triton.cdiv(state_size, sizes["BK"])  # channels x states
+    palimpsa_fwd_local_kernel[(n_chunks, heads, blocks)](
         v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, chunk_seq, length, G=groups, BP=sizes["BP"],
-        BK=sizes["BK"], BT=sizes["BT"], USE_BETA=beta is not None, DOT=sizes["DOT"], num_warps=sizes["local_warps"],
-        **common, **fr.FP_FUSION,
+        BK=sizes["BK"], BT=sizes["BT"], USE_BETA=beta is not None, DOT=sizes["DOT"], SUFFIX=int(config["SUFFIX"]),
+        num_warps=sizes["local_warps"], **common, **fr.FP_FUSION,
     )
     palimpsa_fwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
         log_decay, m0, i0, ip, ck_m, ck_i, cu_seqlens, offsets, length, BE=sizes["BE"],
@@ -311,7 +333,7 @@ def compile_kernels(*, dtype: str = "bf16", heads: int = 80, groups: int = 1, he
     launches = {
         "local": (palimpsa_fwd_local_kernel, sizes["local_warps"], {
             **shape, "G": groups, "BP": sizes["BP"], "BK": sizes["BK"], "BT": sizes["BT"], "USE_BETA": True,
-            "DOT": sizes["DOT"]}),
+            "DOT": sizes["DOT"], "SUFFIX": int(CHUNKED_FWD_CONFIG["SUFFIX"])}),
         "carry": (palimpsa_fwd_carry_kernel, 4, {**shape, "BE": sizes["BE"], "USE_INITIAL_STATE": False,
                                                  "USE_INITIAL_IMPORTANCE": False}),
         **{name: (fr.palimpsa_fwd_kernel, *tiling) for name, tiling in tilings.items()},
