@@ -13,7 +13,10 @@ for the carry. This kernel does that pass with:
   16 products a warp), keys and squared keys as the A operand, weighted values and gains as the B operand;
 * the recompute: pass A walks the chunk a segment of 16 tokens at a time (a product a sub-block of 8 and tile: the
   state times the sub-block's decay, each token weighted by the decays after it) and keeps every segment's start in a
-  global slab;
+  global slab: put into a state slot (pass B's, free until then) and stored from there by one 64 KB bulk copy of the
+  tensor memory accelerator at the next stage, so that the warps do not issue the stores (the timing macro ``BULKA``
+  0: their own 16-byte stores, 1.2% slower, docs/bench/fwd-local-2026-11-29, calls 7 and 9); pass B reads the slab
+  past L1, which the bulk copies do not update;
   pass B takes the segments from the last, keeps the segment's start and the state 8 tokens in in two 64 KB
   shared-memory slots, and gets every token's state from its sub-block's start in one product, rescaled
   (``M' = M / A``, ``A`` the decay since the sub-block's start; tokens weighted by ``1 / A`` at themselves, those after
@@ -92,7 +95,8 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef PROBE
 #define PROBE 0                 // timing only (wrong gradients): 2 no dq, dk, decay-gradient butterflies or atomics;
 #endif                          // 4 no per-token walks in pass B (the sub-block's start as it is); 8 no pass A;
-                                // 16 the butterflies but no atomics; 32 the reverse step's reciprocals as multiplies
+                                // 16 the butterflies but no atomics; 32 the reverse step's reciprocals as multiplies;
+                                // (BULKA 0) 64 pass A's slab states all into one slot (cached), 128 none stored
 #ifndef SSPLIT
 #define SSPLIT 1                // the decay gradient's <dM, M> + <dI, J>: 1 in 4 chains of FFMAs (by term and
 #endif                          // channel), 0 (timing) in one chain of 64 (docs/bench/hsum-2026-11-29, call 5)
@@ -108,6 +112,9 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef LEANA
 #define LEANA 1                 // pass A's segments staged with only what its walk reads (the keys' fragments,
 #endif                          // values, gains, log decays): no rows, output gradients or pass B's factors
+#ifndef BULKA
+#define BULKA 1                 // pass A's slab states: 1 put into a state slot (free until pass B) and stored from
+#endif                          // there by one bulk copy of the tensor memory accelerator, 0 by the threads' own stores
 #ifndef SLABCP
 #define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
 #endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)
@@ -158,6 +165,20 @@ struct Shared {
 };
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
+// (BULKA) a bulk copy from shared to global memory by the tensor memory accelerator, in a group of its own; the
+// shared memory's writes before it made visible to it; waiting till at most one group still reads its source, or
+// till every group's writes are done and visible to the CTA's loads after a barrier
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" :: "l"(dst), "r"(smem_addr(src)),
+                 "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_to_bulk() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_read_but_one() { asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_done() {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 __device__ __forceinline__ vt to_vt(float x) {
 #if VT_F32
     return x;
@@ -288,6 +309,15 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             const Raw& rw = sh.raw;
             wait_copies();
             __syncthreads();  // this segment's copies landed, every warp done with the stage's previous contents
+#if BULKA
+            if (tid == 0 && i > 0 && i <= n_a) {
+                // pass A's state after the segment before (in slot (i - 1) & 1): the start of segment i, into the slab
+                bulk_store(my_slab - tid + (size_t)i * 2 * TL * THREADS, &sh.slot[(i - 1) & 1][0][0],
+                           2 * TL * THREADS * sizeof(float4));
+                if (i < n_a) bulk_read_but_one();  // the copy before it done reading slot i & 1, which segment i fills
+                else bulk_done();                  // (pass B's first stage) the slab's states there for pass B's loads
+            }
+#endif
 #if W16
             if (pass_b && i > n_a) flush(seg_of(i - 1));  // pass B's segment before: its tokens' dv, dbeta
 #endif
@@ -444,6 +474,20 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 J[m][0] = b.x; J[m][1] = b.y; J[m][2] = b.z; J[m][3] = b.w;
             }
         };
+        // (BULKA) the slab's states read past L1, whose lines from an earlier work item's reads the bulk copies
+        // (which write L2) do not update
+        auto get_slab = [&](const float4* p) {
+#if BULKA
+#pragma unroll
+            for (int m = 0; m < TL; ++m) {
+                const float4 a = __ldcg(p + m * THREADS), b = __ldcg(p + (TL + m) * THREADS);
+                M[m][0] = a.x; M[m][1] = a.y; M[m][2] = a.z; M[m][3] = a.w;
+                J[m][0] = b.x; J[m][1] = b.y; J[m][2] = b.z; J[m][3] = b.w;
+            }
+#else
+            get(p);
+#endif
+        };
         auto slab_at = [&](int s) { return my_slab + (size_t)s * 2 * TL * THREADS; };
         auto slot_at = [&](int j) { return &sh.slot[j][0][tid]; };
         auto ask_state = [&](const float4* p) {  // a slab state's 512 lines of 128 bytes asked for in L2
@@ -461,7 +505,12 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             stage(s, false);
             walk_plain(0, SUB - 1);  // (a whole segment: both of its sub-blocks)
             walk_plain(1, SEG - 1);
-            put(slab_at(s + 1));
+#if BULKA
+            put(slot_at(s & 1));  // (the next stage's bulk copy stores it into the slab)
+            fence_to_bulk();
+#else
+            if (!(PROBE & 128)) put(slab_at((PROBE & 64) ? 1 : s + 1));
+#endif
         }
 
         // pass B
@@ -617,7 +666,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             const int n_s = min(SEG, n_tok - s * SEG), nb = (n_s + SUB - 1) / SUB;
             const long long tseg = bos + t0 + s * SEG;  // the segment's first token
             if (!SLABCP || s == n_seg - 1) {  // the chunk's last segment: its start from the slab
-                get(slab_at(s));
+                get_slab(slab_at(s));
                 put(slot_at(ps));
             } else {
                 get(slot_at(ps));
@@ -752,7 +801,8 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
     return slots + fragments + rows + channels + 2 * SEG * 4 + SEG * 16 + halves + raw
 
 
-TIMING_MACROS = ("FAC", "LEANA", "SLABCP", "SSPLIT", "W16")  # the source's timing macros that ``defines`` may set
+# the source's timing macros that ``defines`` may set
+TIMING_MACROS = ("BULKA", "FAC", "LEANA", "SLABCP", "SSPLIT", "W16")
 
 
 def timing_macros(defines: str) -> dict:

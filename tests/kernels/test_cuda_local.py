@@ -124,14 +124,28 @@ def test_shared_memory():
         compiles_as(size, values, keys, ["-DPEEL=1", "-DW16=1", *cuda_local.layout_options(512)])
 
 
+def assert_one_value_kept_around_the_passes(text: str) -> None:
+    """Within the registers, and at most one value on the stack: stored as a work item starts, before its first
+    barrier, and read back once after its last tensor-core product (some builds keep a work item's index there)."""
+    used = resources(text)
+    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] <= 8, used
+    found = instructions(text)
+    stores = [at for at, op, _ in found if op.startswith("STL")]
+    loads = [at for at, op, _ in found if op.startswith("LDL")]
+    first_barrier = min(at for at, op, _ in found if op.startswith("BAR.SYNC"))
+    last_product = max(at for at, op, _ in found if op == TF32_MMA)
+    assert len(stores) <= 1 and len(loads) <= 1, (stores, loads)
+    assert all(at < first_barrier for at in stores) and all(at > last_product for at in loads), (stores, loads)
+
+
 @pytest.mark.parametrize("probe", [2, 4, 8, 14])
 def test_probes_compile(probe):
     """The timing probes (parts left out, docs/bench/cuda-mma-2026-11-29) compile within the registers, without
-    local memory, and leave their parts out: 2 the dq/dk vector atomics, 4 (pass B's per-token walks) and 8 (pass A)
+    local memory in the passes (probe 4 keeps one value around them, as ``assert_one_value_kept_around_the_passes``
+    allows), and leave their parts out: 2 the dq/dk vector atomics, 4 (pass B's per-token walks) and 8 (pass A)
     tensor-core products."""
     text = disassembly("bf16", "2.7b", probe)
-    used = resources(text)
-    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+    assert_one_value_kept_around_the_passes(text)
     assert ("REDG.E.ADD.F32x4" in text) == (not probe & 2)
     assert (opcodes(text).count(TF32_MMA) < 16 * 5) == bool(probe & 12)
 
@@ -178,6 +192,28 @@ def test_pass_a_stages_lean():
     assert len(opcodes(default)) < len(opcodes(full))
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f32-bf16-keys"])
+def test_pass_a_states_stored_in_bulk(dtype):
+    """``BULKA`` 1 (the default): pass A puts each segment's end state into a state slot, which pass B alone uses
+    otherwise, and the next stage stores it into the slab as one bulk copy of the tensor memory accelerator (``UBLKCP``
+    from shared to global, after the threads' proxy fence of their shared-memory writes), so that the warps do not issue
+    its 64 KB; pass B reads the slab past L1 (``ld.global.cg``: the bulk copies write L2, which an earlier work item's
+    lines in L1 would not see). ``BULKA`` 0, the form before, stores them with the threads' own 16-byte stores (16 a
+    thread and segment besides the checkpoint's 16). Both within the registers, without local memory. (That the slab
+    holds each segment's start before pass B reads it rests on the GPU checks: docs/bench/fwd-local-2026-11-29, calls 7
+    and 8.)"""
+    values, keys = DTYPES[dtype]
+    plain = sass(cuda_local.compile_cubin(values, *SHAPES["2.7b"], key_dtype=keys, defines="BULKA=0"))
+    bulk = disassembly(dtype, "2.7b")
+    for text in (plain, bulk):
+        used = resources(text)
+        assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+    assert "UBLKCP.G.S" in opcodes(bulk) and "FENCE.VIEW.ASYNC.S" in opcodes(bulk)
+    assert "UBLKCP.G.S" not in opcodes(plain)
+    assert opcodes(plain).count("STG.E.128") == opcodes(bulk).count("STG.E.128") + 16 == 32
+    assert opcodes(bulk).count("LDG.E.128.STRONG.GPU") == opcodes(plain).count("LDG.E.128") == 16
+
+
 @pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
 def test_sixteen_warps_compile(dtype, shape):
     """The timing macro ``W16`` (16 warps of 8 channels x 64 states, 512 threads; 10-13% slower on an H200) compiles
@@ -216,15 +252,7 @@ def test_peeling_takes_a_copy_of_the_reverse_step():
     read back once after its last product (none with ``LEANA`` 0). Thresholds outside 0 to ``TAU`` are refused (past
     ``TAU`` a peeled state's rounding errors grow by more than the rescaled sub-blocks allow: ``test_emulation``)."""
     plain = sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], tsub=0))
-    used = resources(plain)
-    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] <= 8, used
-    found = instructions(plain)
-    stores = [at for at, op, _ in found if op.startswith("STL")]
-    loads = [at for at, op, _ in found if op.startswith("LDL")]
-    first_barrier = min(at for at, op, _ in found if op.startswith("BAR.SYNC"))
-    last_product = max(at for at, op, _ in found if op == TF32_MMA)
-    assert len(stores) <= 1 and len(loads) <= 1, (stores, loads)
-    assert all(at < first_barrier for at in stores) and all(at > last_product for at in loads), (stores, loads)
+    assert_one_value_kept_around_the_passes(plain)
     assert 32 <= opcodes(plain).count("MUFU.RCP") < 64 <= opcodes(disassembly("bf16", "2.7b")).count("MUFU.RCP")
     assert reductions(plain).count("REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU") == 2
     for tsub in (-1.0, cuda_local.TAU + 1):
@@ -269,7 +297,7 @@ def test_timing_macros():
     assert cuda_local.timing_macros("") == {}
     assert cuda_local.timing_macros("FAC=0+SLABCP") == {"FAC": "0", "SLABCP": "1"}
     for bad in ("PEEL=0", "TSUB=8.0f", "SLABCP=1+HSUM=1"):
-        with pytest.raises(ValueError, match="is not one of the timing macros FAC, LEANA, SLABCP, SSPLIT, W16 "):
+        with pytest.raises(ValueError, match="is not one of the timing macros BULKA, FAC, LEANA, SLABCP, SSPLIT, W16 "):
             cuda_local.timing_macros(bad)
     assert cuda_local.wide("W16") and cuda_local.wide("FAC=0+W16=1")
     assert not cuda_local.wide("") and not cuda_local.wide("W16=0") and not cuda_local.wide("SSPLIT=0")
