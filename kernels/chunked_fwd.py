@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import chunked_bwd, cuda_build, cuda_walk
+from . import chunked_bwd, cuda_build, cuda_fwd_local, cuda_walk
 from . import fused_recurrent as fr
 
 # the local pass's tiles: BP channels x BK states x BT tokens per matrix product; BP and local_warps 0: the
@@ -44,11 +44,13 @@ from . import fused_recurrent as fr
 # last, so that the products only accumulate (0: the state times each sub-block's decay, the form before). On an H200
 # at 2.7b shapes, bf16, L = 8192 the local pass takes 0.235 ms at B = 1 and 0.887 at B = 4 against SUFFIX 0's 0.260
 # and 0.996; BK 64 or 32 (more programs, fewer accumulators each), BP 64 or 16, BT 64 or 16, 8 warps and one or four
-# pipeline stages were all slower (docs/bench/fwd-local-2026-11-29, calls 2-4)
+# pipeline stages were all slower (docs/bench/fwd-local-2026-11-29, calls 2-4). local_CUDA 1 (or
+# PALIMPSA_CUDA_FWD_LOCAL=1; None: the environment's, 0 by default) runs the local pass in CUDA C++ instead
+# (cuda_fwd_local.py, not yet run on a GPU), which ignores the Triton kernel's keys
 # walk_BV, walk_warps, walk_UNROLL: the chunk walk's tiling (palimpsa_fwd_kernel's BV, num_warps, UNROLL); 0 takes
 # WALK_CONFIG's
-CHUNKED_FWD_CONFIG = {"BP": 0, "BK": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "SUFFIX": 1, "walk_BV": 0,
-                      "walk_warps": 0, "walk_UNROLL": 0}
+CHUNKED_FWD_CONFIG = {"BP": 0, "BK": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "SUFFIX": 1, "local_CUDA": None,
+                      "walk_BV": 0, "walk_warps": 0, "walk_UNROLL": 0}
 # The chunk walk's tiling: one warp of eight channels, one token an iteration (the walk has programs enough to fill
 # the GPU without four warps a program, and a warp's readout sum needs no barrier), in the layout that the
 # checkpoint's load gives it (32 lanes along N). On an H100 at 2.7b shapes, bf16, B = 1, L = 8192: the chunked
@@ -209,6 +211,7 @@ def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chu
 FULL_PRECISION_DOT = "tf32x3"
 MAX_CHUNKS = 65535  # the chunk walk's grid runs over the chunks in its third dimension, which CUDA caps
 WALK_RUNS = {"cuda": 0, "triton": 0}  # which chunk walk ran, counted per call (scripts/check_scan_gpu.py prints it)
+LOCAL_RUNS = {"cuda": 0, "triton": 0}  # which local pass ran (cuda: cuda_fwd_local.py's, where asked for)
 
 
 def can_run(length: int, chunk_size: int) -> bool:
@@ -285,12 +288,18 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
         max_chunks = int(counts.max())
     common = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": cu_seqlens is not None,
               "ACC": fr._acc_dtype(v.dtype)}
-    blocks = triton.cdiv(head_dim, sizes["BP"]) * triton.cdiv(state_size, sizes["BK"])  # channels x states
-    palimpsa_fwd_local_kernel[(n_chunks, heads, blocks)](
-        v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, chunk_seq, length, G=groups, BP=sizes["BP"],
-        BK=sizes["BK"], BT=sizes["BT"], USE_BETA=beta is not None, DOT=sizes["DOT"], SUFFIX=int(config["SUFFIX"]),
-        num_warps=sizes["local_warps"], **common, **fr.FP_FUSION,
-    )
+    if cuda_fwd_local.wanted(v, k, beta, chunk_size, config):  # (asked for: not yet run on a GPU)
+        cuda_fwd_local.local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
+                             chunk_size)
+        LOCAL_RUNS["cuda"] += 1
+    else:
+        blocks = triton.cdiv(head_dim, sizes["BP"]) * triton.cdiv(state_size, sizes["BK"])  # channels x states
+        palimpsa_fwd_local_kernel[(n_chunks, heads, blocks)](
+            v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, chunk_seq, length, G=groups, BP=sizes["BP"],
+            BK=sizes["BK"], BT=sizes["BT"], USE_BETA=beta is not None, DOT=sizes["DOT"],
+            SUFFIX=int(config["SUFFIX"]), num_warps=sizes["local_warps"], **common, **fr.FP_FUSION,
+        )
+        LOCAL_RUNS["triton"] += 1
     palimpsa_fwd_carry_kernel[(triton.cdiv(head_dim * state_size, sizes["BE"]), n_states * heads)](
         log_decay, m0, i0, ip, ck_m, ck_i, cu_seqlens, offsets, length, BE=sizes["BE"],
         USE_INITIAL_STATE=m0 is not None, USE_INITIAL_IMPORTANCE=i0 is not None, num_warps=4, **common, **fr.FP_FUSION,

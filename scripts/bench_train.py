@@ -499,6 +499,9 @@ def main() -> None:
     print(f"corrections of the chunk-parallel backward run (chunked_bwd.CORRECT_RUNS): {scan['corrections_run']}")
     scan["chunk_walks_run"] = {k: n for k, n in chunked_fwd.WALK_RUNS.items() if n}
     print(f"chunk walks of the chunk-parallel forward run (chunked_fwd.WALK_RUNS): {scan['chunk_walks_run']}")
+    scan["forward_local_passes_run"] = {k: n for k, n in chunked_fwd.LOCAL_RUNS.items() if n}
+    print("local passes of the chunk-parallel forward run (chunked_fwd.LOCAL_RUNS): "
+          f"{scan['forward_local_passes_run']}")
     if os.environ.get(chunked_bwd.PROGRAMS_ENV):
         scan["gluon_local_programs"] = os.environ[chunked_bwd.PROGRAMS_ENV]
         print(f"{chunked_bwd.PROGRAMS_ENV}={scan['gluon_local_programs']} (applied to the Gluon local pass where "

@@ -240,7 +240,7 @@ def main() -> int:
     rows, errors, local_runs, walk_runs = [], {}, {}, {}
     for name, inputs, tol, prior, cu_seqlens, with_naive, *forcing in cases:
         before, corrections_before = dict(chunked_bwd.LOCAL_RUNS), dict(chunked_bwd.CORRECT_RUNS)
-        walks_before = dict(chunked_fwd.WALK_RUNS)
+        walks_before, fwd_locals_before = dict(chunked_fwd.WALK_RUNS), dict(chunked_fwd.LOCAL_RUNS)
         env = forcing[0] if forcing else {}  # the case's environment, restored after it
         saved = {key: os.environ.get(key) for key in env}
         os.environ.update(env)
@@ -259,7 +259,10 @@ def main() -> int:
         local_runs[name] = chunked_bwd.local_runs_since(before)
         local_runs[name].update({f"{k} corrections": n - corrections_before[k]
                                  for k, n in chunked_bwd.CORRECT_RUNS.items() if n > corrections_before[k]})
-        walk_runs[name] = {k: n - walks_before[k] for k, n in chunked_fwd.WALK_RUNS.items() if n > walks_before[k]}
+        walk_runs[name] = {f"{k} local": n - fwd_locals_before[k] for k, n in chunked_fwd.LOCAL_RUNS.items()
+                           if n > fwd_locals_before[k]}
+        walk_runs[name].update({k: n - walks_before[k] for k, n in chunked_fwd.WALK_RUNS.items()
+                                if n > walks_before[k]})
         torch.cuda.empty_cache()
     forward_dot = chunked_fwd._sizes(chunked_fwd.CHUNKED_FWD_CONFIG, f32, 64, 128, 512, True)["DOT"]
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, backend "
@@ -271,7 +274,7 @@ def main() -> int:
     print(f"{'case':44s} {'quantity':11s} {'reference':10s} {'rel err':>10s} {'tol':>7s}  ok")
     for case, label, ref, err, tol, ok in rows:
         print(f"{case:44s} {label:11s} {ref:10s} {err:10.2e} {tol:7.0e}  {'yes' if ok else 'NO'}")
-    print("\nthe chunk-parallel forward's chunk walks, per case (none: the sequential forward ran):")
+    print("\nthe chunk-parallel forward's local passes and chunk walks, per case (none: the sequential forward ran):")
     for name, runs in walk_runs.items():
         print(f"  {name:44s} {', '.join(f'{k} {n}' for k, n in runs.items()) or 'none'}")
     print("\nthe chunk-parallel backward's local passes and corrections, per case (none: the sequential backward "

@@ -1,0 +1,275 @@
+"""The chunked forward's local pass in CUDA C++ (``palimpsa.kernels.cuda_fwd_local``) on the CPU.
+
+NVRTC compiles it for sm_90a without a GPU and Triton's ``cuobjdump`` disassembles the cubin: in bf16, fp16, float32
+and float32 values with bf16 keys, at 2.7b shapes and a small one with packed sequences, its registers within
+``__launch_bounds__`` (two 8-warp CTAs an SM), no local memory, its sums as TF32 tensor-core products (16 a k-step and
+warp, 4 k-steps a stage), its shared memory as ``shared_bytes`` says. Then the dispatch on CPU tensors (off unless
+asked for, an error naming the reason where asked for and it cannot run) and the chunked forward's call of it (under
+the interpreter, its arguments those of the Triton kernel). It has not run on a GPU yet.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+import torch
+from cubin_sass import instructions, resources, sass
+from palimpsa.kernels import cuda_build, cuda_fwd_local
+
+SHAPES = {"2.7b": (80, 1, 64, 512), "small": (8, 2, 128, 256)}  # heads, groups, head dim, chunk
+DTYPES = {"bf16": (torch.bfloat16, None), "fp16": (torch.float16, None), "f32": (torch.float32, None),
+          "f32-bf16-keys": (torch.float32, torch.bfloat16)}  # values and gains; keys
+LAUNCHES = [(d, s) for d in DTYPES for s in SHAPES]
+IDS = [f"{d}-{s}" for d, s in LAUNCHES]
+TF32_MMA = "HMMA.1688.F32.TF32"
+MAX_SHARED = 227 * 1024
+
+
+@functools.cache
+def disassembly(dtype: str, shape: str) -> str:
+    values, keys = DTYPES[dtype]
+    return sass(cuda_fwd_local.compile_cubin(values, *SHAPES[shape], varlen=shape == "small", key_dtype=keys))
+
+
+@pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
+def test_compiles_within_bounds(dtype, shape):
+    """Two 8-warp CTAs an SM: at most 128 registers a thread, no local memory (a lane's 2 x 4 accumulators of M and of
+    J stay in registers); a stage's 4 k-steps of 16 tensor-core products a warp (2 state tiles x 4 channel tiles x M,
+    J), no other products; the two barriers of a stage and the weights' one; the shared memory within 227 KB."""
+    text = disassembly(dtype, shape)
+    assert "code for sm_90a" in text
+    used = resources(text)
+    assert used["REG"] <= 128 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+    ops = [op for _, op, _ in instructions(text)]
+    assert ops.count(TF32_MMA) == 16 * cuda_fwd_local.STAGE // 8
+    assert [op for op in ops if op.startswith("HMMA") and op != TF32_MMA] == []
+    assert sum(op.startswith("BAR.SYNC") for op in ops) == 3
+    assert cuda_fwd_local.shared_bytes(*DTYPES[dtype], SHAPES[shape][3]) <= MAX_SHARED
+
+
+def test_shared_memory():
+    """``shared_bytes`` is the kernel's ``sizeof(Shared)`` (NVRTC checks a ``static_assert`` on the source's
+    structs) for every dtype and two chunk sizes; 16-bit values take half the rows of float32 ones."""
+    structs = cuda_fwd_local.SOURCE[:cuda_fwd_local.SOURCE.index('extern "C"')]
+    for values, keys in DTYPES.values():
+        for chunk in (256, 512):
+            size = cuda_fwd_local.shared_bytes(values, keys, chunk)
+            source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
+            cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17",
+                                                            *cuda_fwd_local.layout_options(),
+                                                            *cuda_fwd_local.dtype_options(values, keys),
+                                                            f"-DCT={chunk}", "-DVARLEN=0"],
+                                      "the shared-memory layout")
+    bf16, f32 = torch.bfloat16, torch.float32
+    stage = cuda_fwd_local.STAGE
+    assert (cuda_fwd_local.shared_bytes(f32, bf16) - cuda_fwd_local.shared_bytes(bf16)
+            == 2 * stage * 2 * (cuda_fwd_local.CHANNELS + cuda_fwd_local.PAD) * 2)
+
+
+def test_chunks_it_cannot_tile_do_not_compile():
+    """A chunk that is not a multiple of the CTA's threads is refused by the source itself."""
+    with pytest.raises(cuda_build.CompileError, match="CT must be a multiple of THREADS and ST"):
+        cuda_fwd_local.compile_cubin(torch.bfloat16, 8, 1, 64, 128)
+
+
+def cpu_inputs(dtype=torch.bfloat16, head_dim=64, states=128, with_beta=True):
+    v = torch.zeros(1, 4, 2, head_dim, dtype=dtype)
+    k = torch.zeros(1, 4, 1, states, dtype=dtype)
+    return v, k, torch.zeros_like(v) if with_beta else None
+
+
+@pytest.mark.parametrize("value, want", [
+    (None, "off"), (0, "off"), ("0", "off"), ("off", "off"), (False, "off"), ("auto", "auto"), ("AUTO", "auto"),
+    (1, "on"), ("1", "on"), ("on", "on"), ("yes", "on"), (True, "on"),
+])
+def test_mode(value, want, monkeypatch):
+    """``local_CUDA`` parses as auto, on or off; unset (None) is off until the kernel has run on a GPU."""
+    monkeypatch.delenv(cuda_fwd_local.ENV, raising=False)
+    assert cuda_fwd_local.DEFAULT == "0"
+    assert cuda_fwd_local.mode({"local_CUDA": value}) == want
+
+
+def test_mode_environment_and_junk(monkeypatch):
+    """``PALIMPSA_CUDA_FWD_LOCAL`` counts where the config leaves the key unset; anything but auto, 0 or 1 is an
+    error."""
+    monkeypatch.setenv(cuda_fwd_local.ENV, "1")
+    assert cuda_fwd_local.mode({}) == "on" and cuda_fwd_local.mode({"local_CUDA": None}) == "on"
+    assert cuda_fwd_local.mode({"local_CUDA": 0}) == "off"
+    monkeypatch.setenv(cuda_fwd_local.ENV, "auto")
+    assert cuda_fwd_local.mode({}) == "auto"
+    monkeypatch.setenv(cuda_fwd_local.ENV, "maybe")
+    with pytest.raises(ValueError, match="must be auto, 0 or 1, got 'maybe'"):
+        cuda_fwd_local.mode({})
+    with pytest.raises(ValueError, match="must be auto, 0 or 1"):
+        cuda_fwd_local.mode({"local_CUDA": 2})
+
+
+def test_not_wanted_unless_asked_for_and_an_error_where_it_cannot_run(monkeypatch):
+    """CPU tensors: off by default and under auto; asked for, an error naming the reason (never a silent
+    fallback)."""
+    monkeypatch.delenv(cuda_fwd_local.ENV, raising=False)
+    v, k, beta = cpu_inputs()
+    assert cuda_fwd_local.unsupported(v, k, beta, 512) == "not a CUDA tensor"
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {}) is False
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": "auto"}) is False
+    with pytest.raises(ValueError, match="cannot run here \\(not a CUDA tensor\\)"):
+        cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1})
+
+
+@pytest.mark.parametrize("capability, want", [((9, 0), True), ((8, 0), False), ((10, 0), False)])
+def test_auto_takes_compute_capability_9(capability, want, monkeypatch):
+    """``auto`` where it can run on compute capability 9.x only (the GPUs it is to be checked on); ``on`` wherever
+    it can run."""
+    v, k, beta = cpu_inputs()
+    monkeypatch.setattr(cuda_fwd_local, "unsupported", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": "auto"}) is want
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1}) is True
+
+
+@pytest.mark.parametrize("dtype, head_dim, states, with_beta, chunk, reason", [
+    (torch.float64, 64, 128, True, 512, "float64 values"),
+    (torch.bfloat16, 64, 128, False, 512, "beta absent"),
+    (torch.bfloat16, 64, 64, True, 512, "64 states"),
+    (torch.bfloat16, 32, 128, True, 512, "head dimension 32"),
+    (torch.bfloat16, 64, 128, True, 128, "chunk size 128"),
+])
+def test_unsupported_reasons(dtype, head_dim, states, with_beta, chunk, reason, monkeypatch):
+    """What it refuses, by name, on inputs taken for a GPU's."""
+    v, k, beta = cpu_inputs(dtype, head_dim, states, with_beta)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert reason in cuda_fwd_local.unsupported(v, k, beta, chunk)
+
+
+def test_float32_at_full_precision_is_refused(monkeypatch):
+    """Its products run in TF32, which PyTorch's "highest" float32 matmul precision forbids."""
+    v, k, beta = cpu_inputs(torch.float32)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert "full precision" in cuda_fwd_local.unsupported(v, k, beta, 512)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def test_the_chunked_forward_calls_it_with_the_triton_kernels_arguments(monkeypatch):
+    """Where it is wanted, the chunked forward calls it instead of the Triton kernel, and counts it: here (under the
+    interpreter) a stand-in that launches the Triton kernel from the arguments it is given, so that the outputs equal
+    the Triton path's only if the arguments are the ones that kernel takes."""
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
+    from palimpsa.kernels import chunked_fwd, fused_recurrent
+    from scan_inputs import make_inputs
+
+    x = make_inputs(1, 29, 2, 2, 4, 16)
+    args = (x["v"], x["k"], x["q"], x["log_decay"], x["beta"], x["M0"], x["I0"], 0.7, None, True, False, True)
+    monkeypatch.setattr(chunked_fwd, "LOCAL_RUNS", {"cuda": 0, "triton": 0})
+    want = fused_recurrent._forward(*args, {"kernel": "chunked", "BT": 4}, 8)
+    assert chunked_fwd.LOCAL_RUNS == {"cuda": 0, "triton": 1}
+    calls = []
+
+    def stand_in(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks, chunk):
+        calls.append((n_chunks, n_states, max_chunks, chunk))
+        heads, head_dim, state_size = v.shape[2], v.shape[3], k.shape[3]
+        chunked_fwd.palimpsa_fwd_local_kernel[(n_chunks, heads, 1)](
+            v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, None, v.shape[1], H=heads, G=k.shape[2],
+            P=head_dim, N=state_size, BP=head_dim, BK=state_size, CT=chunk, BT=4, USE_BETA=True,
+            IS_VARLEN=False, DOT="ieee", ACC=fused_recurrent._acc_dtype(v.dtype), SUFFIX=1)
+
+    monkeypatch.setattr(cuda_fwd_local, "wanted", lambda *a: True)
+    monkeypatch.setattr(cuda_fwd_local, "local", stand_in)
+    got = fused_recurrent._forward(*args, {"kernel": "chunked", "BT": 4}, 8)
+    assert calls == [(4, 1, 4, 8)]
+    assert chunked_fwd.LOCAL_RUNS == {"cuda": 1, "triton": 1}
+    for a, b in zip(got, want, strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
+def emulate_cta(k, v, b, g, threads=cuda_fwd_local.THREADS, stage=cuda_fwd_local.STAGE):
+    """One CTA of the kernel in float64, lane by lane: the weights as its threads, lanes and warps sum them, each
+    warp's A and B fragments gathered from the staged rows by the source's index formulas, ``mma.m16n8k8`` by the
+    PTX fragment layouts (A: rows ``gq``, ``gq + 8`` at columns ``tq``, ``tq + 4``; B: rows ``tq``, ``tq + 4`` at
+    column ``gq``; C: rows ``gq``, ``gq + 8`` at columns ``2 tq``, ``2 tq + 1``), and the end states stored as the
+    source stores them: ``M`` and ``J`` as ``[channel, state]`` (``k`` [CT, N], ``v``, ``b`` [CT, CW], ``g`` [CT])."""
+    ct, n = k.shape
+    cw = v.shape[1]
+    per = ct // threads
+    own, totals = torch.zeros(ct, dtype=torch.float64), torch.zeros(threads, dtype=torch.float64)
+    for tid in range(threads):
+        total = 0.0
+        for e in reversed(range(per)):
+            own[tid * per + e] = total
+            total += float(g[tid * per + e])
+        totals[tid] = total
+    weights = torch.zeros(ct, dtype=torch.float64)
+    warp_sums = [float(totals[32 * w:32 * w + 32].sum()) for w in range(threads // 32)]
+    for tid in range(threads):
+        w, ln = divmod(tid, 32)
+        later = float(totals[tid + 1:32 * w + 32].sum())  # shfl_down's inclusive sums, then the lane after's
+        warps = sum(warp_sums[w + 1:])
+        for e in range(per):
+            weights[tid * per + e] = torch.exp(own[tid * per + e] + (later + warps))
+    M = torch.zeros(cw, n, dtype=torch.float64)
+    J = torch.zeros(cw, n, dtype=torch.float64)
+    for w in range(threads // 32):
+        mp, nh = w >> 1, w & 1
+        acc = {(name, mm, nn): torch.zeros(16, 8, dtype=torch.float64) for name in "MJ" for mm in range(2)
+               for nn in range(4)}
+        for s in range(ct // stage):
+            for kb in range(stage // 8):
+                frag_a = {mm: torch.zeros(16, 8, dtype=torch.float64) for mm in range(2)}
+                frag_b = {nn: torch.zeros(2, 8, 8, dtype=torch.float64) for nn in range(4)}
+                for ln in range(32):
+                    gq, tq = ln >> 2, ln & 3
+                    ta, tb = 8 * kb + tq, 8 * kb + tq + 4
+                    for mm in range(2):
+                        s0 = 16 * (2 * mp + mm) + gq
+                        a = (k[s * stage + ta, s0], k[s * stage + ta, s0 + 8], k[s * stage + tb, s0],
+                             k[s * stage + tb, s0 + 8])
+                        for (row, col), x in zip(((gq, tq), (gq + 8, tq), (gq, tq + 4), (gq + 8, tq + 4)), a,
+                                                 strict=True):
+                            frag_a[mm][row, col] = x
+                    wa, wb = weights[s * stage + ta], weights[s * stage + tb]
+                    for nn in range(4):
+                        ch = 8 * (4 * nh + nn) + gq
+                        frag_b[nn][0, tq, gq] = v[s * stage + ta, ch] * wa
+                        frag_b[nn][0, tq + 4, gq] = v[s * stage + tb, ch] * wb
+                        frag_b[nn][1, tq, gq] = b[s * stage + ta, ch] * wa
+                        frag_b[nn][1, tq + 4, gq] = b[s * stage + tb, ch] * wb
+                for mm in range(2):
+                    for nn in range(4):
+                        acc["M", mm, nn] += frag_a[mm] @ frag_b[nn][0]
+                        acc["J", mm, nn] += (frag_a[mm] * frag_a[mm]) @ frag_b[nn][1]
+        for ln in range(32):
+            gq, tq = ln >> 2, ln & 3
+            for mm in range(2):
+                for nn in range(4):
+                    for e in range(4):
+                        row, col = gq + 8 * (e >> 1), 2 * tq + (e & 1)
+                        state, ch = 16 * (2 * mp + mm) + row, 8 * (4 * nh + nn) + col
+                        M[ch, state] = acc["M", mm, nn][row, col]
+                        J[ch, state] = acc["J", mm, nn][row, col]
+    return M, J
+
+
+def test_the_kernels_index_arithmetic_sums_every_token_once():
+    """The emulation of one CTA (``emulate_cta``, the source's index formulas lane by lane) against the sums the
+    local pass is to write, in float64 at 256 tokens: every state and channel written once, from every token, with the
+    weight of exactly the log decays after it."""
+    gen = torch.Generator().manual_seed(5)
+    ct, n, cw = 256, cuda_fwd_local.STATES, cuda_fwd_local.CHANNELS
+    k = torch.randn(ct, n, generator=gen, dtype=torch.float64)
+    v = torch.randn(ct, cw, generator=gen, dtype=torch.float64)
+    b = torch.rand(ct, cw, generator=gen, dtype=torch.float64)
+    g = -0.05 * torch.rand(ct, generator=gen, dtype=torch.float64)
+    after = torch.cat([g.flip(0).cumsum(0).flip(0)[1:], torch.zeros(1, dtype=torch.float64)])
+    weights = after.exp()
+    want_m = (v * weights[:, None]).T @ k
+    want_j = (b * weights[:, None]).T @ (k * k)
+    got_m, got_j = emulate_cta(k, v, b, g)
+    assert torch.allclose(got_m, want_m, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(got_j, want_j, rtol=1e-12, atol=1e-12)
