@@ -46,7 +46,7 @@ from . import fused_recurrent as fr
 # and 0.996; BK 64 or 32 (more programs, fewer accumulators each), BP 64 or 16, BT 64 or 16, 8 warps and one or four
 # pipeline stages were all slower (docs/bench/fwd-local-2026-11-29, calls 2-4). local_CUDA 1 (or
 # PALIMPSA_CUDA_FWD_LOCAL=1; None: the environment's, 0 by default) runs the local pass in CUDA C++ instead
-# (cuda_fwd_local.py, not yet run on a GPU), which ignores the Triton kernel's keys
+# (cuda_fwd_local.py, not yet run on a GPU); a config that names the Triton kernel's keys keeps that kernel
 # walk_BV, walk_warps, walk_UNROLL: the chunk walk's tiling (palimpsa_fwd_kernel's BV, num_warps, UNROLL); 0 takes
 # WALK_CONFIG's
 CHUNKED_FWD_CONFIG = {"BP": 0, "BK": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "SUFFIX": 1, "local_CUDA": None,
@@ -261,6 +261,33 @@ def _cuda_walk(v, k, q, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_
     return walked
 
 
+def _cuda_local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks, chunk_size,
+                config) -> bool:
+    """The chunks' end states from the CUDA local pass (``cuda_fwd_local.local``): True, or False where it failed
+    under ``auto`` and the Triton kernel is to run instead, with a warning, as :func:`_cuda_walk` does (a failed
+    compile or load turns it off for the process, ``cuda_fwd_local.FAILED``; any other RuntimeError only for this
+    call; running out of memory raises). Under ``on`` every error propagates."""
+    try:
+        cuda_fwd_local.local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
+                             chunk_size)
+    except torch.OutOfMemoryError:
+        raise
+    except (OSError, RuntimeError) as error:
+        if cuda_fwd_local.mode(config) == "on":
+            raise
+        if isinstance(error, (cuda_build.CompileError, cuda_build.LoadError, OSError)):
+            cuda_fwd_local.FAILED = str(error)
+            warnings.warn(f"the CUDA local pass of the chunked forward failed to compile or load ({error}); the "
+                          f"Triton kernel runs instead in this process (set {cuda_fwd_local.ENV}=0 to skip the "
+                          "attempt)", RuntimeWarning, stacklevel=3)
+        else:
+            warnings.warn(f"the CUDA local pass of the chunked forward failed ({type(error).__name__}: {error}); the "
+                          "Triton kernel runs this call instead", RuntimeWarning, stacklevel=3)
+        return False
+    LOCAL_RUNS["cuda"] += 1
+    return True
+
+
 def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
                     output_uncertainty, store_checkpoints, fwd_config, chunk_size):
     """``y, M_T, I_T, u`` and the checkpoints, as ``fused_recurrent._forward`` returns them, by the three launches
@@ -288,11 +315,9 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
         max_chunks = int(counts.max())
     common = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": cu_seqlens is not None,
               "ACC": fr._acc_dtype(v.dtype)}
-    if cuda_fwd_local.wanted(v, k, beta, chunk_size, config):  # (asked for: not yet run on a GPU)
-        cuda_fwd_local.local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
-                             chunk_size)
-        LOCAL_RUNS["cuda"] += 1
-    else:
+    if not (cuda_fwd_local.wanted(v, k, beta, chunk_size, config, fwd_config, n_states)  # (not yet run on a GPU)
+            and _cuda_local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
+                            chunk_size, config)):
         blocks = triton.cdiv(head_dim, sizes["BP"]) * triton.cdiv(state_size, sizes["BK"])  # channels x states
         palimpsa_fwd_local_kernel[(n_chunks, heads, blocks)](
             v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, chunk_seq, length, G=groups, BP=sizes["BP"],

@@ -43,7 +43,10 @@ THREADS = 256  # 8 warps: a warp 32 states x 32 channels
 STAGE = 32  # tokens a shared-memory stage (4 tensor-core k-steps)
 PAD = 8  # elements a staged row is padded by (bank conflicts)
 KERNEL = "palimpsa_fwd_local_cuda"
-RUNS = {"cuda": 0}  # how often this kernel ran (chunked_fwd counts the Triton kernel's runs beside it)
+MAX_SEQUENCES = 65535  # the grid's third dimension: one a sequence
+# the Triton kernel's keys, which this kernel has no use for: a config that names them asks for the Triton kernel
+TRITON_KEYS = ("BP", "BK", "BT", "DOT", "local_warps", "SUFFIX")
+FAILED = None  # why the kernel failed to compile or load in this process (then auto leaves it to Triton)
 
 SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 // N, CW, THREADS, ST, PAD come from layout_options() (the module's constants)
@@ -234,10 +237,12 @@ def mode(config: dict) -> str:
     return "auto"
 
 
-def unsupported(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int) -> str | None:
+def unsupported(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int, n_states: int = 1) -> str | None:
     """Why this kernel cannot take these inputs (None where it can)."""
     if not v.is_cuda:
         return "not a CUDA tensor"
+    if n_states > MAX_SEQUENCES:
+        return f"{n_states} sequences (at most {MAX_SEQUENCES}, a grid dimension)"
     reason = cuda_build.tf32_dtype_reason(v, k, "its products")
     if reason:
         return reason
@@ -256,17 +261,26 @@ def unsupported(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int) -> str 
     return None
 
 
-def wanted(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int, config: dict) -> bool:
-    """Whether the chunked forward's local pass runs this kernel: :func:`mode` ``on`` wherever it can run (else an
-    error saying why), ``auto`` where it can run on compute capability 9.x, ``off`` never."""
+def wanted(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int, config: dict, named=(),
+           n_states: int = 1) -> bool:
+    """Whether the chunked forward's local pass runs this kernel (``config`` the chunked forward's, ``named`` the keys
+    its caller set): :func:`mode` ``on`` wherever it can run (else an error saying why, and an error where the caller
+    named a key of the Triton kernel's, ``TRITON_KEYS``, which this kernel would ignore), ``auto`` where it can run on
+    compute capability 9.x unless the caller named such a key or its compile or load failed in this process
+    (``FAILED``), ``off`` never."""
     chosen = mode(config)
     if chosen == "off":
         return False
-    reason = unsupported(v, k, beta, chunk_size)
+    triton_keys = sorted(key for key in named if key in TRITON_KEYS)
+    if chosen == "on" and triton_keys:
+        raise ValueError(f"local_CUDA / {ENV} = 1 asks for the CUDA local pass, which ignores the Triton kernel's keys "
+                         f"{', '.join(triton_keys)}: drop them, or set local_CUDA to 0 for the Triton kernel")
+    reason = unsupported(v, k, beta, chunk_size, n_states)
     if chosen == "on" and reason is not None:
         raise ValueError(f"the CUDA local pass of the chunked forward cannot run here ({reason}); "
                          f"set {ENV}=auto or 0 (or local_CUDA) for the Triton kernel where it cannot")
-    return reason is None and (chosen == "on" or torch.cuda.get_device_capability(v.device)[0] == 9)
+    return reason is None and (chosen == "on" or (not triton_keys and FAILED is None
+                                                  and torch.cuda.get_device_capability(v.device)[0] == 9))
 
 
 def local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks, chunk_size):
@@ -287,4 +301,3 @@ def local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_st
     cuda_build.launch(func, v.device, (max_chunks, heads * (head_dim // CHANNELS), n_states), THREADS,
                       shared_bytes(v.dtype, k.dtype, chunk_size), tensors,
                       [length, n_chunks // max(1, n_states) if not varlen else 0])
-    RUNS["cuda"] += 1

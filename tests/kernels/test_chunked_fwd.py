@@ -69,6 +69,7 @@ def check(inputs: dict, config: dict, tol=F64_TOL, cu_seqlens=None, **options) -
         (2, 29, 2, True, True, {"BT": 4}),  # four chunks and a tail, local products in sub-blocks of 4 tokens
         (2, 29, 2, True, True, {"BT": 4, "SUFFIX": 0}),  # the local pass's sub-blocks first to last, carried
         (1, 29, 1, True, True, {"BT": 4, "BK": 8}),  # the local pass's states in two blocks
+        (1, 29, 2, True, True, {"BP": 4, "BK": 8, "BT": 4}),  # its channels and its states in two blocks each
         # the walk in two channel blocks of two tokens an iteration (the default walk takes one)
         (1, 29, 1, True, True, {"walk_BV": 2, "walk_UNROLL": 2}),
         (1, 21, 1, False, True, {"BP": 4, "BT": 2}),  # no beta, channel blocks in the local pass

@@ -3,9 +3,11 @@
 NVRTC compiles it for sm_90a without a GPU and Triton's ``cuobjdump`` disassembles the cubin: in bf16, fp16, float32
 and float32 values with bf16 keys, at 2.7b shapes and a small one with packed sequences, its registers within
 ``__launch_bounds__`` (two 8-warp CTAs an SM), no local memory, its sums as TF32 tensor-core products (16 a k-step and
-warp, 4 k-steps a stage), its shared memory as ``shared_bytes`` says. Then the dispatch on CPU tensors (off unless
-asked for, an error naming the reason where asked for and it cannot run) and the chunked forward's call of it (under
-the interpreter, its arguments those of the Triton kernel). It has not run on a GPU yet.
+warp, 4 k-steps a stage), its shared memory as ``shared_bytes`` says; a float64 transcription of one CTA's index
+formulas against the sums it is to write. Then the dispatch on CPU tensors (off unless asked for, an error naming the
+reason where asked for and it cannot run, the Triton kernel's keys keeping that kernel) and the chunked forward's call
+of it under the interpreter (its arguments those of the Triton kernel; what a failure does under auto and on). It has
+not run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -118,6 +120,30 @@ def test_not_wanted_unless_asked_for_and_an_error_where_it_cannot_run(monkeypatc
         cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1})
 
 
+@pytest.mark.parametrize("named", [("BP",), ("DOT", "SUFFIX"), ("local_warps", "kernel")])
+def test_the_triton_kernels_keys_keep_it(named, monkeypatch):
+    """A caller's config that names a key of the Triton kernel's tiling or precision (which this kernel would
+    ignore) keeps the Triton kernel under auto and is an error naming the keys under on."""
+    v, k, beta = cpu_inputs()
+    monkeypatch.setattr(cuda_fwd_local, "unsupported", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(cuda_fwd_local, "FAILED", None)
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": "auto"}, named) is False
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": "auto"}, ("kernel", "local_CUDA")) is True
+    keys = ", ".join(sorted(key for key in named if key in cuda_fwd_local.TRITON_KEYS))
+    with pytest.raises(ValueError, match=f"ignores the Triton kernel's keys {keys}: drop them"):
+        cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1}, named)
+    monkeypatch.setattr(cuda_fwd_local, "FAILED", "NVRTC could not compile the forward's local pass")
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": "auto"}) is False
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1}) is True
+
+
+def test_more_sequences_than_its_grid_takes(monkeypatch):
+    v, k, beta = cpu_inputs()
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    assert "65536 sequences (at most 65535" in cuda_fwd_local.unsupported(v, k, beta, 512, n_states=65536)
+
+
 @pytest.mark.parametrize("capability, want", [((9, 0), True), ((8, 0), False), ((10, 0), False)])
 def test_auto_takes_compute_capability_9(capability, want, monkeypatch):
     """``auto`` where it can run on compute capability 9.x only (the GPUs it is to be checked on); ``on`` wherever
@@ -125,6 +151,7 @@ def test_auto_takes_compute_capability_9(capability, want, monkeypatch):
     v, k, beta = cpu_inputs()
     monkeypatch.setattr(cuda_fwd_local, "unsupported", lambda *args: None)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(cuda_fwd_local, "FAILED", None)
     assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": "auto"}) is want
     assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1}) is True
 
@@ -187,6 +214,51 @@ def test_the_chunked_forward_calls_it_with_the_triton_kernels_arguments(monkeypa
     assert chunked_fwd.LOCAL_RUNS == {"cuda": 1, "triton": 1}
     for a, b in zip(got, want, strict=True):
         assert (a is None and b is None) or torch.equal(a, b)
+
+
+@pytest.mark.parametrize("error, mode, raises, failed", [
+    (torch.OutOfMemoryError("CUDA out of memory"), "auto", True, False),  # memory: the Triton kernel needs it too
+    (cuda_build.CompileError("NVRTC could not compile the forward's local pass (sm_90a): error"), "auto", False, True),
+    (cuda_build.LoadError("cuModuleLoadData failed with CUDA error 218"), "auto", False, True),
+    (OSError("libnvrtc.so.12: cannot open shared object file"), "auto", False, True),
+    (RuntimeError("cuLaunchKernel failed with CUDA error 701"), "auto", False, False),  # this call only
+    (RuntimeError("cuLaunchKernel failed with CUDA error 701"), 1, True, False),
+    (cuda_build.CompileError("NVRTC could not compile the forward's local pass (sm_90a): error"), 1, True, False),
+], ids=["oom", "compile", "load", "oserror", "launch", "launch-on", "compile-on"])
+def test_the_chunked_forward_when_it_fails(error, mode, raises, failed, monkeypatch):
+    """Chosen and failing: out of memory raises; under auto a failed compile or load warns, records
+    ``cuda_fwd_local.FAILED`` (auto then leaves it off in the process) and runs the Triton kernel, a failed launch
+    warns and runs the Triton kernel for this call only; under on every error raises."""
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
+    from palimpsa.kernels import chunked_fwd, fused_recurrent
+    from scan_inputs import make_inputs
+
+    x = make_inputs(1, 20, 2, 1, 4, 16)
+    args = (x["v"], x["k"], x["q"], x["log_decay"], x["beta"], x["M0"], x["I0"], 0.7, None, True, False, True)
+    want = fused_recurrent._forward(*args, {"kernel": "chunked"}, 8)
+
+    def local(*args):
+        raise error
+
+    monkeypatch.delenv(cuda_fwd_local.ENV, raising=False)
+    monkeypatch.setattr(cuda_fwd_local, "FAILED", None)
+    monkeypatch.setattr(cuda_fwd_local, "unsupported", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(cuda_fwd_local, "local", local)
+    monkeypatch.setattr(chunked_fwd, "LOCAL_RUNS", {"cuda": 0, "triton": 0})
+    config = {"kernel": "chunked", "local_CUDA": mode}
+    if raises:
+        with pytest.raises(type(error), match=str(error).split(" (")[0]):
+            fused_recurrent._forward(*args, config, 8)
+        assert chunked_fwd.LOCAL_RUNS == {"cuda": 0, "triton": 0}
+    else:
+        with pytest.warns(RuntimeWarning, match="the CUDA local pass of the chunked forward failed"):
+            got = fused_recurrent._forward(*args, config, 8)
+        for a, b in zip(got, want, strict=True):
+            assert (a is None and b is None) or torch.equal(a, b)
+        assert chunked_fwd.LOCAL_RUNS == {"cuda": 0, "triton": 1}
+    assert (cuda_fwd_local.FAILED == str(error)) if failed else cuda_fwd_local.FAILED is None
 
 
 def emulate_cta(k, v, b, g, threads=cuda_fwd_local.THREADS, stage=cuda_fwd_local.STAGE):
@@ -256,12 +328,15 @@ def emulate_cta(k, v, b, g, threads=cuda_fwd_local.THREADS, stage=cuda_fwd_local
     return M, J
 
 
-def test_the_kernels_index_arithmetic_sums_every_token_once():
-    """The emulation of one CTA (``emulate_cta``, the source's index formulas lane by lane) against the sums the
-    local pass is to write, in float64 at 256 tokens: every state and channel written once, from every token, with the
-    weight of exactly the log decays after it."""
+@pytest.mark.parametrize("ct", [256, 512])
+def test_the_kernels_index_arithmetic_sums_every_token_once(ct):
+    """The design's check: ``emulate_cta``, a transcription of the source's index formulas, lane by lane (it is not
+    derived from ``SOURCE``, so it checks the formulas as written there, not later edits of the source), against the
+    sums the local pass is to write, in float64 at 256 and 512 tokens (one and two tokens a thread in the weights'
+    scan): every state and channel written once, from every token, with the weight of exactly the log decays after
+    it."""
     gen = torch.Generator().manual_seed(5)
-    ct, n, cw = 256, cuda_fwd_local.STATES, cuda_fwd_local.CHANNELS
+    n, cw = cuda_fwd_local.STATES, cuda_fwd_local.CHANNELS
     k = torch.randn(ct, n, generator=gen, dtype=torch.float64)
     v = torch.randn(ct, cw, generator=gen, dtype=torch.float64)
     b = torch.rand(ct, cw, generator=gen, dtype=torch.float64)
