@@ -115,6 +115,9 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef BULKA
 #define BULKA 1                 // pass A's slab states: 1 put into a state slot (free until pass B) and stored from
 #endif                          // there by one bulk copy of the tensor memory accelerator, 0 by the threads' own stores
+#if BULKA && (PROBE & 192)
+#error "PROBE 64 and 128 time the threads' own slab stores: build them with BULKA=0"
+#endif
 #ifndef SLABCP
 #define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
 #endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)

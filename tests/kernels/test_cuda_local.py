@@ -214,6 +214,17 @@ def test_pass_a_states_stored_in_bulk(dtype):
     assert opcodes(bulk).count("LDG.E.128.STRONG.GPU") == opcodes(plain).count("LDG.E.128") == 16
 
 
+def test_slab_store_probes_need_the_threads_own_stores():
+    """Probes 64 and 128 (pass A's slab stores into one slot, or none) time the threads' own stores, so they build
+    with ``BULKA`` 0 only; under the default the source refuses them instead of timing the default build."""
+    with pytest.raises(cuda_build.CompileError, match="build them with BULKA=0"):
+        cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], probe=64)
+    for probe in (64, 128):
+        used = resources(sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], probe=probe,
+                                                       defines="BULKA=0")))
+        assert used["REG"] <= 255 and used["LOCAL"] == 0, used
+
+
 @pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
 def test_sixteen_warps_compile(dtype, shape):
     """The timing macro ``W16`` (16 warps of 8 channels x 64 states, 512 threads; 10-13% slower on an H200) compiles
