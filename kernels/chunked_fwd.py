@@ -231,58 +231,58 @@ def worth_it(n_states: int, heads: int, head_dim: int, length: int, chunk_size: 
     return programs < PROGRAMS_PER_SM * fr._sm_count(device)
 
 
-def _cuda_walk(v, k, q, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
-               chunk_size, output_final_state, fwd_config):
-    """``y, M_T, I_T`` from the CUDA chunk walk (``cuda_walk.walk``), or three Nones where it failed under ``auto`` and
-    the Triton walk is to run instead, with a warning. Under ``on`` (``walk_CUDA`` or ``PALIMPSA_CUDA_WALK`` 1) every
-    error propagates, and so does running out of memory under ``auto`` (``torch.OutOfMemoryError``, a RuntimeError: the
-    Triton walk would need the memory too, and the kernel is not at fault). An error of compiling or loading the kernel
-    (``cuda_build.CompileError``, ``LoadError``, an ``OSError`` of the libraries) leaves this and every later call of
-    the process to the Triton walk (``cuda_walk.FAILED`` says why); any other RuntimeError, such as ``cuLaunchKernel``
+def _cuda_or_fall_back(run, module, config: dict, kernel: str, fallback: str) -> bool:
+    """``run()`` (a CUDA kernel of this module's launches), True where it ran; False where it failed under ``auto``
+    and the Triton ``fallback`` is to run instead, with a warning. Under ``on`` (the module's switch 1) every error
+    propagates, and so does running out of memory under ``auto`` (``torch.OutOfMemoryError``, a RuntimeError: the
+    Triton kernel would need the memory too, and the kernel is not at fault). An error of compiling or loading the
+    kernel (``cuda_build.CompileError``, ``LoadError``, an ``OSError`` of the libraries) leaves this and every later
+    call of the process to Triton (``module.FAILED`` says why); any other RuntimeError, such as ``cuLaunchKernel``
     failing, only this call, so that one bad launch turns the kernel off for no other device or shape."""
     try:
-        walked = cuda_walk.walk(v, *fr._float32_keys(k, q, True), log_decay, beta, ck_m, ck_i, ip, cu_seqlens,
-                                offsets, n_chunks, n_states, max_chunks, chunk_size, output_final_state)
+        run()
     except torch.OutOfMemoryError:
         raise
     except (OSError, RuntimeError) as error:
-        if cuda_walk.mode(fwd_config) == "on":
+        if module.mode(config) == "on":
             raise
         if isinstance(error, (cuda_build.CompileError, cuda_build.LoadError, OSError)):
-            cuda_walk.FAILED = str(error)
-            warnings.warn(f"the CUDA chunk walk failed to compile or load ({error}); the Triton walk runs instead "
-                          f"in this process (set {cuda_walk.ENV}=0 to skip the attempt)", RuntimeWarning,
-                          stacklevel=3)
+            module.FAILED = str(error)
+            warnings.warn(f"{kernel} failed to compile or load ({error}); {fallback} runs instead in this process "
+                          f"(set {module.ENV}=0 to skip the attempt)", RuntimeWarning, stacklevel=4)
         else:
-            warnings.warn(f"the CUDA chunk walk failed ({type(error).__name__}: {error}); the Triton walk runs "
-                          "this call instead", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"{kernel} failed ({type(error).__name__}: {error}); {fallback} runs this call instead",
+                          RuntimeWarning, stacklevel=4)
+        return False
+    return True
+
+
+def _cuda_walk(v, k, q, log_decay, beta, ck_m, ck_i, ip, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
+               chunk_size, output_final_state, fwd_config):
+    """``y, M_T, I_T`` from the CUDA chunk walk (``cuda_walk.walk``), or three Nones where it failed under ``auto`` and
+    the Triton walk is to run instead (:func:`_cuda_or_fall_back`)."""
+    walked = []
+
+    def run():
+        walked.extend(cuda_walk.walk(v, *fr._float32_keys(k, q, True), log_decay, beta, ck_m, ck_i, ip, cu_seqlens,
+                                     offsets, n_chunks, n_states, max_chunks, chunk_size, output_final_state))
+
+    if not _cuda_or_fall_back(run, cuda_walk, fwd_config, "the CUDA chunk walk", "the Triton walk"):
         return None, None, None
     WALK_RUNS["cuda"] += 1
-    return walked
+    return tuple(walked)
 
 
 def _cuda_local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks, chunk_size,
                 config) -> bool:
     """The chunks' end states from the CUDA local pass (``cuda_fwd_local.local``): True, or False where it failed
-    under ``auto`` and the Triton kernel is to run instead, with a warning, as :func:`_cuda_walk` does (a failed
-    compile or load turns it off for the process, ``cuda_fwd_local.FAILED``; any other RuntimeError only for this
-    call; running out of memory raises). Under ``on`` every error propagates."""
-    try:
+    under ``auto`` and the Triton kernel is to run instead (:func:`_cuda_or_fall_back`)."""
+    def run():
         cuda_fwd_local.local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
                              chunk_size)
-    except torch.OutOfMemoryError:
-        raise
-    except (OSError, RuntimeError) as error:
-        if cuda_fwd_local.mode(config) == "on":
-            raise
-        if isinstance(error, (cuda_build.CompileError, cuda_build.LoadError, OSError)):
-            cuda_fwd_local.FAILED = str(error)
-            warnings.warn(f"the CUDA local pass of the chunked forward failed to compile or load ({error}); the "
-                          f"Triton kernel runs instead in this process (set {cuda_fwd_local.ENV}=0 to skip the "
-                          "attempt)", RuntimeWarning, stacklevel=3)
-        else:
-            warnings.warn(f"the CUDA local pass of the chunked forward failed ({type(error).__name__}: {error}); the "
-                          "Triton kernel runs this call instead", RuntimeWarning, stacklevel=3)
+
+    if not _cuda_or_fall_back(run, cuda_fwd_local, config, "the CUDA local pass of the chunked forward",
+                              "the Triton kernel"):
         return False
     LOCAL_RUNS["cuda"] += 1
     return True

@@ -113,6 +113,38 @@ def tf32_dtype_reason(v: torch.Tensor, k: torch.Tensor, products: str) -> str | 
     return None
 
 
+def switch(config: dict, key: str, env: str, default: str) -> str:
+    """A kernel's switch: ``config[key]``, else the environment variable ``env``, else ``default`` (None counts as
+    unset), as one of ``auto``, ``on``, ``off``; anything else is an error naming both."""
+    value = config.get(key)
+    value = str(os.environ.get(env, default) if value is None else value).lower()
+    if value in ("0", "false", "off", "no"):
+        return "off"
+    if value in ("1", "true", "on", "yes"):
+        return "on"
+    if value != "auto":
+        raise ValueError(f"{key} / {env} must be auto, 0 or 1, got {value!r}")
+    return "auto"
+
+
+def tensor_core_reason(v: torch.Tensor, k: torch.Tensor, beta, states: int, channels: int, products: str) -> str | None:
+    """What the tensor-core kernels (the corrections, the forward's local pass) first refuse: CPU tensors, dtypes
+    (:func:`tf32_dtype_reason`), beta absent or in another dtype than ``v``, a state size other than ``states``, a
+    head dimension not a multiple of ``channels``; None where none applies."""
+    if not v.is_cuda:
+        return "not a CUDA tensor"
+    reason = tf32_dtype_reason(v, k, products)
+    if reason is not None:
+        return reason
+    if beta is None or beta.dtype != v.dtype:
+        return "beta absent, or in another dtype than v"
+    if k.shape[-1] != states:
+        return f"{k.shape[-1]} states (the kernel is written for {states})"
+    if v.shape[-1] % channels:
+        return f"head dimension {v.shape[-1]} (a multiple of {channels})"
+    return None
+
+
 class CompileError(RuntimeError):
     """NVRTC refused a source, or no NVRTC library was found."""
 

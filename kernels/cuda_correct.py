@@ -406,17 +406,9 @@ def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: 
 
 def unsupported(v, k, beta, chunk_size: int) -> str | None:
     """Why the CUDA corrections cannot take these inputs (None where they can)."""
-    if not v.is_cuda:
-        return "not a CUDA tensor"
-    reason = cuda_build.tf32_dtype_reason(v, k, "its products")
+    reason = cuda_build.tensor_core_reason(v, k, beta, STATES, CHANNELS, "its products")
     if reason is not None:
         return reason
-    if beta is None or beta.dtype != v.dtype:
-        return "beta absent, or in another dtype than v"
-    if k.shape[-1] != STATES:
-        return f"{k.shape[-1]} states (the kernel is written for {STATES})"
-    if v.shape[-1] % CHANNELS:
-        return f"head dimension {v.shape[-1]} (a multiple of {CHANNELS})"
     if chunk_size % TILE or chunk_size > MAX_CHUNK:
         return f"chunk size {chunk_size} (a multiple of {TILE}, at most {MAX_CHUNK})"
     if torch.cuda.get_device_capability(v.device)[0] != 9:

@@ -25,7 +25,6 @@ and timings say it may be the default (``DEFAULT``).
 """
 
 import functools
-import os
 
 import torch
 
@@ -226,32 +225,16 @@ def _kernel(device: int, dtype: torch.dtype, key_dtype: torch.dtype, heads: int,
 def mode(config: dict) -> str:
     """``config["local_CUDA"]``, else ``PALIMPSA_CUDA_FWD_LOCAL``, else ``DEFAULT``, as one of ``auto``, ``on``,
     ``off`` (None counts as unset)."""
-    value = config.get("local_CUDA")
-    value = str(os.environ.get(ENV, DEFAULT) if value is None else value).lower()
-    if value in ("0", "false", "off", "no"):
-        return "off"
-    if value in ("1", "true", "on", "yes"):
-        return "on"
-    if value != "auto":
-        raise ValueError(f"local_CUDA / {ENV} must be auto, 0 or 1, got {value!r}")
-    return "auto"
+    return cuda_build.switch(config, "local_CUDA", ENV, DEFAULT)
 
 
 def unsupported(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int, n_states: int = 1) -> str | None:
     """Why this kernel cannot take these inputs (None where it can)."""
-    if not v.is_cuda:
-        return "not a CUDA tensor"
+    reason = cuda_build.tensor_core_reason(v, k, beta, STATES, CHANNELS, "its products")
+    if reason is not None:
+        return reason
     if n_states > MAX_SEQUENCES:
         return f"{n_states} sequences (at most {MAX_SEQUENCES}, a grid dimension)"
-    reason = cuda_build.tf32_dtype_reason(v, k, "its products")
-    if reason:
-        return reason
-    if beta is None or beta.dtype != v.dtype:
-        return "beta absent or in another dtype than v"
-    if k.shape[-1] != STATES:
-        return f"{k.shape[-1]} states (the kernel is written for {STATES})"
-    if v.shape[-1] % CHANNELS:
-        return f"head dimension {v.shape[-1]} (a multiple of {CHANNELS})"
     if chunk_size % THREADS or chunk_size % STAGE:
         return f"chunk size {chunk_size} (a multiple of {THREADS})"
     if torch.cuda.get_device_capability(v.device)[0] < 8:

@@ -32,7 +32,6 @@ only what the GPU runs checked (bf16, fp16 and float32, head dimensions a multip
 """
 
 import functools
-import os
 
 import torch
 
@@ -385,15 +384,7 @@ def unsupported(v: torch.Tensor, k: torch.Tensor, beta, output_uncertainty: bool
 def mode(config: dict) -> str:
     """``config["walk_CUDA"]``, else ``PALIMPSA_CUDA_WALK``, else ``auto``, as one of ``auto``, ``on``, ``off``
     (``walk_CUDA`` None counts as unset)."""
-    value = config.get("walk_CUDA")
-    value = str(os.environ.get(ENV, "auto") if value is None else value).lower()
-    if value in ("0", "false", "off", "no"):
-        return "off"
-    if value in ("1", "true", "on", "yes"):
-        return "on"
-    if value != "auto":
-        raise ValueError(f"walk_CUDA / {ENV} must be auto, 0 or 1, got {value!r}")
-    return "auto"
+    return cuda_build.switch(config, "walk_CUDA", ENV, "auto")
 
 
 def triton_walk_keys(config: dict) -> list:
