@@ -269,6 +269,8 @@ def wanted(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int, config: dict
 def local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks, chunk_size):
     """Every chunk's end state from a zero start (a sequence's last chunk has none) into the next chunk's slot of
     ``ck_m`` (``M``) and ``ck_i`` (``J``), as ``chunked_fwd.palimpsa_fwd_local_kernel`` writes them."""
+    if n_states == 0:  # an empty batch: no chunk (an empty grid is a launch error)
+        return
     batch, length, heads, head_dim = v.shape
     groups = k.shape[2]
     varlen = cu_seqlens is not None
@@ -276,8 +278,6 @@ def local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_st
     func = _kernel(device, v.dtype, k.dtype, heads, groups, head_dim, chunk_size, varlen)
     v, beta, k = (cuda_build.aligned(t) for t in (v, beta, k))
     log_decay = log_decay.float().contiguous()
-    if n_states == 0:
-        return
     empty = torch.empty((1,), dtype=torch.int32, device=v.device)
     tensors = [v, k, log_decay, beta, ck_m, ck_i, cu_seqlens.to(torch.int32) if varlen else empty,
                offsets.to(torch.int32) if varlen else empty]

@@ -469,27 +469,17 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 p[(TL + m) * THREADS] = make_float4(J[m][0], J[m][1], J[m][2], J[m][3]);
             }
         };
-        auto get = [&](const float4* p) {
-#pragma unroll
-            for (int m = 0; m < TL; ++m) {
-                const float4 a = p[m * THREADS], b = p[(TL + m) * THREADS];
-                M[m][0] = a.x; M[m][1] = a.y; M[m][2] = a.z; M[m][3] = a.w;
-                J[m][0] = b.x; J[m][1] = b.y; J[m][2] = b.z; J[m][3] = b.w;
-            }
-        };
-        // (BULKA) the slab's states read past L1, whose lines from an earlier work item's reads the bulk copies
+        // (slab, BULKA) a slab state read past L1, whose lines from an earlier work item's reads the bulk copies
         // (which write L2) do not update
-        auto get_slab = [&](const float4* p) {
-#if BULKA
+        auto get = [&](const float4* p, bool slab = false) {
 #pragma unroll
             for (int m = 0; m < TL; ++m) {
-                const float4 a = __ldcg(p + m * THREADS), b = __ldcg(p + (TL + m) * THREADS);
+                const bool past_l1 = BULKA && slab;
+                const float4 a = past_l1 ? __ldcg(p + m * THREADS) : p[m * THREADS];
+                const float4 b = past_l1 ? __ldcg(p + (TL + m) * THREADS) : p[(TL + m) * THREADS];
                 M[m][0] = a.x; M[m][1] = a.y; M[m][2] = a.z; M[m][3] = a.w;
                 J[m][0] = b.x; J[m][1] = b.y; J[m][2] = b.z; J[m][3] = b.w;
             }
-#else
-            get(p);
-#endif
         };
         auto slab_at = [&](int s) { return my_slab + (size_t)s * 2 * TL * THREADS; };
         auto slot_at = [&](int j) { return &sh.slot[j][0][tid]; };
@@ -669,7 +659,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             const int n_s = min(SEG, n_tok - s * SEG), nb = (n_s + SUB - 1) / SUB;
             const long long tseg = bos + t0 + s * SEG;  // the segment's first token
             if (!SLABCP || s == n_seg - 1) {  // the chunk's last segment: its start from the slab
-                get_slab(slab_at(s));
+                get(slab_at(s), true);
                 put(slot_at(ps));
             } else {
                 get(slot_at(ps));
