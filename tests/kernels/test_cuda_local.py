@@ -53,6 +53,12 @@ def reductions(text: str) -> list:
     return sorted(re.findall(r"\bREDG\.\S+", text))
 
 
+def assert_in_registers(text: str) -> None:
+    """Within the 255 registers of one 8-warp CTA an SM, nothing on the stack, no local memory."""
+    used = resources(text)
+    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+
+
 @pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
 def test_compiles_within_bounds(dtype, shape):
     """One 8-warp CTA an SM: at most 255 registers a thread and no local memory (a lane's 4 x 8 x 4 states and
@@ -62,8 +68,7 @@ def test_compiles_within_bounds(dtype, shape):
     sub-blocks, pass B's state before token 8, its rescaled and its plain per-token walks)."""
     text = disassembly(dtype, shape)
     assert "code for sm_90a" in text
-    used = resources(text)
-    assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+    assert_in_registers(text)
     assert cuda_local.shared_bytes(*DTYPES[dtype]) <= MAX_SHARED
     ops = opcodes(text)
     assert ops.count("MUFU.RCP") >= 2 * 32
@@ -172,8 +177,7 @@ def test_decay_gradient_sums_in_chains():
     single = sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], defines="SSPLIT=0"))
     default = disassembly("bf16", "2.7b")
     for text in (single, default):
-        used = resources(text)
-        assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+        assert_in_registers(text)
     assert opcodes(default).count("FADD") >= opcodes(single).count("FADD") + 2 * 3
 
 
@@ -186,8 +190,7 @@ def test_pass_a_stages_lean():
     full = sass(cuda_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"], defines="LEANA=0"))
     default = disassembly("bf16", "2.7b")
     for text in (full, default):
-        used = resources(text)
-        assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+        assert_in_registers(text)
     assert opcodes(default).count("LDS.U16") < opcodes(full).count("LDS.U16")
     assert len(opcodes(default)) < len(opcodes(full))
 
@@ -206,8 +209,7 @@ def test_pass_a_states_stored_in_bulk(dtype):
     plain = sass(cuda_local.compile_cubin(values, *SHAPES["2.7b"], key_dtype=keys, defines="BULKA=0"))
     bulk = disassembly(dtype, "2.7b")
     for text in (plain, bulk):
-        used = resources(text)
-        assert used["REG"] <= 255 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+        assert_in_registers(text)
     assert "UBLKCP.G.S" in opcodes(bulk) and "FENCE.VIEW.ASYNC.S" in opcodes(bulk)
     assert "UBLKCP.G.S" not in opcodes(plain)
     assert opcodes(plain).count("STG.E.128") == opcodes(bulk).count("STG.E.128") + 16 == 32
