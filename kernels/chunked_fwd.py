@@ -44,9 +44,11 @@ from . import fused_recurrent as fr
 # last, so that the products only accumulate (0: the state times each sub-block's decay, the form before). On an H200
 # at 2.7b shapes, bf16, L = 8192 the local pass takes 0.235 ms at B = 1 and 0.887 at B = 4 against SUFFIX 0's 0.260
 # and 0.996; BK 64 or 32 (more programs, fewer accumulators each), BP 64 or 16, BT 64 or 16, 8 warps and one or four
-# pipeline stages were all slower (docs/bench/fwd-local-2026-11-29, calls 2-4). local_CUDA 1 (or
-# PALIMPSA_CUDA_FWD_LOCAL=1; None: the environment's, 0 by default) runs the local pass in CUDA C++ instead
-# (cuda_fwd_local.py, not yet run on a GPU); a config that names the Triton kernel's keys keeps that kernel
+# pipeline stages were all slower (docs/bench/fwd-local-2026-11-29, calls 2-4). local_CUDA (or
+# PALIMPSA_CUDA_FWD_LOCAL; None: the environment's, auto by default) runs the local pass in CUDA C++ instead
+# (cuda_fwd_local.py: 0.143 ms at B = 1 and 0.512 at B = 4 on an H200, call 15): auto on compute capability 9.x where
+# a GPU has checked it (fixed lengths, P = 64, 16-bit keys), 1 wherever it can run, 0 never; a config that names the
+# Triton kernel's keys keeps that kernel
 # walk_BV, walk_warps, walk_UNROLL: the chunk walk's tiling (palimpsa_fwd_kernel's BV, num_warps, UNROLL); 0 takes
 # WALK_CONFIG's
 CHUNKED_FWD_CONFIG = {"BP": 0, "BK": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "SUFFIX": 1, "local_CUDA": None,
@@ -211,7 +213,7 @@ def _sizes(config: dict, dtype: torch.dtype, head_dim: int, state_size: int, chu
 FULL_PRECISION_DOT = "tf32x3"
 MAX_CHUNKS = 65535  # the chunk walk's grid runs over the chunks in its third dimension, which CUDA caps
 WALK_RUNS = {"cuda": 0, "triton": 0}  # which chunk walk ran, counted per call (scripts/check_scan_gpu.py prints it)
-LOCAL_RUNS = {"cuda": 0, "triton": 0}  # which local pass ran (cuda: cuda_fwd_local.py's, where asked for)
+LOCAL_RUNS = {"cuda": 0, "triton": 0}  # which local pass ran (cuda: cuda_fwd_local.py's)
 
 
 def can_run(length: int, chunk_size: int) -> bool:
@@ -315,7 +317,7 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
         max_chunks = int(counts.max())
     common = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": cu_seqlens is not None,
               "ACC": fr._acc_dtype(v.dtype)}
-    if not (cuda_fwd_local.wanted(v, k, beta, chunk_size, config, fwd_config, n_states)  # (not yet run on a GPU)
+    if not (cuda_fwd_local.wanted(v, k, beta, chunk_size, config, fwd_config, n_states, cu_seqlens is not None)
             and _cuda_local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
                             chunk_size, config)):
         blocks = triton.cdiv(head_dim, sizes["BP"]) * triton.cdiv(state_size, sizes["BK"])  # channels x states

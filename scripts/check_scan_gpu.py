@@ -13,7 +13,9 @@ run in tf32x3 and the backward's corrections in IEEE float32), 1e-2 for bfloat16
 TF32). The last three cases (``[cuda walk]``: float16, head dimensions 32 and 128; ``auto`` left the first two to
 the Triton walk until they passed here on an H200) run the chunked forward with the CUDA chunk walk forced
 (``PALIMPSA_CUDA_WALK=1``) under ``--without-uncertainty``, and with the Triton walk otherwise (the uncertainty
-output keeps it).
+output keeps it). The three ``[cuda local]`` cases (packed sequences in bf16, a head dimension of 128, float32 inputs
+with TF32 allowed, at bf16's tolerance) force the chunked forward's CUDA local pass (``PALIMPSA_CUDA_FWD_LOCAL=1``)
+where ``auto`` leaves it to Triton until they pass here.
 Prints a table and exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an
 error row (with the message, also in the JSON) and the other cases still run.
 
@@ -37,7 +39,7 @@ import traceback
 
 import torch
 import triton
-from palimpsa.kernels import chunked_bwd, chunked_fwd, cuda_walk, fused_recurrent, palimpsa_scan, scan
+from palimpsa.kernels import chunked_bwd, chunked_fwd, cuda_fwd_local, cuda_walk, fused_recurrent, palimpsa_scan, scan
 from torch.utils.checkpoint import checkpoint
 
 HEADS, HEAD_DIM, STATE = 80, 64, 128
@@ -237,13 +239,29 @@ def main() -> int:
         ("B1 L4096 G1 f32 P128 beta state [cuda walk]", make_inputs(1, 4096, 1, f32, seed=10, head_dim=128)),
     ):
         cases.append((name, inputs, 1e-5 if inputs["v"].dtype == f32 else 1e-2, 0.7, None, False, forced))
+    # the forward's CUDA local pass where auto does not take it yet (cuda_fwd_local.unchecked): forced, float32 with
+    # TF32 allowed ("precision", this case's float32 matmul precision)
+    local = {fused_recurrent.FORWARD_ENV: "chunked", cuda_fwd_local.ENV: "1"}
+    cases += [
+        ("varlen 1000/1/2002/1093 G2 bf16 beta state [cuda local]",
+         make_inputs(1, 4096, 2, bf16, n_states=len(bounds) - 1, seed=11), 1e-2, 0.7,
+         torch.tensor(bounds, dtype=torch.int32, device="cuda"), False, local),
+        ("B1 L4096 G1 bf16 P128 beta state [cuda local]", make_inputs(1, 4096, 1, bf16, seed=12, head_dim=128), 1e-2,
+         0.7, None, False, local),
+        ("B1 L4096 G1 f32 TF32 beta state [cuda local]", make_inputs(1, 4096, 1, f32, seed=13), 1e-2, 0.7, None,
+         False, {**local, "precision": "high"}),
+    ]
     rows, errors, local_runs, walk_runs = [], {}, {}, {}
     for name, inputs, tol, prior, cu_seqlens, with_naive, *forcing in cases:
         before, corrections_before = dict(chunked_bwd.LOCAL_RUNS), dict(chunked_bwd.CORRECT_RUNS)
         walks_before, fwd_locals_before = dict(chunked_fwd.WALK_RUNS), dict(chunked_fwd.LOCAL_RUNS)
-        env = forcing[0] if forcing else {}  # the case's environment, restored after it
+        env = dict(forcing[0]) if forcing else {}  # the case's environment, restored after it
+        precision = env.pop("precision", None)  # and its float32 matmul precision
         saved = {key: os.environ.get(key) for key in env}
+        saved_precision = torch.get_float32_matmul_precision()
         os.environ.update(env)
+        if precision:
+            torch.set_float32_matmul_precision(precision)
         try:
             rows += check_case(name, inputs, tol, prior, cu_seqlens, with_naive, backend, not args.without_uncertainty)
         except Exception as error:  # noqa: BLE001 - report a failing kernel and go on with the other cases
@@ -251,6 +269,7 @@ def main() -> int:
             errors[name] = f"{type(error).__name__}: {error}"
             rows.append((name, "error", args.backend, float("inf"), tol, False))
         finally:
+            torch.set_float32_matmul_precision(saved_precision)
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)

@@ -1,13 +1,15 @@
 """The chunked forward's local pass in CUDA C++ (``palimpsa.kernels.cuda_fwd_local``) on the CPU.
 
-NVRTC compiles it for sm_90a without a GPU and Triton's ``cuobjdump`` disassembles the cubin: in bf16, fp16, float32
-and float32 values with bf16 keys, at 2.7b shapes and a small one with packed sequences, its registers within
-``__launch_bounds__`` (two 8-warp CTAs an SM), no local memory, its sums as TF32 tensor-core products (16 a k-step and
-warp, 4 k-steps a stage), its shared memory as ``shared_bytes`` says; a float64 transcription of one CTA's index
-formulas against the sums it is to write. Then the dispatch on CPU tensors (off unless asked for, an error naming the
-reason where asked for and it cannot run, the Triton kernel's keys keeping that kernel) and the chunked forward's call
-of it under the interpreter (its arguments those of the Triton kernel; what a failure does under auto and on). It has
-not run on a GPU yet.
+NVRTC compiles it for sm_90a without a GPU and Triton's ``cuobjdump`` disassembles the cubin: in both forms (warpgroup
+products, mma.sync), in bf16, fp16, float32 and float32 values with bf16 keys, at 2.7b shapes and a small one with
+packed sequences, its registers within ``__launch_bounds__`` (two 8-warp CTAs an SM), no local memory, its sums as
+TF32 tensor-core products and no others, its shared memory as ``shared_bytes`` says; float64 transcriptions of one
+CTA's index formulas (each form's, lane by lane, the warpgroup form's B operands through the 128-byte swizzle as the
+PTX ISA describes the hardware reading them) against the sums it is to write. Then the dispatch on CPU tensors (auto
+by default, which CPU tensors never take; an error naming the reason where asked for and it cannot run; the Triton
+kernel's keys keeping that kernel) and the chunked forward's call of it under the interpreter (its arguments those of
+the Triton kernel; what a failure does under auto and on). On the GPU, ``scripts/check_scan_gpu.py`` checks it against
+float64 (docs/bench/fwd-local-2026-11-29).
 """
 
 from __future__ import annotations
@@ -26,47 +28,79 @@ DTYPES = {"bf16": (torch.bfloat16, None), "fp16": (torch.float16, None), "f32": 
 LAUNCHES = [(d, s) for d in DTYPES for s in SHAPES]
 IDS = [f"{d}-{s}" for d, s in LAUNCHES]
 TF32_MMA = "HMMA.1688.F32.TF32"
+WGMMA_OP = "HGMMA.64"  # the disassembler's opcode pattern stops at the shape's "x64x8.F32.TF32"
 MAX_SHARED = 227 * 1024
 
 
 @functools.cache
-def disassembly(dtype: str, shape: str) -> str:
+def disassembly(dtype: str, shape: str, wgmma: bool = True) -> str:
     values, keys = DTYPES[dtype]
-    return sass(cuda_fwd_local.compile_cubin(values, *SHAPES[shape], varlen=shape == "small", key_dtype=keys))
+    return sass(cuda_fwd_local.compile_cubin(values, *SHAPES[shape], varlen=shape == "small", key_dtype=keys,
+                                             wgmma=wgmma))
 
 
 @pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
 def test_compiles_within_bounds(dtype, shape):
-    """Two 8-warp CTAs an SM: at most 128 registers a thread, no local memory (a lane's 2 x 4 accumulators of M and of
-    J stay in registers); a stage's 4 k-steps of 16 tensor-core products a warp (2 state tiles x 4 channel tiles x M,
-    J), no other products; the two barriers of a stage and the weights' one; the shared memory within 227 KB."""
+    """The warpgroup form (sm_90a's default). Two 8-warp CTAs an SM: at most 128 registers a thread, no local memory
+    (a thread's 32 accumulators of M and of J and its 32 A-fragment registers stay in registers); a stage's 4 k-steps
+    of 2 warpgroup products (M and J, 64 states x 64 channels x 8 tokens) and no other products, waited for once; the
+    two barriers of a stage and the weights' one; the shared memory at most half of 227 KB (two CTAs an SM) in every
+    dtype."""
     text = disassembly(dtype, shape)
     assert "code for sm_90a" in text
     used = resources(text)
     assert used["REG"] <= 128 and used["LOCAL"] == 0 and used["STACK"] == 0, used
+    listed = instructions(text)
+    ops = [op for _, op, _ in listed]
+    products = [args.split()[0] for _, op, args in listed if "MMA" in op]
+    assert products == ["x64x8.F32.TF32"] * (2 * cuda_fwd_local.STAGE // 8)
+    assert [op for op in ops if "MMA" in op and op != WGMMA_OP] == []
+    assert ops.count("WARPGROUP.DEPBAR.LE") == 1 and ops.count("WARPGROUP.ARRIVE") == 1
+    assert sum(op.startswith("BAR.SYNC") for op in ops) == 3
+    assert cuda_fwd_local.shared_bytes(*DTYPES[dtype], SHAPES[shape][3], wgmma=True) <= MAX_SHARED // 2 - 1024
+
+
+@pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
+def test_mma_sync_form_compiles_within_bounds(dtype, shape):
+    """The mma.sync form (compute capability 8.x, and ``WGMMA`` False): at most 128 registers, no local memory (a
+    lane's 2 x 4 accumulators of M and of J stay in registers); a stage's 4 k-steps of 16 tensor-core products a warp
+    (2 state tiles x 4 channel tiles x M, J), no other products; the two barriers of a stage and the weights' one."""
+    text = disassembly(dtype, shape, wgmma=False)
+    used = resources(text)
+    assert used["REG"] <= 128 and used["LOCAL"] == 0 and used["STACK"] == 0, used
     ops = [op for _, op, _ in instructions(text)]
     assert ops.count(TF32_MMA) == 16 * cuda_fwd_local.STAGE // 8
-    assert [op for op in ops if op.startswith("HMMA") and op != TF32_MMA] == []
+    assert [op for op in ops if "MMA" in op and op != TF32_MMA] == []
     assert sum(op.startswith("BAR.SYNC") for op in ops) == 3
-    assert cuda_fwd_local.shared_bytes(*DTYPES[dtype], SHAPES[shape][3]) <= MAX_SHARED
+    assert cuda_fwd_local.shared_bytes(*DTYPES[dtype], SHAPES[shape][3]) <= MAX_SHARED // 2 - 1024
 
 
-def test_shared_memory():
-    """``shared_bytes`` is the kernel's ``sizeof(Shared)`` (NVRTC checks a ``static_assert`` on the source's
-    structs) for every dtype and two chunk sizes; 16-bit values take half the rows of float32 ones."""
+def test_which_targets_take_the_warpgroup_products(monkeypatch):
+    """sm_90a only (the other targets have no ``wgmma``), and not where ``WGMMA`` is False."""
+    assert cuda_fwd_local.uses_wgmma("sm_90a") and not cuda_fwd_local.uses_wgmma("sm_80")
+    assert not cuda_fwd_local.uses_wgmma("sm_90a", False) and not cuda_fwd_local.uses_wgmma("sm_89", True)
+    monkeypatch.setattr(cuda_fwd_local, "WGMMA", False)
+    assert not cuda_fwd_local.uses_wgmma("sm_90a")
+    assert TF32_MMA in sass(cuda_fwd_local.compile_cubin(torch.bfloat16, *SHAPES["2.7b"]))
+
+
+@pytest.mark.parametrize("wgmma", [True, False], ids=["wgmma", "mma"])
+def test_shared_memory(wgmma):
+    """``shared_bytes`` is the kernel's ``SHARED_BYTES`` (NVRTC checks a ``static_assert`` on the source's structs and
+    macros) for every dtype and two chunk sizes, in both forms; 16-bit values take half the rows of float32 ones."""
     structs = cuda_fwd_local.SOURCE[:cuda_fwd_local.SOURCE.index('extern "C"')]
     for values, keys in DTYPES.values():
         for chunk in (256, 512):
-            size = cuda_fwd_local.shared_bytes(values, keys, chunk)
-            source = structs + f'static_assert(sizeof(Shared) == {size}, "shared_bytes");\n'
+            size = cuda_fwd_local.shared_bytes(values, keys, chunk, wgmma)
+            source = structs + f'static_assert(SHARED_BYTES == {size}, "shared_bytes");\n'
             cuda_build.compile_source(source, "shared.cu", ["--gpu-architecture=sm_90a", "-std=c++17",
                                                             *cuda_fwd_local.layout_options(),
                                                             *cuda_fwd_local.dtype_options(values, keys),
-                                                            f"-DCT={chunk}", "-DVARLEN=0"],
+                                                            f"-DCT={chunk}", "-DVARLEN=0", f"-DWGMMA={int(wgmma)}"],
                                       "the shared-memory layout")
     bf16, f32 = torch.bfloat16, torch.float32
     stage = cuda_fwd_local.STAGE
-    assert (cuda_fwd_local.shared_bytes(f32, bf16) - cuda_fwd_local.shared_bytes(bf16)
+    assert (cuda_fwd_local.shared_bytes(f32, bf16, wgmma=wgmma) - cuda_fwd_local.shared_bytes(bf16, wgmma=wgmma)
             == 2 * stage * 2 * (cuda_fwd_local.CHANNELS + cuda_fwd_local.PAD) * 2)
 
 
@@ -83,13 +117,13 @@ def cpu_inputs(dtype=torch.bfloat16, head_dim=64, states=128, with_beta=True):
 
 
 @pytest.mark.parametrize("value, want", [
-    (None, "off"), (0, "off"), ("0", "off"), ("off", "off"), (False, "off"), ("auto", "auto"), ("AUTO", "auto"),
+    (None, "auto"), (0, "off"), ("0", "off"), ("off", "off"), (False, "off"), ("auto", "auto"), ("AUTO", "auto"),
     (1, "on"), ("1", "on"), ("on", "on"), ("yes", "on"), (True, "on"),
 ])
 def test_mode(value, want, monkeypatch):
-    """``local_CUDA`` parses as auto, on or off; unset (None) is off until the kernel has run on a GPU."""
+    """``local_CUDA`` parses as auto, on or off; unset (None) is auto."""
     monkeypatch.delenv(cuda_fwd_local.ENV, raising=False)
-    assert cuda_fwd_local.DEFAULT == "0"
+    assert cuda_fwd_local.DEFAULT == "auto"
     assert cuda_fwd_local.mode({"local_CUDA": value}) == want
 
 
@@ -108,8 +142,8 @@ def test_mode_environment_and_junk(monkeypatch):
         cuda_fwd_local.mode({"local_CUDA": 2})
 
 
-def test_not_wanted_unless_asked_for_and_an_error_where_it_cannot_run(monkeypatch):
-    """CPU tensors: off by default and under auto; asked for, an error naming the reason (never a silent
+def test_cpu_tensors_never_take_it_and_asking_for_it_there_is_an_error(monkeypatch):
+    """CPU tensors: not taken by default (auto) nor under auto; asked for, an error naming the reason (never a silent
     fallback)."""
     monkeypatch.delenv(cuda_fwd_local.ENV, raising=False)
     v, k, beta = cpu_inputs()
@@ -156,6 +190,26 @@ def test_auto_takes_compute_capability_9(capability, want, monkeypatch):
     assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1}) is True
 
 
+@pytest.mark.parametrize("packed, head_dim, keys, reason", [
+    (True, 64, torch.bfloat16, "packed sequences"),
+    (False, 128, torch.bfloat16, "head dimension 128"),
+    (False, 64, torch.float32, "float32 keys"),
+    (False, 64, torch.float16, None),
+])
+def test_auto_leaves_what_no_gpu_has_checked_to_triton(packed, head_dim, keys, reason, monkeypatch):
+    """``auto`` takes it only where ``check_scan_gpu.py`` has checked it on a GPU (fixed lengths, one block of 64
+    channels, 16-bit keys); ``1`` takes the rest too."""
+    v, k, beta = cpu_inputs(torch.float32, head_dim)
+    k = k.to(keys)
+    monkeypatch.setattr(cuda_fwd_local, "unsupported", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(cuda_fwd_local, "FAILED", None)
+    found = cuda_fwd_local.unchecked(v, k, packed)
+    assert found is None if reason is None else reason in found
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": "auto"}, packed=packed) is (reason is None)
+    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1}, packed=packed) is True
+
+
 @pytest.mark.parametrize("dtype, head_dim, states, with_beta, chunk, reason", [
     (torch.float64, 64, 128, True, 512, "float64 values"),
     (torch.bfloat16, 64, 128, False, 512, "beta absent"),
@@ -194,6 +248,7 @@ def test_the_chunked_forward_calls_it_with_the_triton_kernels_arguments(monkeypa
 
     x = make_inputs(1, 29, 2, 2, 4, 16)
     args = (x["v"], x["k"], x["q"], x["log_decay"], x["beta"], x["M0"], x["I0"], 0.7, None, True, False, True)
+    monkeypatch.delenv(cuda_fwd_local.ENV, raising=False)
     monkeypatch.setattr(chunked_fwd, "LOCAL_RUNS", {"cuda": 0, "triton": 0})
     want = fused_recurrent._forward(*args, {"kernel": "chunked", "BT": 4}, 8)
     assert chunked_fwd.LOCAL_RUNS == {"cuda": 0, "triton": 1}
@@ -244,6 +299,7 @@ def test_the_chunked_forward_when_it_fails(error, mode, raises, failed, monkeypa
     monkeypatch.delenv(cuda_fwd_local.ENV, raising=False)
     monkeypatch.setattr(cuda_fwd_local, "FAILED", None)
     monkeypatch.setattr(cuda_fwd_local, "unsupported", lambda *args: None)
+    monkeypatch.setattr(cuda_fwd_local, "unchecked", lambda *args: None)  # its tiny head dimension
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(cuda_fwd_local, "local", local)
     monkeypatch.setattr(chunked_fwd, "LOCAL_RUNS", {"cuda": 0, "triton": 0})
@@ -261,14 +317,9 @@ def test_the_chunked_forward_when_it_fails(error, mode, raises, failed, monkeypa
     assert (cuda_fwd_local.FAILED == str(error)) if failed else cuda_fwd_local.FAILED is None
 
 
-def emulate_cta(k, v, b, g, threads=cuda_fwd_local.THREADS, stage=cuda_fwd_local.STAGE):
-    """One CTA of the kernel in float64, lane by lane: the weights as its threads, lanes and warps sum them, each
-    warp's A and B fragments gathered from the staged rows by the source's index formulas, ``mma.m16n8k8`` by the
-    PTX fragment layouts (A: rows ``gq``, ``gq + 8`` at columns ``tq``, ``tq + 4``; B: rows ``tq``, ``tq + 4`` at
-    column ``gq``; C: rows ``gq``, ``gq + 8`` at columns ``2 tq``, ``2 tq + 1``), and the end states stored as the
-    source stores them: ``M`` and ``J`` as ``[channel, state]`` (``k`` [CT, N], ``v``, ``b`` [CT, CW], ``g`` [CT])."""
-    ct, n = k.shape
-    cw = v.shape[1]
+def emulate_weights(g, threads=cuda_fwd_local.THREADS):
+    """Each token's weight as the kernel's threads, lanes and warps sum the log decays ``g`` [CT] after it."""
+    ct = g.shape[0]
     per = ct // threads
     own, totals = torch.zeros(ct, dtype=torch.float64), torch.zeros(threads, dtype=torch.float64)
     for tid in range(threads):
@@ -285,6 +336,19 @@ def emulate_cta(k, v, b, g, threads=cuda_fwd_local.THREADS, stage=cuda_fwd_local
         warps = sum(warp_sums[w + 1:])
         for e in range(per):
             weights[tid * per + e] = torch.exp(own[tid * per + e] + (later + warps))
+    return weights
+
+
+def emulate_cta(k, v, b, g, threads=cuda_fwd_local.THREADS, stage=cuda_fwd_local.STAGE):
+    """One CTA of the kernel's mma.sync form in float64, lane by lane: the weights as its threads, lanes and warps sum
+    them, each warp's A and B fragments gathered from the staged rows by the source's index formulas,
+    ``mma.m16n8k8`` by the PTX fragment layouts (A: rows ``gq``, ``gq + 8`` at columns ``tq``, ``tq + 4``; B: rows
+    ``tq``, ``tq + 4`` at column ``gq``; C: rows ``gq``, ``gq + 8`` at columns ``2 tq``, ``2 tq + 1``), and the end
+    states stored as the source stores them: ``M`` and ``J`` as ``[channel, state]`` (``k`` [CT, N], ``v``, ``b``
+    [CT, CW], ``g`` [CT])."""
+    ct, n = k.shape
+    cw = v.shape[1]
+    weights = emulate_weights(g, threads)
     M = torch.zeros(cw, n, dtype=torch.float64)
     J = torch.zeros(cw, n, dtype=torch.float64)
     for w in range(threads // 32):
@@ -328,13 +392,80 @@ def emulate_cta(k, v, b, g, threads=cuda_fwd_local.THREADS, stage=cuda_fwd_local
     return M, J
 
 
+def swizzled(address: int) -> int:
+    """Where the 128-byte swizzle puts a byte of a 1024-aligned operand: the 16-byte chunk (bits 4-6) XOR the row
+    within the 8-row group (bits 7-9), as the PTX ISA describes the tensor cores reading shared memory."""
+    return address ^ (((address >> 7) & 7) << 4)
+
+
+def emulate_cta_wgmma(k, v, b, g, threads=cuda_fwd_local.THREADS, stage=cuda_fwd_local.STAGE):
+    """One CTA of the kernel's warpgroup form in float64: the weights as in :func:`emulate_weights`; each stage's B
+    operands written into a byte-addressed buffer by the source's formulas (thread ``w``, ``ln``: tokens ``4 w + i``
+    of channels ``ln`` and ``ln + 32`` at ``c * 128 + ((w ^ (c & 7)) << 4) + 4 i``), every slot once; each k-step's
+    8 x 64 B read back through the descriptor (start ``32 kb``, rows ``n`` at ``(n >> 3) * 1024 + (n & 7) * 128``,
+    the 128-byte swizzle); the A fragments by the wgmma register layout (warp ``wi`` of the warpgroup: rows
+    ``16 wi + gq``, ``+ 8`` at columns ``tq``, ``tq + 4``), the accumulators' by its ``d[4 j + e]`` layout (row
+    ``gq + 8 (e >> 1)``, column ``8 j + 2 tq + (e & 1)``), stored as the source stores them."""
+    ct, n = k.shape
+    cw = v.shape[1]
+    assert cw == 64 and stage * 4 == 128
+    weights = emulate_weights(g, threads)
+    acc = {(name, wg): torch.zeros(64, cw, dtype=torch.float64) for name in "MJ" for wg in range(n // 64)}
+    for s in range(ct // stage):
+        t0 = s * stage
+        buf = {"v": torch.full((cw * stage,), float("nan"), dtype=torch.float64)}
+        buf["b"] = buf["v"].clone()
+        for w in range(threads // 32):
+            for ln in range(32):
+                for half in range(2):
+                    c = ln + 32 * half
+                    for i in range(4):
+                        off = c * 128 + ((w ^ (c & 7)) << 4) + 4 * i
+                        for name, x in (("v", v), ("b", b)):
+                            assert torch.isnan(buf[name][off // 4]), "a slot written twice"
+                            buf[name][off // 4] = x[t0 + 4 * w + i, c] * weights[t0 + 4 * w + i]
+        assert not torch.isnan(buf["v"]).any() and not torch.isnan(buf["b"]).any()
+        for kb in range(stage // 8):
+            operand = {name: torch.zeros(8, cw, dtype=torch.float64) for name in "vb"}
+            for kk in range(8):
+                for col in range(cw):
+                    address = swizzled(32 * kb + (col >> 3) * 1024 + (col & 7) * 128 + 4 * kk)
+                    for name in "vb":
+                        operand[name][kk, col] = buf[name][address // 4]
+            for wg in range(n // 64):
+                a = torch.zeros(64, 8, dtype=torch.float64)
+                for wi in range(4):
+                    for ln in range(32):
+                        gq, tq = ln >> 2, ln & 3
+                        ta, tb, s0 = t0 + 8 * kb + tq, t0 + 8 * kb + tq + 4, 64 * wg + 16 * wi + gq
+                        values = (k[ta, s0], k[ta, s0 + 8], k[tb, s0], k[tb, s0 + 8])
+                        for e, x in enumerate(values):
+                            a[16 * wi + gq + 8 * (e & 1), tq + 4 * (e >> 1)] = x
+                acc["M", wg] += a @ operand["v"]
+                acc["J", wg] += (a * a) @ operand["b"]
+    M = torch.zeros(cw, n, dtype=torch.float64)
+    J = torch.zeros(cw, n, dtype=torch.float64)
+    for wg in range(n // 64):
+        for wi in range(4):
+            for ln in range(32):
+                gq, tq = ln >> 2, ln & 3
+                for j in range(cw // 8):
+                    for e in range(4):
+                        row, col = 16 * wi + gq + 8 * (e >> 1), 8 * j + 2 * tq + (e & 1)  # where d[4 j + e] is
+                        state, ch = 64 * wg + 16 * wi + gq + 8 * (e >> 1), 8 * j + 2 * tq + (e & 1)  # the store's
+                        M[ch, state] = acc["M", wg][row, col]
+                        J[ch, state] = acc["J", wg][row, col]
+    return M, J
+
+
 @pytest.mark.parametrize("ct", [256, 512])
-def test_the_kernels_index_arithmetic_sums_every_token_once(ct):
-    """The design's check: ``emulate_cta``, a transcription of the source's index formulas, lane by lane (it is not
-    derived from ``SOURCE``, so it checks the formulas as written there, not later edits of the source), against the
-    sums the local pass is to write, in float64 at 256 and 512 tokens (one and two tokens a thread in the weights'
-    scan): every state and channel written once, from every token, with the weight of exactly the log decays after
-    it."""
+@pytest.mark.parametrize("emulate", [emulate_cta, emulate_cta_wgmma], ids=["mma", "wgmma"])
+def test_the_kernels_index_arithmetic_sums_every_token_once(ct, emulate):
+    """The design's check: ``emulate_cta`` and ``emulate_cta_wgmma``, transcriptions of each form's index formulas,
+    lane by lane (not derived from ``SOURCE``, so they check the formulas as written there, not later edits of the
+    source), against the sums the local pass is to write, in float64 at 256 and 512 tokens (one and two tokens a
+    thread in the weights' scan): every state and channel written once, from every token, with the weight of exactly
+    the log decays after it."""
     gen = torch.Generator().manual_seed(5)
     n, cw = cuda_fwd_local.STATES, cuda_fwd_local.CHANNELS
     k = torch.randn(ct, n, generator=gen, dtype=torch.float64)
@@ -345,6 +476,6 @@ def test_the_kernels_index_arithmetic_sums_every_token_once(ct):
     weights = after.exp()
     want_m = (v * weights[:, None]).T @ k
     want_j = (b * weights[:, None]).T @ (k * k)
-    got_m, got_j = emulate_cta(k, v, b, g)
+    got_m, got_j = emulate(k, v, b, g)
     assert torch.allclose(got_m, want_m, rtol=1e-12, atol=1e-12)
     assert torch.allclose(got_j, want_j, rtol=1e-12, atol=1e-12)
