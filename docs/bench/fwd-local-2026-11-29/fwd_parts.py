@@ -6,8 +6,10 @@ first tiling's.
 
     python docs/bench/fwd-local-2026-11-29/fwd_parts.py [--tilings "-,BP=64,BT=64"] [--rounds 8]
 
-A tiling is ``KEY=VALUE:...`` over chunked_fwd.CHUNKED_FWD_CONFIG's keys (``-`` for none) and ``stages`` (the local
-kernel's ``num_stages``, Triton's default where unset).
+A tiling is ``KEY=VALUE:...`` over chunked_fwd.CHUNKED_FWD_CONFIG's keys (``-`` for none), ``stages`` (the local
+kernel's ``num_stages``, Triton's default where unset), and the CUDA local pass's ``wgmma`` (0: its mma.sync form,
+cuda_fwd_local.WGMMA) and ``raws`` (its stages of inputs, cuda_fwd_local.RAWS, which only ``git apply
+docs/bench/fwd-local-2026-11-29/raws.patch`` gives).
 """
 
 import argparse
@@ -20,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 import bench_scan  # noqa: E402
-from palimpsa.kernels import chunked_fwd, fused_recurrent  # noqa: E402
+from palimpsa.kernels import chunked_fwd, cuda_fwd_local, fused_recurrent  # noqa: E402
 
 ORIGINAL = chunked_fwd.palimpsa_fwd_local_kernel
 
@@ -43,6 +45,11 @@ def parse(tiling: str) -> tuple[dict, int | None]:
 
 def forward(inputs, config, stages, want_checkpoints=False):
     chunked_fwd.palimpsa_fwd_local_kernel = Staged(stages) if stages else ORIGINAL
+    config = dict(config)
+    saved = cuda_fwd_local.WGMMA, getattr(cuda_fwd_local, "RAWS", None)
+    cuda_fwd_local.WGMMA = bool(config.pop("wgmma", saved[0]))
+    if "raws" in config:
+        cuda_fwd_local.RAWS = config.pop("raws")
     try:
         with torch.no_grad():
             out = chunked_fwd.chunked_forward(
@@ -50,6 +57,9 @@ def forward(inputs, config, stages, want_checkpoints=False):
                 False, False, want_checkpoints, {"kernel": "chunked", **config}, fused_recurrent.CHUNK_SIZE)
     finally:
         chunked_fwd.palimpsa_fwd_local_kernel = ORIGINAL
+        cuda_fwd_local.WGMMA = saved[0]
+        if saved[1] is not None:
+            cuda_fwd_local.RAWS = saved[1]
     return out
 
 
