@@ -52,6 +52,9 @@ THREADS = 256
 # a thread's share of the decay sums grows with it (ptxas spills a few registers from 1024 tokens)
 MAX_CHUNK = 512
 KERNEL = "palimpsa_bwd_correct_cuda"
+# 1: each thread's copies of a tile at fixed offsets (loops of known trip count: 2,232-2,328 SASS instructions against
+# 2,912-3,040; not yet run on a GPU, docs/bench/fixcp-2026-11-29); 0: the form checked on a GPU
+FIXCP = 0
 
 SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #define N 128
@@ -62,6 +65,9 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef ORDER
 #define ORDER 0                 // the CTAs' order: 0 heads first (a chunk's heads run at once), 1 chunks first
 #endif
+#ifndef FIXCP
+#define FIXCP 0                 // a tile's copies: 1 each thread's at fixed offsets (a loop of known trip count), 0 a
+#endif                          // loop from the thread's index in steps of THREADS (the form checked on a GPU)
 
 // vt: values, gains (and dv, dbeta); kt: keys (cuda_build.TENSOR_CORE_HELPERS)
 #define KROW (N + KPC)              // a key row in shared memory: 16 bytes of padding, so that the 8 row groups of a
@@ -150,6 +156,31 @@ palimpsa_bwd_correct_cuda(const vt* __restrict__ v, const kt* __restrict__ k, co
     auto copy_in = [&](int i, int buf) {  // tile i's inputs into buffer buf (tokens past the chunk zero-filled)
         Raw& rw = sh.raw[buf];
         const int tb = t0 + i * TT, end = t0 + n;
+#if FIXCP
+        constexpr int NK = TT * N / KPC, NV = TT * CW / VPC;  // 16-byte pieces of a tile's rows
+#pragma unroll
+        for (int j = 0; j < (NK + THREADS - 1) / THREADS; ++j) {
+            const int f = tid + THREADS * j;
+            if (NK % THREADS == 0 || f < NK) {
+                const int t = f / (N / KPC), col = (f % (N / KPC)) * KPC;
+                const bool ok = tb + t < end;
+                cp16(&rw.k[t][col], k + ((size_t)(bos + (ok ? tb + t : t0)) * G + ig) * N + col, ok);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < (NV + THREADS - 1) / THREADS; ++j) {
+            const int f = tid + THREADS * j;
+            if (NV % THREADS == 0 || f < NV) {
+                const int t = f / (CW / VPC), col = (f % (CW / VPC)) * VPC;
+                const bool ok = tb + t < end;
+                const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * H + h) * P + cb * CW + col;
+                cp16(&rw.v[t][col], v + row, ok);
+                cp16(&rw.b[t][col], beta + row, ok);
+                cp16(&rw.dv[t][col], dv + row, ok);
+                cp16(&rw.db[t][col], dbeta + row, ok);
+            }
+        }
+#else
 #pragma unroll
         for (int f = tid; f < TT * N / KPC; f += THREADS) {
             const int t = f / (N / KPC), col = (f % (N / KPC)) * KPC;
@@ -166,6 +197,7 @@ palimpsa_bwd_correct_cuda(const vt* __restrict__ v, const kt* __restrict__ k, co
             cp16(&rw.dv[t][col], dv + row, ok);
             cp16(&rw.db[t][col], dbeta + row, ok);
         }
+#endif
         commit();
     };
     copy_in(0, 0);
@@ -387,20 +419,21 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
 
 def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, *, varlen: bool = False,
                   final: bool = False, arch: str = "sm_90a", key_dtype: torch.dtype | None = None,
-                  order: int = 0) -> bytes:
+                  order: int = 0, fixcp: int | None = None) -> bytes:
     """The corrections compiled for ``arch`` (a CPU is enough): the cubin's bytes (``final``: the last chunk's
-    entering adjoint is a final-state gradient; ``order``: the source's ``ORDER``)."""
+    entering adjoint is a final-state gradient; ``order``: the source's ``ORDER``; ``fixcp``: its ``FIXCP``,
+    ``FIXCP`` where None)."""
     options = [f"--gpu-architecture={arch}", "-std=c++17", *dtype_options(dtype, key_dtype), f"-DH={heads}",
                f"-DG={groups}", f"-DP={head_dim}", f"-DCT={chunk}", f"-DVARLEN={int(varlen)}",
-               f"-DUSE_FINAL={int(final)}", f"-DORDER={order}"]
+               f"-DUSE_FINAL={int(final)}", f"-DORDER={order}", f"-DFIXCP={FIXCP if fixcp is None else fixcp}"]
     return cuda_build.compile_source(SOURCE, "palimpsa_bwd_correct.cu", options, "the corrections")
 
 
 @functools.lru_cache(maxsize=32)
 def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, varlen: bool,
-            final: bool, key_dtype: torch.dtype, order: int = 0):
+            final: bool, key_dtype: torch.dtype, order: int = 0, fixcp: int = 0):
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, final=final,
-                          arch=cuda_build.arch(device), key_dtype=key_dtype, order=order)
+                          arch=cuda_build.arch(device), key_dtype=key_dtype, order=order, fixcp=fixcp)
     return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype, chunk))
 
 
@@ -430,7 +463,7 @@ def launch(v, k, log_decay, beta, ip, ck_m, ck_i, lm, li, dm_t, di_t, dv, dk, dg
     if n_ctas == 0:
         return
     device = v.device.index if v.device.index is not None else torch.cuda.current_device()
-    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, use_final_grad, k.dtype, order)
+    func = _kernel(device, v.dtype, heads, groups, head_dim, chunk_size, varlen, use_final_grad, k.dtype, order, FIXCP)
     for name, t in (("dv", dv), ("dbeta", dbeta)):
         if not t.is_contiguous() or t.data_ptr() % 16:
             raise ValueError(f"the corrections write {name} in place: it must be contiguous and 16-byte aligned")

@@ -216,6 +216,29 @@ def test_pass_a_states_stored_in_bulk(dtype):
     assert opcodes(bulk).count("LDG.E.128.STRONG.GPU") == opcodes(plain).count("LDG.E.128") == 16
 
 
+@pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
+def test_copies_at_fixed_offsets(dtype, shape):
+    """The timing macro ``FIXCP`` 1 (not yet the default: no GPU has run it): each thread's copies of a segment in
+    loops of known trip count, so that the SASS holds each copy once at each of the three places that ask for a
+    segment's copies (keys and queries, values, gains, output gradients, log decays: 2 + 3 + 1 with 16-bit keys,
+    4 + 3 + 1 with float32 ones; a segment's 16 tokens of 64 channels are 128 copies of 16 bytes in 16 bits and 256 in
+    float32, at most one a thread) instead of a general loop's unrolled bodies; within the registers, with the same
+    products and barriers, and fewer instructions. The default build (``FIXCP`` 0) is the GPU-checked kernel."""
+    values, keys = DTYPES[dtype]
+    fixed = sass(cuda_local.compile_cubin(values, *SHAPES[shape], varlen=shape == "small", key_dtype=keys,
+                                          defines="FIXCP=1"))
+    general = disassembly(dtype, shape)
+    assert_in_registers(fixed)
+    key_copies = 2 * (16 * 128 * (keys or values).itemsize // 16 // 256)  # keys and queries
+    value_copies = 3 * max(1, 16 * 64 * values.itemsize // 16 // 256)  # values, gains, output gradients
+    copies = [op for op in opcodes(fixed) if op.startswith("LDGSTS")]
+    assert len(copies) == 3 * (key_copies + value_copies + 1)
+    assert sum(op.startswith("LDGSTS") for op in opcodes(general)) > len(copies)
+    for op in (TF32_MMA, "BAR.SYNC.DEFER_BLOCKING"):
+        assert opcodes(fixed).count(op) == opcodes(general).count(op)
+    assert len(opcodes(fixed)) < len(opcodes(general))
+
+
 def test_slab_store_probes_need_the_threads_own_stores():
     """Probes 64 and 128 (pass A's slab stores into one slot, or none) time the threads' own stores, so they build
     with ``BULKA`` 0 only; under the default the source refuses them instead of timing the default build."""
@@ -310,7 +333,8 @@ def test_timing_macros():
     assert cuda_local.timing_macros("") == {}
     assert cuda_local.timing_macros("FAC=0+SLABCP") == {"FAC": "0", "SLABCP": "1"}
     for bad in ("PEEL=0", "TSUB=8.0f", "SLABCP=1+HSUM=1"):
-        with pytest.raises(ValueError, match="is not one of the timing macros BULKA, FAC, LEANA, SLABCP, SSPLIT, W16 "):
+        with pytest.raises(ValueError,
+                           match="is not one of the timing macros BULKA, FAC, FIXCP, LEANA, SLABCP, SSPLIT, W16 "):
             cuda_local.timing_macros(bad)
     assert cuda_local.wide("W16") and cuda_local.wide("FAC=0+W16=1")
     assert not cuda_local.wide("") and not cuda_local.wide("W16=0") and not cuda_local.wide("SSPLIT=0")
