@@ -160,7 +160,10 @@ def test_shared_memory():
                                                             f"-DCT={chunk}"], "the shared-memory layout")
 
 
-@pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
+FIXCP_LAUNCHES = [("bf16", "2.7b"), ("f32-bf16-keys", "2.7b"), ("f32", "small")]  # 16-bit, mixed, float32 keys
+
+
+@pytest.mark.parametrize("dtype, shape", FIXCP_LAUNCHES, ids=[f"{d}-{s}" for d, s in FIXCP_LAUNCHES])
 def test_copies_at_fixed_offsets(dtype, shape):
     """``FIXCP`` 1 (not yet the default: no GPU has run it): each thread's copies of a tile in loops of known trip
     count, so that the SASS holds each copy once (keys, then values, gains and the local pass's ``dv``, ``dbeta``: 2
