@@ -64,6 +64,17 @@ typedef unsigned short kt;
 #endif
 #define VPC (16 / (int)sizeof(vt))  // elements a 16-byte copy
 #define KPC (16 / (int)sizeof(kt))
+#ifndef FIXCP
+#define FIXCP 0                 // the backward kernels' copies: 1 in loops of known trip count, 0 the general loop
+#endif
+// PIECES(f, n) { ... }: the thread's pieces f of n (tid, tid + THREADS, ...), in a loop whose trip count the
+// compiler knows under FIXCP (a guard where n is no multiple of THREADS)
+#if FIXCP
+#define PIECES(f, n) for (int i_##f = 0, f = tid; i_##f < ((n) + THREADS - 1) / THREADS; ++i_##f, f += THREADS) \
+                         if ((n) % THREADS == 0 || f < (n))
+#else
+#define PIECES(f, n) for (int f = tid; f < (n); f += THREADS)
+#endif
 
 __device__ __forceinline__ void red_add(float* p, float x) {
     asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(x) : "memory");

@@ -65,9 +65,6 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #ifndef ORDER
 #define ORDER 0                 // the CTAs' order: 0 heads first (a chunk's heads run at once), 1 chunks first
 #endif
-#ifndef FIXCP
-#define FIXCP 0                 // a tile's copies: 1 each thread's at fixed offsets (a loop of known trip count), 0 a
-#endif                          // loop from the thread's index in steps of THREADS (the form checked on a GPU)
 
 // vt: values, gains (and dv, dbeta); kt: keys (cuda_build.TENSOR_CORE_HELPERS)
 #define KROW (N + KPC)              // a key row in shared memory: 16 bytes of padding, so that the 8 row groups of a
@@ -156,39 +153,14 @@ palimpsa_bwd_correct_cuda(const vt* __restrict__ v, const kt* __restrict__ k, co
     auto copy_in = [&](int i, int buf) {  // tile i's inputs into buffer buf (tokens past the chunk zero-filled)
         Raw& rw = sh.raw[buf];
         const int tb = t0 + i * TT, end = t0 + n;
-#if FIXCP
-        constexpr int NK = TT * N / KPC, NV = TT * CW / VPC;  // 16-byte pieces of a tile's rows
 #pragma unroll
-        for (int j = 0; j < (NK + THREADS - 1) / THREADS; ++j) {
-            const int f = tid + THREADS * j;
-            if (NK % THREADS == 0 || f < NK) {
-                const int t = f / (N / KPC), col = (f % (N / KPC)) * KPC;
-                const bool ok = tb + t < end;
-                cp16(&rw.k[t][col], k + ((size_t)(bos + (ok ? tb + t : t0)) * G + ig) * N + col, ok);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < (NV + THREADS - 1) / THREADS; ++j) {
-            const int f = tid + THREADS * j;
-            if (NV % THREADS == 0 || f < NV) {
-                const int t = f / (CW / VPC), col = (f % (CW / VPC)) * VPC;
-                const bool ok = tb + t < end;
-                const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * H + h) * P + cb * CW + col;
-                cp16(&rw.v[t][col], v + row, ok);
-                cp16(&rw.b[t][col], beta + row, ok);
-                cp16(&rw.dv[t][col], dv + row, ok);
-                cp16(&rw.db[t][col], dbeta + row, ok);
-            }
-        }
-#else
-#pragma unroll
-        for (int f = tid; f < TT * N / KPC; f += THREADS) {
+        PIECES(f, TT * N / KPC) {
             const int t = f / (N / KPC), col = (f % (N / KPC)) * KPC;
             const bool ok = tb + t < end;
             cp16(&rw.k[t][col], k + ((size_t)(bos + (ok ? tb + t : t0)) * G + ig) * N + col, ok);
         }
 #pragma unroll
-        for (int f = tid; f < TT * CW / VPC; f += THREADS) {
+        PIECES(f, TT * CW / VPC) {
             const int t = f / (CW / VPC), col = (f % (CW / VPC)) * VPC;
             const bool ok = tb + t < end;
             const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * H + h) * P + cb * CW + col;
@@ -197,7 +169,6 @@ palimpsa_bwd_correct_cuda(const vt* __restrict__ v, const kt* __restrict__ k, co
             cp16(&rw.dv[t][col], dv + row, ok);
             cp16(&rw.db[t][col], dbeta + row, ok);
         }
-#endif
         commit();
     };
     copy_in(0, 0);

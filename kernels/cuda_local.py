@@ -118,9 +118,6 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #if BULKA && (PROBE & 192)
 #error "PROBE 64 and 128 time the threads' own slab stores: build them with BULKA=0"
 #endif
-#ifndef FIXCP
-#define FIXCP 0                 // a segment's copies: 1 each thread's at fixed offsets (a loop of known trip count),
-#endif                          // 0 a loop from the thread's index in steps of THREADS (the form checked on a GPU)
 #ifndef SLABCP
 #define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
 #endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)
@@ -270,34 +267,8 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
         auto copy_in = [&](int s) {
             Raw& rw = sh.raw;
             const int tb = t0 + s * SEG, end = t0 + n_tok;
-#if FIXCP
-            constexpr int NK = SEG * N / KPC, NV = SEG * CW / VPC;  // 16-byte pieces of a segment's rows
 #pragma unroll
-            for (int i = 0; i < (NK + THREADS - 1) / THREADS; ++i) {  // of the key and query rows
-                const int f = tid + THREADS * i;
-                if (NK % THREADS == 0 || f < NK) {
-                    const int t = f / (N / KPC), col = (f % (N / KPC)) * KPC;
-                    const bool ok = tb + t < end;
-                    const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * G + ig) * N + col;
-                    cp16(&rw.rk[t][col], k + row, ok);
-                    cp16(&rw.rq[t][col], q + row, ok);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < (NV + THREADS - 1) / THREADS; ++i) {  // of the value, gain, output gradient rows
-                const int f = tid + THREADS * i;
-                if (NV % THREADS == 0 || f < NV) {
-                    const int t = f / (CW / VPC), col = (f % (CW / VPC)) * VPC;
-                    const bool ok = tb + t < end;
-                    const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * H + h) * P + cb * CW + col;
-                    cp16(&rw.rv[t][col], v + row, ok);
-                    cp16(&rw.rb[t][col], beta + row, ok);
-                    cp16(&rw.rdy[t][col], dy + row, ok);
-                }
-            }
-#else
-#pragma unroll
-            for (int f = tid; f < SEG * N / KPC; f += THREADS) {  // 16-byte pieces of the key and query rows
+            PIECES(f, SEG * N / KPC) {  // 16-byte pieces of the key and query rows
                 const int t = f / (N / KPC), col = (f % (N / KPC)) * KPC;
                 const bool ok = tb + t < end;
                 const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * G + ig) * N + col;
@@ -305,7 +276,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 cp16(&rw.rq[t][col], q + row, ok);
             }
 #pragma unroll
-            for (int f = tid; f < SEG * CW / VPC; f += THREADS) {  // and of the value, gain, output gradient rows
+            PIECES(f, SEG * CW / VPC) {  // and of the value, gain, output gradient rows
                 const int t = f / (CW / VPC), col = (f % (CW / VPC)) * VPC;
                 const bool ok = tb + t < end;
                 const size_t row = ((size_t)(bos + (ok ? tb + t : t0)) * H + h) * P + cb * CW + col;
@@ -313,7 +284,6 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                 cp16(&rw.rb[t][col], beta + row, ok);
                 cp16(&rw.rdy[t][col], dy + row, ok);
             }
-#endif
             if (tid >= THREADS - SEG) {
                 const int t = tid - (THREADS - SEG);
                 const bool ok = tb + t < end;
