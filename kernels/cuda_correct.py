@@ -52,8 +52,8 @@ THREADS = 256
 # a thread's share of the decay sums grows with it (ptxas spills a few registers from 1024 tokens)
 MAX_CHUNK = 512
 KERNEL = "palimpsa_bwd_correct_cuda"
-# 1: each thread's copies of a tile at fixed offsets (loops of known trip count: 2,232-2,328 SASS instructions against
-# 2,912-3,040; not yet run on a GPU, docs/bench/fixcp-2026-11-29); 0: the form checked on a GPU
+# 1: each thread's copies of a tile at fixed offsets (loops of known trip count: 2,280-2,328 SASS instructions against
+# 2,928-3,040 in docs/bench/fixcp-2026-11-29/sass_counts.txt; not yet run on a GPU); 0: the form checked on a GPU
 FIXCP = 0
 
 SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""

@@ -25,14 +25,17 @@ NAMES = ("v", "k", "q", "log_decay", "beta")
 
 def backward(leaves, dy, fixcp: int) -> tuple[dict, list]:
     """One forward and backward with both kernels' FIXCP set: the launches' times (ms) and the leaves' gradients."""
-    chunked_bwd.CHUNKED_CONFIG.update({"LOCAL": "cuda", "CUDA_DEFINES": f"FIXCP={fixcp}"})
+    chunked_bwd.CHUNKED_CONFIG.update({"LOCAL": "cuda", "CORRECT": "cuda", "CUDA_DEFINES": f"FIXCP={fixcp}"})
     cuda_correct.FIXCP = fixcp
     for x in leaves:
         x.grad = None
     y, _, _ = palimpsa_scan(*leaves, importance_prior=1.0)
     chunked_bwd.TIMINGS = []
+    local, corrections = dict(chunked_bwd.LOCAL_RUNS), dict(chunked_bwd.CORRECT_RUNS)
     y.backward(dy)
     torch.cuda.synchronize()
+    # both CUDA kernels ran (LOCAL and CORRECT "cuda" raise rather than fall back to Triton)
+    assert chunked_bwd.LOCAL_RUNS["cuda"] > local["cuda"] and chunked_bwd.CORRECT_RUNS["cuda"] > corrections["cuda"]
     times = {}
     for name, start, end in chunked_bwd.TIMINGS:
         times[name] = times.get(name, 0.0) + start.elapsed_time(end)
