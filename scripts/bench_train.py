@@ -29,7 +29,8 @@ a few percent between runs, more than one kernel change is worth. While each mod
 the GPU's SM clock, power draw, temperature and clock-event reasons from ``nvidia-smi`` (where it is on the PATH)
 every second; each round prints the lowest clock, the highest power and temperature and the reasons that lowered the
 clock (power cap, thermal, ...), and the JSON keeps them (``gpu_state``), so that a slow round shows whether the GPU
-throttled.
+throttled. Each round also prints each model's fastest and slowest timed step, and the JSON keeps every step's time
+(``steps_s``), so that a slow round shows whether all its steps were slow or one was.
 
 ``--profile N`` runs one more step of each model under torch.profiler after its timed steps and prints the N GPU
 kernels that took the most time in it (ms per step, calls, share of the step's kernel time), and the sums over the
@@ -203,6 +204,11 @@ def state_text(state: dict | None) -> str:
     return text + (", " + " + ".join(reasons) if reasons else "")
 
 
+def steps_text(steps: list | None) -> str:
+    """A model's timed steps in a round as their fastest and slowest, in seconds."""
+    return f"{min(steps):.3f}-{max(steps):.3f} s" if steps else "?"
+
+
 def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: int, warmup: int,
             keep_scan_outputs: bool = True, profile_top: int = 0, documents: int = 1) -> dict:
     optimizer = prepare(model, layers, keep_scan_outputs)
@@ -227,9 +233,8 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
                 times.append(time.perf_counter() - start)
     finally:
         state = sampler.stop()
-    times.sort()
-    median = times[len(times) // 2]
-    result = {"seq_len": seq_len, "step_s": median, "tokens_per_s": seq_len / median,
+    median = sorted(times)[len(times) // 2]
+    result = {"seq_len": seq_len, "step_s": median, "tokens_per_s": seq_len / median, "steps_s": times,
               "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
               "peak_extra_gib": (torch.cuda.max_memory_allocated() - base) / 2**30, "loss": loss.item(),
               "gpu_state": state}
@@ -262,7 +267,8 @@ def combine_rounds(rounds: list[dict], labels: list[str]) -> dict:
         result[label] = {**middle, "peak_gib": max(run["peak_gib"] for run in runs),
                          "peak_extra_gib": max(run["peak_extra_gib"] for run in runs),
                          "round_tokens_per_s": [run["tokens_per_s"] for run in runs],
-                         "round_gpu_states": [run.get("gpu_state") for run in runs]}
+                         "round_gpu_states": [run.get("gpu_state") for run in runs],
+                         "round_steps_s": [run.get("steps_s") for run in runs]}
 
     def ratios(label: str) -> list[float]:
         return [r[label]["tokens_per_s"] / r["plain"]["tokens_per_s"] for r in rounds
@@ -467,7 +473,8 @@ def main() -> None:
                     f"{label} {measured[label]['tokens_per_s']:,.0f} tok/s" for label, _, _ in arms) +
                     f", ratio {measured['upgraded']['tokens_per_s'] / measured['plain']['tokens_per_s']:.3f} (" +
                     ", ".join(f"{label} {state_text(measured[label].get('gpu_state'))}" for label, _, _ in arms) +
-                    ")", flush=True)
+                    "; steps " + ", ".join(f"{label} {steps_text(measured[label].get('steps_s'))}"
+                                           for label, _, _ in arms) + ")", flush=True)
         rows.append({"seq_len": seq_len, **combine_rounds(rounds, [label for label, _, _ in arms])})
     device = torch.cuda.get_device_name()
     rows_note = f"{args.documents} documents packed a row" if args.documents > 1 else "one document a row"

@@ -55,6 +55,11 @@ def test_rounds_combine_into_each_models_median_and_the_median_of_their_own_rati
     assert result["memory_ratio"] == 13 / 11
     assert result["upgraded"]["round_tokens_per_s"] == [900, 720, 910]
     assert result["upgraded"]["round_gpu_states"] == [None, None, None]
+    assert result["upgraded"]["round_steps_s"] == [None, None, None]
+    with_steps = [{label: {**r[label], "steps_s": [r[label]["step_s"], 2 * r[label]["step_s"]]} for label in r}
+                  for r in rounds]
+    assert combine(with_steps, ["plain", "upgraded"])["plain"]["round_steps_s"] == [
+        [8.192, 16.384], [10.24, 20.48], [8.192, 16.384]]
     # an even count takes the mean of the middle two ratios
     assert abs(combine(rounds[:2] + [{"plain": run(1000, 10), "upgraded": run(950, 12)},
                                      {"plain": run(1000, 10), "upgraded": run(800, 12)}],
@@ -63,6 +68,12 @@ def test_rounds_combine_into_each_models_median_and_the_median_of_their_own_rati
     failed = combine([rounds[0], {"plain": run(800, 10), "upgraded": {"error": "out of memory: x"}}],
                      ["plain", "upgraded"])
     assert failed["upgraded"] == {"error": "out of memory: x"} and "throughput_ratio" not in failed
+
+
+def test_a_rounds_steps_print_as_their_fastest_and_slowest():
+    steps_text = load_script("bench_train").steps_text
+    assert steps_text([1.9, 1.8234, 2.0512]) == "1.823-2.051 s"
+    assert steps_text(None) == "?" and steps_text([]) == "?"
 
 
 def test_zero_rounds_are_refused_before_anything_runs():
