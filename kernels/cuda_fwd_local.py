@@ -17,7 +17,7 @@ H200 (0.887 at B = 4); this kernel 0.145 (0.519) on sm_90a and 0.205 (0.742) in 
   and gains once, rounded to TF32, as the B operands (a channel's 32 tokens in a 128-byte row, the 128-byte
   swizzle), and each warp builds its keys' and squared keys' A fragments in registers (16-bit keys are TF32
   exactly; squared and float32 keys are rounded);
-* elsewhere (compute capability 8.x where asked for), ``mma.m16n8k8``: warp ``w`` the 32 states ``32 (w >> 1) ..``
+* elsewhere (other targets, where asked for), ``mma.m16n8k8``: warp ``w`` the 32 states ``32 (w >> 1) ..``
   and the 32 channels ``32 (w & 1) ..``, 2 x 4 accumulators for ``M`` and for ``J``, each warp building its own
   fragments;
 * the end states written as ``M`` and ``J = I - I_prior`` into the next chunk's slot, which the carry turns into the
@@ -48,7 +48,7 @@ MAX_SEQUENCES = 65535  # the grid's third dimension: one a sequence
 # the Triton kernel's keys, which this kernel has no use for: a config that names them asks for the Triton kernel
 TRITON_KEYS = ("BP", "BK", "BT", "DOT", "local_warps", "SUFFIX")
 # the products as warpgroup products (wgmma) where the target is sm_90a; False: mma.sync everywhere (the first form,
-# kept for compute capability 8.x and for comparison)
+# kept for targets other than sm_90a and for comparison)
 WGMMA = True
 FAILED = None  # why the kernel failed to compile or load in this process (then auto leaves it to Triton)
 

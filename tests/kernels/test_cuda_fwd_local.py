@@ -62,7 +62,7 @@ def test_compiles_within_bounds(dtype, shape):
 
 @pytest.mark.parametrize("dtype, shape", LAUNCHES, ids=IDS)
 def test_mma_sync_form_compiles_within_bounds(dtype, shape):
-    """The mma.sync form (compute capability 8.x, and ``WGMMA`` False): at most 128 registers, no local memory (a
+    """The mma.sync form (targets other than sm_90a, and ``WGMMA`` False): at most 128 registers, no local memory (a
     lane's 2 x 4 accumulators of M and of J stay in registers); a stage's 4 k-steps of 16 tensor-core products a warp
     (2 state tiles x 4 channel tiles x M, J), no other products; the two barriers of a stage and the weights' one."""
     text = disassembly(dtype, shape, wgmma=False)
