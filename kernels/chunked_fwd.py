@@ -317,7 +317,7 @@ def chunked_forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqle
         max_chunks = int(counts.max())
     common = {"H": heads, "P": head_dim, "N": state_size, "CT": chunk_size, "IS_VARLEN": cu_seqlens is not None,
               "ACC": fr._acc_dtype(v.dtype)}
-    if not (cuda_fwd_local.wanted(v, k, beta, chunk_size, config, fwd_config, n_states, cu_seqlens is not None)
+    if not (cuda_fwd_local.wanted(v, k, beta, chunk_size, config, fwd_config, n_states)
             and _cuda_local(v, k, log_decay, beta, ck_m, ck_i, cu_seqlens, offsets, n_chunks, n_states, max_chunks,
                             chunk_size, config)):
         blocks = triton.cdiv(head_dim, sizes["BP"]) * triton.cdiv(state_size, sizes["BK"])  # channels x states

@@ -65,7 +65,7 @@ typedef unsigned short kt;
 #define VPC (16 / (int)sizeof(vt))  // elements a 16-byte copy
 #define KPC (16 / (int)sizeof(kt))
 #ifndef FIXCP
-#define FIXCP 0                 // the backward kernels' copies: 1 in loops of known trip count, 0 the general loop
+#define FIXCP 1                 // the backward kernels' copies: 1 in loops of known trip count, 0 the general loop
 #endif
 // PIECES(f, n) { ... }: the thread's pieces f of n (tid, tid + THREADS, ...), in a loop whose trip count the
 // compiler knows under FIXCP (a guard where n is no multiple of THREADS)

@@ -52,9 +52,10 @@ THREADS = 256
 # a thread's share of the decay sums grows with it (ptxas spills a few registers from 1024 tokens)
 MAX_CHUNK = 512
 KERNEL = "palimpsa_bwd_correct_cuda"
-# 1: each thread's copies of a tile at fixed offsets (loops of known trip count: 2,280-2,328 SASS instructions against
-# 2,928-3,040 in docs/bench/fixcp-2026-11-29/sass_counts.txt; not yet run on a GPU); 0: the form checked on a GPU
-FIXCP = 0
+# 1 (the default): each thread's copies of a tile at fixed offsets (loops of known trip count: 2,280-2,328 SASS
+# instructions against 2,928-3,040 in docs/bench/fixcp-2026-11-29/sass_counts.txt; checked on an H200 and 1.7% faster,
+# docs/bench/fixcp-2026-11-29/call1); 0: the general loop
+FIXCP = 1
 
 SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #define N 128

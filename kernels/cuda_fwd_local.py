@@ -386,26 +386,12 @@ def unsupported(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int, n_state
     return None
 
 
-def unchecked(v: torch.Tensor, k: torch.Tensor, packed: bool) -> str | None:
-    """What ``auto`` leaves to the Triton kernel because no GPU run has checked it against float64 yet (packed
-    sequences, more than one block of channels, float32 keys: ``scripts/check_scan_gpu.py``'s ``[cuda local]`` cases
-    are to); None where it has been checked. ``1`` takes these too."""
-    if packed:
-        return "packed sequences"
-    if v.shape[-1] != CHANNELS:
-        return f"head dimension {v.shape[-1]} (more than one block of {CHANNELS} channels)"
-    if k.dtype == torch.float32:
-        return "float32 keys"
-    return None
-
-
 def wanted(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int, config: dict, named=(),
-           n_states: int = 1, packed: bool = False) -> bool:
+           n_states: int = 1) -> bool:
     """Whether the chunked forward's local pass runs this kernel (``config`` the chunked forward's, ``named`` the keys
-    its caller set, ``packed`` whether the sequences come packed): :func:`mode` ``on`` wherever it can run (else an
-    error saying why, and an error where the caller named a key of the Triton kernel's, ``TRITON_KEYS``, which this
-    kernel would ignore), ``auto`` where it can run on compute capability 9.x and a GPU has checked it
-    (:func:`unchecked`) unless the caller named such a key or its compile or load failed in this process
+    its caller set): :func:`mode` ``on`` wherever it can run (else an error saying why, and an error where the caller
+    named a key of the Triton kernel's, ``TRITON_KEYS``, which this kernel would ignore), ``auto`` where it can run on
+    compute capability 9.x unless the caller named such a key or its compile or load failed in this process
     (``FAILED``), ``off`` never."""
     chosen = mode(config)
     if chosen == "off":
@@ -419,7 +405,6 @@ def wanted(v: torch.Tensor, k: torch.Tensor, beta, chunk_size: int, config: dict
         raise ValueError(f"the CUDA local pass of the chunked forward cannot run here ({reason}); "
                          f"set {ENV}=auto or 0 (or local_CUDA) for the Triton kernel where it cannot")
     return reason is None and (chosen == "on" or (not triton_keys and FAILED is None
-                                                  and unchecked(v, k, packed) is None
                                                   and torch.cuda.get_device_capability(v.device)[0] == 9))
 
 

@@ -36,7 +36,9 @@ for the carry. This kernel does that pass with:
   timing macro ``SSPLIT`` 0 takes one), ``dq`` and ``dk`` reduce-scattered over the
   warp's 4 channel pairs and added by four-state vector atomics (``red.global.add.v4.f32``, 2 a lane and token) into
   a ``[tokens, groups, 256]`` scratch that :func:`states_of_sums` orders for ``launch`` to add;
-* each segment's inputs copied to shared memory by ``cp.async`` while the segment before runs, then widened once:
+* each segment's inputs copied to shared memory by ``cp.async`` while the segment before runs, each thread's copies
+  in loops of known trip count, so at fixed offsets (the timing macro ``FIXCP`` 0: a general loop, 0.8% slower,
+  docs/bench/fixcp-2026-11-29, call 1), then widened once:
   keys and squared keys as TF32 A fragments and as rows permuted to the lanes' states, queries permuted, values, gains
   and output gradients in float32, the log decays summed. Pass A's walk reads the fragments, values, gains and decays
   alone, so its stages build only those (the timing macro ``LEANA`` 0 builds everything there too, as first written;

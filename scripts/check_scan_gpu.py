@@ -239,8 +239,9 @@ def main() -> int:
         ("B1 L4096 G1 f32 P128 beta state [cuda walk]", make_inputs(1, 4096, 1, f32, seed=10, head_dim=128)),
     ):
         cases.append((name, inputs, 1e-5 if inputs["v"].dtype == f32 else 1e-2, 0.7, None, False, forced))
-    # the forward's CUDA local pass where auto does not take it yet (cuda_fwd_local.unchecked): forced, float32 with
-    # TF32 allowed ("precision", this case's float32 matmul precision)
+    # the forward's CUDA local pass on packed sequences, two blocks of channels and float32 keys: forced, so that these
+    # cases check it whatever auto would choose; float32 with TF32 allowed ("precision", this case's float32 matmul
+    # precision)
     local = {fused_recurrent.FORWARD_ENV: "chunked", cuda_fwd_local.ENV: "1"}
     cases += [
         ("varlen 1000/1/2002/1093 G2 bf16 beta state [cuda local]",

@@ -165,16 +165,15 @@ FIXCP_LAUNCHES = [("bf16", "2.7b"), ("f32-bf16-keys", "2.7b"), ("f32", "small")]
 
 @pytest.mark.parametrize("dtype, shape", FIXCP_LAUNCHES, ids=[f"{d}-{s}" for d, s in FIXCP_LAUNCHES])
 def test_copies_at_fixed_offsets(dtype, shape):
-    """``FIXCP`` 1 (not yet the default: no GPU has run it): each thread's copies of a tile in loops of known trip
-    count, so that the SASS holds each copy once (keys, then values, gains and the local pass's ``dv``, ``dbeta``: 2
-    + 4 in 16-bit, 4 + 8 in float32, where a 16-byte copy holds half as many elements) instead of a general loop's
-    unrolled bodies; within the same bounds, with the same products and barriers, and fewer instructions. The default
-    build (``FIXCP`` 0) is the GPU-checked kernel."""
+    """The default build (``FIXCP`` 1): each thread's copies of a tile in loops of known trip count, so that the
+    SASS holds each copy once (keys, then values, gains and the local pass's ``dv``, ``dbeta``: 2 + 4 in 16-bit, 4 +
+    8 in float32, where a 16-byte copy holds half as many elements) instead of the general loop's unrolled bodies
+    (``FIXCP`` 0); within the same bounds, with the same products and barriers, and fewer instructions."""
     values, keys = DTYPES[dtype]
     heads, groups, head_dim, chunk, varlen, final = SHAPES[shape]
-    fixed = sass(cuda_correct.compile_cubin(values, heads, groups, head_dim, chunk, varlen=varlen, final=final,
-                                            key_dtype=keys, fixcp=1))
-    general = disassembly(dtype, shape)
+    fixed = disassembly(dtype, shape)
+    general = sass(cuda_correct.compile_cubin(values, heads, groups, head_dim, chunk, varlen=varlen, final=final,
+                                              key_dtype=keys, fixcp=0))
     assert_within_bounds(fixed)
     per_key, per_value = (2 if (keys or values).itemsize == 2 else 4), (4 if values.itemsize == 2 else 8)
     assert sum(op.startswith("LDGSTS") for op in opcodes(fixed)) == 2 * (per_key + per_value)  # two call sites

@@ -190,26 +190,6 @@ def test_auto_takes_compute_capability_9(capability, want, monkeypatch):
     assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1}) is True
 
 
-@pytest.mark.parametrize("packed, head_dim, keys, reason", [
-    (True, 64, torch.bfloat16, "packed sequences"),
-    (False, 128, torch.bfloat16, "head dimension 128"),
-    (False, 64, torch.float32, "float32 keys"),
-    (False, 64, torch.float16, None),
-])
-def test_auto_leaves_what_no_gpu_has_checked_to_triton(packed, head_dim, keys, reason, monkeypatch):
-    """``auto`` takes it only where ``check_scan_gpu.py`` has checked it on a GPU (fixed lengths, one block of 64
-    channels, 16-bit keys); ``1`` takes the rest too."""
-    v, k, beta = cpu_inputs(torch.float32, head_dim)
-    k = k.to(keys)
-    monkeypatch.setattr(cuda_fwd_local, "unsupported", lambda *args: None)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(cuda_fwd_local, "FAILED", None)
-    found = cuda_fwd_local.unchecked(v, k, packed)
-    assert found is None if reason is None else reason in found
-    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": "auto"}, packed=packed) is (reason is None)
-    assert cuda_fwd_local.wanted(v, k, beta, 512, {"local_CUDA": 1}, packed=packed) is True
-
-
 @pytest.mark.parametrize("dtype, head_dim, states, with_beta, chunk, reason", [
     (torch.float64, 64, 128, True, 512, "float64 values"),
     (torch.bfloat16, 64, 128, False, 512, "beta absent"),
@@ -299,7 +279,6 @@ def test_the_chunked_forward_when_it_fails(error, mode, raises, failed, monkeypa
     monkeypatch.delenv(cuda_fwd_local.ENV, raising=False)
     monkeypatch.setattr(cuda_fwd_local, "FAILED", None)
     monkeypatch.setattr(cuda_fwd_local, "unsupported", lambda *args: None)
-    monkeypatch.setattr(cuda_fwd_local, "unchecked", lambda *args: None)  # its tiny head dimension
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(cuda_fwd_local, "local", local)
     monkeypatch.setattr(chunked_fwd, "LOCAL_RUNS", {"cuda": 0, "triton": 0})

@@ -221,16 +221,16 @@ FIXCP_LAUNCHES = [("bf16", "2.7b"), ("f32-bf16-keys", "2.7b"), ("f32", "small")]
 
 @pytest.mark.parametrize("dtype, shape", FIXCP_LAUNCHES, ids=[f"{d}-{s}" for d, s in FIXCP_LAUNCHES])
 def test_copies_at_fixed_offsets(dtype, shape):
-    """The timing macro ``FIXCP`` 1 (not yet the default: no GPU has run it): each thread's copies of a segment in
-    loops of known trip count, so that the SASS holds each copy once at each of the three places that ask for a
-    segment's copies (keys and queries, values, gains, output gradients, log decays: 2 + 3 + 1 with 16-bit keys,
-    4 + 3 + 1 with float32 ones; a segment's 16 tokens of 64 channels are 128 copies of 16 bytes in 16 bits and 256 in
-    float32, at most one a thread) instead of a general loop's unrolled bodies; within the registers, with the same
-    products and barriers, and fewer instructions. The default build (``FIXCP`` 0) is the GPU-checked kernel."""
+    """The default build (``FIXCP`` 1): each thread's copies of a segment in loops of known trip count, so that the
+    SASS holds each copy once at each of the three places that ask for a segment's copies (keys and queries, values,
+    gains, output gradients, log decays: 2 + 3 + 1 with 16-bit keys, 4 + 3 + 1 with float32 ones; a segment's 16
+    tokens of 64 channels are 128 copies of 16 bytes in 16 bits and 256 in float32, at most one a thread) instead of
+    the general loop's unrolled bodies (the timing macro ``FIXCP`` 0); within the registers, with the same products
+    and barriers, and fewer instructions."""
     values, keys = DTYPES[dtype]
-    fixed = sass(cuda_local.compile_cubin(values, *SHAPES[shape], varlen=shape == "small", key_dtype=keys,
-                                          defines="FIXCP=1"))
-    general = disassembly(dtype, shape)
+    fixed = disassembly(dtype, shape)
+    general = sass(cuda_local.compile_cubin(values, *SHAPES[shape], varlen=shape == "small", key_dtype=keys,
+                                            defines="FIXCP=0"))
     assert_in_registers(fixed)
     key_copies = 2 * (16 * 128 * (keys or values).itemsize // 16 // 256)  # keys and queries
     value_copies = 3 * max(1, 16 * 64 * values.itemsize // 16 // 256)  # values, gains, output gradients
