@@ -3,7 +3,8 @@
 Side by side in one run, on one GPU: mamba2-2.7b dimensions (random weights), the same layers trained in both
 models (every parameter of their mixers: Mamba2 weights, plus beta in the upgraded model), activation
 checkpointing per block as the trainer sets it up (blocks with a Palimpsa layer keep the scan's outputs;
-``--full-recompute`` also times them recomputing it), bf16, AdamW. Reports tokens/s and peak memory per
+``--full-recompute`` also times them recomputing it), bf16, AdamW, the objects made before the timed steps frozen out
+of Python's garbage collector as the trainer's loop has them. Reports tokens/s and peak memory per
 sequence length, and the ratios. Targets (docs/kernels.md): with 8 of 64 layers upgraded >= 0.92x the plain
 model's tokens/s and <= 1.2x its peak memory; with all 64 >= 0.70x and <= 1.6x. Both models use the same Mamba2
 path for their plain layers; the Palimpsa layers use palimpsa_scan's "auto" backend (Triton on CUDA), or the one
@@ -219,6 +220,8 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
     base = torch.cuda.memory_allocated()
     times = []
     sampler = GpuSampler(smi_device())
+    gc.collect()  # the objects made so far frozen out of the garbage collector, as the trainer's loop has them
+    gc.freeze()
     try:
         for index in range(warmup + steps):
             if index == warmup:
@@ -232,6 +235,7 @@ def measure(model: PalimpsaForCausalLM, layers: list[int], seq_len: int, steps: 
             if index >= warmup:
                 times.append(time.perf_counter() - start)
     finally:
+        gc.unfreeze()
         state = sampler.stop()
     median = sorted(times)[len(times) // 2]
     result = {"seq_len": seq_len, "step_s": median, "tokens_per_s": seq_len / median, "steps_s": times,

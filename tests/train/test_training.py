@@ -284,9 +284,12 @@ def test_tiny_recipe_trains_loss_falls_and_only_the_selection_moves(tmp_path, ti
         assert entry["bytes"] == (run / "final" / name).stat().st_size, name
 
 
-def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
+def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random, monkeypatch):
     """trainable.mode lora on a plain Mamba2 (the control arm: the adapters of beta+lora, no beta): only the
-    adapters of lora.layers train, and the saved model is the plain Mamba2 with them merged."""
+    adapters of lora.layers train, and the saved model is the plain Mamba2 with them merged. (And the loop's steps
+    run with the objects made before them frozen out of the garbage collector's generations, unfrozen after.)"""
+    import gc
+
     from palimpsa.upgrade.convert.checkpoint import load_checkpoint
     from palimpsa.upgrade.train.trainable import attach_lora, lora_layers, select_trainable
     from palimpsa.upgrade.train.trainer import Trainer
@@ -295,7 +298,11 @@ def test_lora_on_chosen_layers_of_a_plain_mamba2(tmp_path, tiny_random):
     recipe = load_recipe(TINY, fast(tiny_random) + [
         f"output_dir={run}", "model.upgrade_layers=none", "trainable.mode=lora", "lora.layers=1-2",
         "train.max_steps=3", "optim.lr=0.05", "checkpoint.every=0", "eval.every=0"])
-    Trainer(recipe, log=lambda _line: None).train()
+    trainer = Trainer(recipe, log=lambda _line: None)
+    frozen, step = [], trainer._train_step
+    monkeypatch.setattr(trainer, "_train_step", lambda: (frozen.append(gc.get_freeze_count()), step())[1])
+    trainer.train()
+    assert len(frozen) == 3 and min(frozen) > 0 and gc.get_freeze_count() == 0
     final = _load_model(run / "final")
     assert final.config.upgraded_layers == [] and not any(".beta_" in n for n, _ in final.named_parameters())
     before = load_checkpoint(tiny_random).load_state_dict(progress=False)
