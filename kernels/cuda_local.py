@@ -120,6 +120,9 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #if BULKA && (PROBE & 192)
 #error "PROBE 64 and 128 time the threads' own slab stores: build them with BULKA=0"
 #endif
+#ifndef K2
+#define K2 0                    // (timing) dk's 2 k (dI . b) as k (dI . 2 b): 2 multiplies a token and lane instead of
+#endif                          // 16, the same bits (doubling is exact)
 #ifndef SLABCP
 #define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
 #endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)
@@ -545,6 +548,9 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
             const float2 gg = *reinterpret_cast<const float2*>(&st.dyw[tt][c0]);
             const float vc[2] = {vv.x, vv.y}, bc[2] = {bb.x, bb.y}, gc[2] = {gg.x, gg.y};
             const float gsc[2] = {gg.x * inv, gg.y * inv};
+#if K2
+            const float bc2[2] = {2.f * bb.x, 2.f * bb.y};  // (2 b: dk's 2 k (dI . b) as k (dI . 2 b), the same bits)
+#endif
             // (peel) the token's weighted value and gain as its products' B fragments have them
             float wv[2] = {0.f, 0.f}, wb[2] = {0.f, 0.f};
             if (peel) {
@@ -597,7 +603,11 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                         dI[m][e] = fmaf(an, dI[m][e], -tqv * mu);
                         dqa = fmaf(mu, gc[cc], dqa);
                         dka = fmaf(dM[m][e], vc[cc], dka);
+#if K2
+                        dkb = fmaf(dI[m][e], bc2[cc], dkb);
+#else
                         dkb = fmaf(dI[m][e], bc[cc], dkb);
+#endif
                         pv[cc] = fmaf(dM[m][e], kv[u], pv[cc]);
                         pb[cc] = fmaf(dI[m][e], kq[u], pb[cc]);
 #if SSPLIT
@@ -613,7 +623,7 @@ palimpsa_bwd_local_cuda(const vt* __restrict__ v, const kt* __restrict__ k, cons
                         }
                     }
                     qk[2 * (jj & 1) + (u >> 1)][hh][0] = dqa;
-                    qk[2 * (jj & 1) + (u >> 1)][hh][1] = fmaf(2.f * kv[u], dkb, dka);
+                    qk[2 * (jj & 1) + (u >> 1)][hh][1] = fmaf(K2 ? kv[u] : 2.f * kv[u], dkb, dka);
                 }
 #if !(PROBE & 2)
                 if (jj & 1) {
@@ -797,7 +807,7 @@ def shared_bytes(dtype: torch.dtype = torch.bfloat16, key_dtype: torch.dtype | N
 
 
 # the source's timing macros that ``defines`` may set
-TIMING_MACROS = ("BULKA", "FAC", "FIXCP", "LEANA", "SLABCP", "SSPLIT", "W16")
+TIMING_MACROS = ("BULKA", "FAC", "FIXCP", "K2", "LEANA", "SLABCP", "SSPLIT", "W16")
 
 
 def timing_macros(defines: str) -> dict:

@@ -242,6 +242,23 @@ def test_copies_at_fixed_offsets(dtype, shape):
     assert len(opcodes(fixed)) < len(opcodes(general))
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f32-bf16-keys"])
+def test_dk_doubles_the_gains_once_a_token(dtype):
+    """The timing macro ``K2`` 1 (not yet the default: no GPU has timed it): ``dk``'s ``2 k (dI . b)`` as ``k (dI .
+    2 b)``, the gains doubled once a token instead of every state's key (the same bits: doubling is exact), so each
+    of the reverse step's two copies loses the 16 additions (``k + k``) a token and lane for 2 multiplies: 30 fewer
+    ``FADD`` in the kernel, the same products, reciprocals and multiplies; within the registers, in 16-bit and mixed
+    builds (float32 keys spill a few values outside the token loop)."""
+    values, keys = DTYPES[dtype]
+    folded = sass(cuda_local.compile_cubin(values, *SHAPES["2.7b"], key_dtype=keys, defines="K2=1"))
+    plain = disassembly(dtype, "2.7b")
+    assert_in_registers(folded)
+    for op in (TF32_MMA, "MUFU.RCP", "FMUL", "FFMA", BARRIER):
+        assert opcodes(folded).count(op) == opcodes(plain).count(op), op
+    assert opcodes(plain).count("FADD") - opcodes(folded).count("FADD") == 30
+    assert len(opcodes(folded)) < len(opcodes(plain))
+
+
 def test_slab_store_probes_need_the_threads_own_stores():
     """Probes 64 and 128 (pass A's slab stores into one slot, or none) time the threads' own stores, so they build
     with ``BULKA`` 0 only; under the default the source refuses them instead of timing the default build."""
@@ -337,7 +354,7 @@ def test_timing_macros():
     assert cuda_local.timing_macros("FAC=0+SLABCP") == {"FAC": "0", "SLABCP": "1"}
     for bad in ("PEEL=0", "TSUB=8.0f", "SLABCP=1+HSUM=1"):
         with pytest.raises(ValueError,
-                           match="is not one of the timing macros BULKA, FAC, FIXCP, LEANA, SLABCP, SSPLIT, W16 "):
+                           match="is not one of the timing macros BULKA, FAC, FIXCP, K2, LEANA, SLABCP, SSPLIT, W16 "):
             cuda_local.timing_macros(bad)
     assert cuda_local.wide("W16") and cuda_local.wide("FAC=0+W16=1")
     assert not cuda_local.wide("") and not cuda_local.wide("W16=0") and not cuda_local.wide("SSPLIT=0")
