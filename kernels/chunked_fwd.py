@@ -46,9 +46,9 @@ from . import fused_recurrent as fr
 # and 0.996; BK 64 or 32 (more programs, fewer accumulators each), BP 64 or 16, BT 64 or 16, 8 warps and one or four
 # pipeline stages were all slower (docs/bench/fwd-local-2026-11-29, calls 2-4). local_CUDA (or
 # PALIMPSA_CUDA_FWD_LOCAL; None: the environment's, auto by default) runs the local pass in CUDA C++ instead
-# (cuda_fwd_local.py: 0.143 ms at B = 1 and 0.512 at B = 4 on an H200, call 15): auto on compute capability 9.x where
-# a GPU has checked it (fixed lengths, P = 64, 16-bit keys), 1 wherever it can run, 0 never; a config that names the
-# Triton kernel's keys keeps that kernel
+# (cuda_fwd_local.py: 0.143 ms at B = 1 and 0.512 at B = 4 on an H200, call 15): auto on compute capability 9.x
+# (packed sequences, P = 128 and float32 keys included since docs/bench/fixcp-2026-11-29), 1 wherever it can run, 0
+# never; a config that names the Triton kernel's keys keeps that kernel
 # walk_BV, walk_warps, walk_UNROLL: the chunk walk's tiling (palimpsa_fwd_kernel's BV, num_warps, UNROLL); 0 takes
 # WALK_CONFIG's
 CHUNKED_FWD_CONFIG = {"BP": 0, "BK": 0, "BT": 32, "DOT": "auto", "local_warps": 0, "SUFFIX": 1, "local_CUDA": None,

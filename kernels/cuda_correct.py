@@ -403,7 +403,7 @@ def compile_cubin(dtype: torch.dtype, heads: int, groups: int, head_dim: int, ch
 
 @functools.lru_cache(maxsize=32)
 def _kernel(device: int, dtype: torch.dtype, heads: int, groups: int, head_dim: int, chunk: int, varlen: bool,
-            final: bool, key_dtype: torch.dtype, order: int = 0, fixcp: int = 0):
+            final: bool, key_dtype: torch.dtype, order: int = 0, fixcp: int | None = None):
     cubin = compile_cubin(dtype, heads, groups, head_dim, chunk, varlen=varlen, final=final,
                           arch=cuda_build.arch(device), key_dtype=key_dtype, order=order, fixcp=fixcp)
     return cuda_build.load(device, cubin, KERNEL, shared_bytes(dtype, key_dtype, chunk))

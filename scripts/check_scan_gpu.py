@@ -14,8 +14,8 @@ TF32). The last three cases (``[cuda walk]``: float16, head dimensions 32 and 12
 the Triton walk until they passed here on an H200) run the chunked forward with the CUDA chunk walk forced
 (``PALIMPSA_CUDA_WALK=1``) under ``--without-uncertainty``, and with the Triton walk otherwise (the uncertainty
 output keeps it). The three ``[cuda local]`` cases (packed sequences in bf16, a head dimension of 128, float32 inputs
-with TF32 allowed, at bf16's tolerance) force the chunked forward's CUDA local pass (``PALIMPSA_CUDA_FWD_LOCAL=1``)
-where ``auto`` leaves it to Triton until they pass here.
+with TF32 allowed, at bf16's tolerance) force the chunked forward's CUDA local pass (``PALIMPSA_CUDA_FWD_LOCAL=1``),
+which ``auto`` takes there too since they passed on an H200 (docs/bench/fixcp-2026-11-29).
 Prints a table and exits non-zero if any check fails. A case whose kernel fails to compile or run is reported as an
 error row (with the message, also in the JSON) and the other cases still run.
 
