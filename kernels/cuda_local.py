@@ -122,7 +122,7 @@ SOURCE = cuda_build.HELPERS + cuda_build.TENSOR_CORE_HELPERS + r"""
 #endif
 #ifndef K2
 #define K2 0                    // (timing) dk's 2 k (dI . b) as k (dI . 2 b): 2 multiplies a token and lane instead of
-#endif                          // 16, the same bits (doubling is exact)
+#endif                          // 16, the same bits (doubling is exact); no faster (docs/bench/k2-2026-11-29, call 1)
 #ifndef SLABCP
 #define SLABCP 0                // (timing) a segment's start: 1 copied into its slot during the segment after it; 0
 #endif                          // read from the slab at its start (faster: docs/bench/peel-2026-11-29, call 4)
