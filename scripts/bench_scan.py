@@ -24,6 +24,8 @@ contents and an empty ``selective_scan_cuda.py`` on ``PYTHONPATH`` (docs/kernels
     python scripts/bench_scan.py --no-step --backends fwd-seq:chunked,chunked    # the two Triton forwards
     python scripts/bench_scan.py --no-step --backends "chunked,fwd[walk_BV=8:walk_warps=1]:chunked"   # walk tilings
     python scripts/bench_scan.py --no-step --float32 --shapes 1x8192 --breakdown   # what fine-tuning feeds it
+    python scripts/bench_scan.py --no-step --shapes 1x8192,4x8192 --backends chunked --rounds 5 --graphs
+        # the targets' shapes: 5 interleaved rounds (median ratios and their range), and CUDA-graph replays
 """
 
 from __future__ import annotations
@@ -251,39 +253,110 @@ def floors_ms(batch: int, length: int, clock_ghz: float) -> tuple[float, float]:
     return elements / (16 * per_ms), elements * BWD_INSTRUCTIONS / (128 * per_ms)
 
 
-def bench_scans(shapes, chunk_scan, backends=("triton",), clock_ghz=1.98, progress=None):
+def median(values: list[float]) -> float:
+    """The middle value (the mean of the two middle ones for an even count)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def round_order(names: list, index: int) -> list:
+    """The timed functions in round ``index``: as given in even rounds, reversed in odd ones, so that a GPU or host
+    whose speed drifts over the run favours none of them."""
+    return list(names) if index % 2 == 0 else list(reversed(names))
+
+
+def combine_rounds(times: dict, backends, base: str = "base") -> dict:
+    """A shape's row entries from its rounds (``times[name][kind]``: one ms a round, ``kind`` "fwd" or "fwdbwd",
+    ``name`` a backend or ``base``): each name's median over the rounds, and for each backend the rounds' own
+    ratios to the baseline (each from two timings near each other in time) with their median, lowest and highest.
+    A backend without a time in every round gets no ratios."""
+    row = {}
+    for name, kinds in times.items():
+        key = "base" if name == base else name
+        for kind, values in kinds.items():
+            if values:
+                row[f"{key}_{kind}_ms"] = median(values)
+                row[f"{key}_{kind}_rounds_ms"] = list(values)
+    for backend in backends:
+        for kind in ("fwd", "fwdbwd"):
+            ours_ms, base_ms = times.get(backend, {}).get(kind, []), times.get(base, {}).get(kind, [])
+            if ours_ms and len(ours_ms) == len(base_ms):
+                ratios = [o / b for o, b in zip(ours_ms, base_ms, strict=True)]
+                row[f"{backend}_{kind}_x_rounds"] = ratios
+                row[f"{backend}_{kind}_x"] = median(ratios)
+    return row
+
+
+def bench_scans(shapes, chunk_scan, backends=("triton",), clock_ghz=1.98, progress=None, rounds=1, graphs=False):
     """One row per shape: every backend's times, the baseline's and the floors; ``progress(rows)`` after each row
-    (so that a run cut short by a time limit still leaves what it measured)."""
+    (so that a run cut short by a time limit still leaves what it measured). Every time is the median of ``rounds``
+    do_bench medians, the backends and the baseline taken in turn within a round (:func:`round_order`); ``graphs``
+    also times each of them replayed from a CUDA graph (the GPU's time without Python's launches)."""
     rows = []
     for batch, length in shapes:
         inputs = scan_inputs(batch, length)
-        row = {"B": batch, "L": length}
+        row = {"B": batch, "L": length, "rounds": rounds}
         row["floor_fwd_ms"], row["floor_bwd_ms"] = floors_ms(batch, length, clock_ghz)
+        runs = {}
         for backend in backends:
             try:
-                fwd, fwd_bwd = ours(inputs, backend=backend)
-                row[f"{backend}_fwd_ms"], row[f"{backend}_fwdbwd_ms"] = median_ms(fwd), median_ms(fwd_bwd)
-                row[f"{backend}_peak_gib"] = peak_extra_gib(fwd_bwd)
+                runs[backend] = ours(inputs, backend=backend)
             except Exception as error:  # noqa: BLE001 - report a failing path, time the others
                 traceback.print_exc()
                 row[f"{backend}_error"] = f"{type(error).__name__}: {error}"
         if chunk_scan is not None:
-            base_fwd, base_fwd_bwd = ssd(inputs, chunk_scan)
+            runs["base"] = ssd(inputs, chunk_scan)
             row["baseline"] = "mamba_ssm SSD"
         else:
-            base_fwd, base_fwd_bwd = ours(inputs, with_beta=False)
+            runs["base"] = ours(inputs, with_beta=False)
             row["baseline"] = "triton beta=None"
-        row["base_fwd_ms"], row["base_fwdbwd_ms"] = median_ms(base_fwd), median_ms(base_fwd_bwd)
-        row["base_peak_gib"] = peak_extra_gib(base_fwd_bwd)
+        times = {name: {"fwd": [], "fwdbwd": []} for name in runs}
+        for index in range(rounds):
+            for name in round_order(list(runs), index):
+                if name not in runs:  # failed in an earlier round
+                    continue
+                fwd, fwd_bwd = runs[name]
+                try:
+                    fwd_ms, fwd_bwd_ms = median_ms(fwd), median_ms(fwd_bwd)
+                except Exception as error:  # noqa: BLE001 - report a failing path, time the others
+                    if name == "base":
+                        raise
+                    traceback.print_exc()
+                    row[f"{name}_error"] = f"{type(error).__name__}: {error}"
+                    del runs[name], times[name]
+                    continue
+                times[name]["fwd"].append(fwd_ms)
+                times[name]["fwdbwd"].append(fwd_bwd_ms)
+        row.update(combine_rounds(times, backends))
+        for name, (_, fwd_bwd) in runs.items():
+            row[f"{name}_peak_gib"] = peak_extra_gib(fwd_bwd)
+        if graphs:
+            for name, (fwd, fwd_bwd) in runs.items():
+                try:
+                    row[f"{name}_fwd_graph_ms"], row[f"{name}_fwdbwd_graph_ms"] = graph_ms(fwd), graph_ms(fwd_bwd)
+                except Exception as error:  # noqa: BLE001 - a path that cannot be captured: say so, go on
+                    row[f"{name}_graph_error"] = f"{type(error).__name__}: {error}"
+                    print(f"  {name}: no CUDA-graph timing ({row[f'{name}_graph_error'][:200]})", flush=True)
         rows.append(row)
         if progress is not None:
             progress(rows)
-        timed = ", ".join(f"{b} {row[f'{b}_fwd_ms']:.2f} / {row[f'{b}_fwdbwd_ms']:.2f} ms" if f"{b}_fwd_ms" in row
-                          else f"{b} failed" for b in backends)
+        timed = ", ".join(f"{b} {row[f'{b}_fwd_ms']:.2f} / {row[f'{b}_fwdbwd_ms']:.2f} ms" + spread(row, b)
+                          if f"{b}_fwd_ms" in row else f"{b} failed" for b in backends)
         print(f"  B={batch} L={length}: {timed}, {row['baseline']} {row['base_fwd_ms']:.2f} / "
               f"{row['base_fwdbwd_ms']:.2f} ms", flush=True)
-        del inputs
+        del inputs, runs
     return rows
+
+
+def spread(row: dict, backend: str) -> str:
+    """`` (x 3.1-3.3 / 2.4-2.6 over 5 rounds)``: the lowest and highest of the rounds' ratios, where there are
+    several rounds."""
+    fwd, fwd_bwd = row.get(f"{backend}_fwd_x_rounds", []), row.get(f"{backend}_fwdbwd_x_rounds", [])
+    if len(fwd) < 2 or len(fwd_bwd) < 2:
+        return ""
+    return (f" (x {min(fwd):.2f}-{max(fwd):.2f} / {min(fwd_bwd):.2f}-{max(fwd_bwd):.2f} over {len(fwd)} "
+            "rounds)")
 
 
 def bench_step(batch, state_update, gen):
@@ -440,6 +513,14 @@ def main() -> int:
                              "chunked_fwd.CHUNKED_FWD_CONFIG's keys overridden)")
     parser.add_argument("--clock-ghz", type=float, help="SM clock for the floors (default: nvidia-smi's max)")
     parser.add_argument("--no-step", action="store_true", help="skip the decoding-step benchmark")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time every backend and the baseline this many times in turn at each shape (the order "
+                             "reversed every other round) and report the medians and the median of the rounds' own "
+                             "ratios, with their range (default %(default)s; at B = 1 SSD's time is mostly its "
+                             "launches, so its ratio moves with the host: 3 or 5 rounds show how much)")
+    parser.add_argument("--graphs", action="store_true",
+                        help="also time every backend and the baseline replayed from a CUDA graph: the GPU's time "
+                             "without Python's launches, in a second table")
     parser.add_argument("--sweep", action="store_true", help="also time tilings and chunk sizes of our kernels")
     parser.add_argument("--quick", action="store_true", help="B=1 only")
     parser.add_argument("--shapes", default=None,
@@ -471,6 +552,8 @@ def main() -> int:
         global OURS_DTYPE
         OURS_DTYPE = torch.float32
         torch.set_float32_matmul_precision("highest" if args.full_precision else "high")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
     if args.block_size < 2 or args.block_size % 2:
         parser.error(f"--block-size {args.block_size}: give an even number of tokens, e.g. 4 or 8")
     if args.chunk_size < 2 or args.chunk_size % args.block_size:
@@ -508,12 +591,13 @@ def main() -> int:
             "bwd_config_b1": fused_recurrent._backward_config(1, HEADS, HEAD_DIM, torch.device("cuda")),
             "chunk_size": fused_recurrent.CHUNK_SIZE, "ours_dtype": str(OURS_DTYPE),
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "block_size": fused_recurrent.BLOCK_SIZE}
+            "block_size": fused_recurrent.BLOCK_SIZE, "rounds": args.rounds}
     print(f"{info['device']} ({info['date']}), torch {info['torch']}, triton {info['triton']}; {note}")
     print(f"device-to-device copy: {info['copy_tbs']:.2f} TB/s; SM clock {clock:.3f} GHz ({clock_source})")
     result = {"info": info}
     result["scan"] = bench_scans(shapes, chunk_scan, backends, clock,
-                                 progress=lambda rows: write_json(args.json, {**result, "scan": rows}))
+                                 progress=lambda rows: write_json(args.json, {**result, "scan": rows}),
+                                 rounds=args.rounds, graphs=args.graphs)
     write_json(args.json, result)
     result["step"] = [] if args.no_step else bench_steps((1, 16, 64), state_update)
     print_tables(result, chunk_scan is not None, state_update is not None, backends)
@@ -540,8 +624,11 @@ def print_tables(result: dict, with_ssd: bool, with_step: bool, backends=("trito
     base = "SSD" if with_ssd else "beta=None"
     products = "TF32" if torch.get_float32_matmul_precision() != "highest" else "full-precision"
     ours = "bf16" if OURS_DTYPE == torch.bfloat16 else f"ours float32 ({products} products), SSD bf16"
-    print(f"\n{ours}, H={HEADS} P={HEAD_DIM} N={STATE} G=1; ms are do_bench medians; memory is peak extra GiB "
-          f"(fwd+bwd); x = ours / {base}; floor% = floor / ours (fwd: 1 MUFU per element-token; bwd = f+b - fwd: "
+    rounds = result["info"].get("rounds", 1)
+    timing = "do_bench medians" if rounds == 1 else f"medians of {rounds} rounds' do_bench medians"
+    ratio = f"ours / {base}" if rounds == 1 else f"the median of the rounds' ours / {base}"
+    print(f"\n{ours}, H={HEADS} P={HEAD_DIM} N={STATE} G=1; ms are {timing}; memory is peak extra GiB "
+          f"(fwd+bwd); x = {ratio}; floor% = floor / ours (fwd: 1 MUFU per element-token; bwd = f+b - fwd: "
           f"{BWD_INSTRUCTIONS} instructions per element-token); gluon = Gluon forward + Triton backward, "
           "gluon-bwd = Gluon forward + Gluon backward")
     print(f"{'backend':>16} {'B':>2} {'L':>6} | {'fwd':>7} {base:>7} {'x':>5} {'floor%':>6} | {'f+b':>7} {base:>7} "
@@ -552,10 +639,26 @@ def print_tables(result: dict, with_ssd: bool, with_step: bool, backends=("trito
                 print(f"{b:>16} {r['B']:>2} {r['L']:>6} | failed: {r.get(f'{b}_error', '?')[:80]}")
                 continue
             fwd, fb, gib = r[f"{b}_fwd_ms"], r[f"{b}_fwdbwd_ms"], r[f"{b}_peak_gib"]
-            print(f"{b:>16} {r['B']:>2} {r['L']:>6} | {fwd:7.2f} {r['base_fwd_ms']:7.2f} {fwd / r['base_fwd_ms']:5.2f} "
+            fwd_x = r.get(f"{b}_fwd_x", fwd / r["base_fwd_ms"])
+            fb_x = r.get(f"{b}_fwdbwd_x", fb / r["base_fwdbwd_ms"])
+            print(f"{b:>16} {r['B']:>2} {r['L']:>6} | {fwd:7.2f} {r['base_fwd_ms']:7.2f} {fwd_x:5.2f} "
                   f"{100 * r['floor_fwd_ms'] / fwd:5.0f}% | {fb:7.2f} {r['base_fwdbwd_ms']:7.2f} "
-                  f"{fb / r['base_fwdbwd_ms']:5.2f} {fb - fwd:7.2f} {100 * r['floor_bwd_ms'] / (fb - fwd):5.0f}% | "
+                  f"{fb_x:5.2f} {fb - fwd:7.2f} {100 * r['floor_bwd_ms'] / (fb - fwd):5.0f}% | "
                   f"{gib:6.3f} {r['base_peak_gib']:6.3f} {gib / max(r['base_peak_gib'], 1e-9):5.2f}")
+    if any("base_fwd_graph_ms" in r for r in result["scan"]):
+        print(f"\nreplayed from CUDA graphs (do_bench_cudagraph medians, one round): the GPU's time without Python's "
+              f"launches; x = ours / {base}")
+        print(f"{'backend':>16} {'B':>2} {'L':>6} | {'fwd':>7} {base:>7} {'x':>5} | {'f+b':>7} {base:>7} {'x':>5}")
+        for r in result["scan"]:
+            for b in backends:
+                if f"{b}_fwd_graph_ms" not in r or "base_fwd_graph_ms" not in r:
+                    why = r.get(f"{b}_graph_error") or r.get("base_graph_error") or r.get(f"{b}_error", "?")
+                    print(f"{b:>16} {r['B']:>2} {r['L']:>6} | no graph timing: {why[:80]}")
+                    continue
+                fwd, fb = r[f"{b}_fwd_graph_ms"], r[f"{b}_fwdbwd_graph_ms"]
+                base_fwd, base_fb = r["base_fwd_graph_ms"], r["base_fwdbwd_graph_ms"]
+                print(f"{b:>16} {r['B']:>2} {r['L']:>6} | {fwd:7.2f} {base_fwd:7.2f} {fwd / base_fwd:5.2f} | "
+                      f"{fb:7.2f} {base_fb:7.2f} {fb / base_fb:5.2f}")
     if not result["step"]:
         return
     step_base = "selective_state_update" if with_step else "torch step"
