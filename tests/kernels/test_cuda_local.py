@@ -244,11 +244,11 @@ def test_copies_at_fixed_offsets(dtype, shape):
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32-bf16-keys"])
 def test_dk_doubles_the_gains_once_a_token(dtype):
-    """The timing macro ``K2`` 1 (off: an H200 timed it no faster, docs/bench/k2-2026-11-29): ``dk``'s ``2 k (dI . b)`` as ``k (dI .
-    2 b)``, the gains doubled once a token instead of every state's key (the same bits: doubling is exact), so each
-    of the reverse step's two copies loses the 16 additions (``k + k``) a token and lane for 2 multiplies: 30 fewer
-    ``FADD`` in the kernel, the same products, reciprocals and multiplies; within the registers, in 16-bit and mixed
-    builds (float32 keys spill a few values outside the token loop)."""
+    """The timing macro ``K2`` 1 (off: an H200 timed it no faster, docs/bench/k2-2026-11-29): ``dk``'s
+    ``2 k (dI . b)`` as ``k (dI . 2 b)``, the gains doubled once a token instead of every state's key (the same bits:
+    doubling is exact), so each of the reverse step's two copies loses the 16 additions (``k + k``) a token and lane
+    for 2 multiplies: 30 fewer ``FADD`` in the kernel, the same products, reciprocals and multiplies; within the
+    registers, in 16-bit and mixed builds (float32 keys spill a few values outside the token loop)."""
     values, keys = DTYPES[dtype]
     folded = sass(cuda_local.compile_cubin(values, *SHAPES["2.7b"], key_dtype=keys, defines="K2=1"))
     plain = disassembly(dtype, "2.7b")
