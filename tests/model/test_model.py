@@ -417,6 +417,50 @@ def test_palimpsa_layer_through_the_fused_gains(case, monkeypatch):
         assert rel_diff(got_grads[name], grad) <= 1e-5, name
 
 
+@pytest.mark.parametrize("case, packed", [("mlp-Dhdim-normfirst-limit", False), ("mlp48-g1-bias-layernorm", True),
+                                          ("mlp-4groups-normfirst", False)])
+def test_every_layer_through_the_fused_readout_convolution_and_norm(case, packed, monkeypatch):
+    """Every block's residual sum and RMSNorm, its mixer's convolution with the SiLU, and the skip term with the
+    gated norm, from the fused kernels (as on a GPU; here under the Triton interpreter) give the logits and every
+    parameter's gradient of the PyTorch expressions, in Palimpsa and plain Mamba2 layers alike, and in a packed
+    row."""
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
+    from palimpsa.kernels import conv, fused_conv, fused_norm, fused_readout, norm, readout
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = reference_config(**REFERENCE_CASES[case], importance_prior=0.7)
+    model = convert_layers(random_weights(PalimpsaForCausalLM(config), seed=4), [0])
+    random_beta(model, seed=4, gain=3.0)
+    model.to(device)
+    ids = random_ids(50, length=24).to(device)
+    cu_seqlens = torch.tensor([0, 2, 11, 24], device=device) if packed else None
+    ids = ids[:1] if packed else ids
+
+    def run():
+        model.zero_grad()
+        logits = model(ids, cu_seqlens=cu_seqlens).logits
+        (logits * torch.linspace(-1, 1, logits.shape[-1], device=device)).sum().backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    modules = {"conv": (conv, fused_conv), "norm": (norm, fused_norm), "readout": (readout, fused_readout)}
+    for module, _ in modules.values():
+        monkeypatch.setattr(module, "_fused", lambda x: None)
+    want, want_grads = run()
+    calls = []
+    for name, (module, fused) in modules.items():
+        monkeypatch.setattr(module, "_fused", lambda x, name=name, fused=fused: calls.append(name) or fused)
+    got, got_grads = run()
+    # every layer's kernels ran (the block norm where the model has RMSNorm, not LayerNorm)
+    blocks = config.n_layer if config.rms_norm else 0
+    assert sorted(calls) == ["conv"] * config.n_layer + ["norm"] * blocks + ["readout"] * config.n_layer
+    assert rel_diff(got, want) <= 1e-6
+    assert got_grads.keys() == want_grads.keys() and any(".D" in n for n in got_grads)
+    for name, grad in want_grads.items():
+        assert rel_diff(got_grads[name], grad) <= 1e-5, name
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # 3. and 4. the beta -> 0 limit
 

@@ -18,7 +18,7 @@ from pathlib import Path
 _UPGRADE = Path(__file__).resolve().parents[1]
 _KERNELS = _UPGRADE.parent / "kernels"  # the repository's kernels/, or palimpsa/kernels/ once installed
 # what the standalone model is made of, in order: the scan op, then the model with what it reads from the package
-KERNEL_SOURCES = ("naive.py", "torch_chunk.py", "scan.py", "step.py", "gains.py")
+KERNEL_SOURCES = ("naive.py", "torch_chunk.py", "scan.py", "step.py", "gains.py", "readout.py", "conv.py", "norm.py")
 MODEL_SOURCES = ("io/manifest.py", "model/cache.py", "model/modeling.py")
 _INTERNAL_IMPORT = re.compile(r"^from (\.[\w.]*|palimpsa[\w.]*) import (\([^)]*\)|[^\n]*)\n", re.MULTILINE)
 

@@ -18,12 +18,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from palimpsa.kernels import (
+    add_rms_norm,
+    causal_conv_silu,
+    gated_rms_norm,
+    mixer_readout,
     ops_saved_under_checkpointing,
     palimpsa_scan,
     palimpsa_step,
     reference_values_and_gains,
+    rms_norm,
     scan_values_and_gains,
 )
+from palimpsa.kernels.conv import sequence_index
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -51,9 +57,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = upcast(x)
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x32 * upcast(self.weight)).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class GatedRMSNorm(nn.Module):
@@ -70,42 +74,7 @@ class GatedRMSNorm(nn.Module):
         self.norm_before_gate = norm_before_gate
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        x32, gate = upcast(x), F.silu(upcast(z))
-        if not self.norm_before_gate:
-            x32 = x32 * gate
-        grouped = x32.unflatten(-1, (-1, self.group_size))
-        grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
-        x32 = grouped.flatten(-2) * upcast(self.weight)
-        if self.norm_before_gate:
-            x32 = x32 * gate
-        return x32.to(x.dtype)
-
-
-def sequence_index(cu_seqlens: torch.Tensor, length: int) -> torch.Tensor:
-    """For a packed row of ``length`` positions, the index of the sequence each position belongs to."""
-    position = torch.arange(length, device=cu_seqlens.device)
-    return torch.searchsorted(cu_seqlens, position, right=True) - 1
-
-
-def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                          cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
-    """Causal depthwise convolution of ``x`` ``[B, L, C]`` with ``weight`` ``[C, 1, K]`` (``nn.Conv1d`` layout).
-
-    With ``cu_seqlens`` (a packed batch) no tap reaches back across a sequence start.
-    """
-    length, taps = x.shape[1], weight.shape[-1]
-    padded = F.pad(x, (0, 0, taps - 1, 0))
-    out = torch.zeros_like(x) if bias is None else bias.to(x.dtype).expand_as(x).clone()
-    if cu_seqlens is not None:
-        position = torch.arange(length, device=x.device)
-        starts = cu_seqlens[sequence_index(cu_seqlens, length)]
-    for tap in range(taps):
-        lag = taps - 1 - tap
-        term = padded[:, tap : tap + length] * weight[:, 0, tap].to(x.dtype)
-        if cu_seqlens is not None and lag:
-            term = term * (position - lag >= starts).to(x.dtype)[None, :, None]
-        out = out + term
-    return out
+        return gated_rms_norm(x, z, self.weight, self.eps, self.group_size, self.norm_before_gate).to(x.dtype)
 
 
 @functools.cache
@@ -188,7 +157,7 @@ class PlainMamba2Mixer(nn.Module):
         if cache is not None:
             out, final = out
             cache.ssm[self.layer_idx] = (final.float().detach(), None)
-        return upcast(out)
+        return out  # (in the inputs' dtype: the readout computes in float32 from any)
 
     def scan_inputs(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
                     attention_mask: torch.Tensor | None = None, cache: PalimpsaCache | None = None) -> ScanInputs:
@@ -209,8 +178,8 @@ class PlainMamba2Mixer(nn.Module):
             xbc = xbc * mask
         prefix = None if cache is None else cache.conv[self.layer_idx]
         conv_input = xbc if prefix is None else torch.cat([prefix.to(xbc.dtype), xbc], dim=1)
-        xbc = causal_depthwise_conv(conv_input, self.conv1d.weight, self.conv1d.bias, cu_seqlens)[:, -length:]
-        xbc = F.silu(xbc)
+        # one fused kernel each way on a GPU (kernels/conv.py)
+        xbc = causal_conv_silu(conv_input, self.conv1d.weight, self.conv1d.bias, cu_seqlens)[:, -length:]
         if mask is not None:
             xbc = xbc * mask
         if cache is not None:
@@ -267,13 +236,14 @@ class PlainMamba2Mixer(nn.Module):
                 memory, importance = final
                 keep_importance = isinstance(self, PalimpsaMixer)
                 cache.ssm[self.layer_idx] = (memory.detach(), importance.detach() if keep_importance else None)
-        skip = upcast(self.D).view(-1, self.headdim) if config.D_has_hdim else upcast(self.D)[:, None]
-        y = (y + upcast(x_heads) * skip).view(batch, length, self.d_ssm)
         if config.rmsnorm:
-            y = self.norm(y, inputs.z)
+            # y + D x through the gated norm: one fused kernel each way on a GPU (kernels/readout.py)
+            y = mixer_readout(y, x_heads, self.D, inputs.z, self.norm.weight, self.norm.eps, self.norm.group_size,
+                              self.norm.norm_before_gate, hidden_states.dtype)
         else:
-            y = y * F.silu(upcast(inputs.z))
-        y = y.to(hidden_states.dtype)
+            skip = upcast(self.D).view(-1, self.headdim) if config.D_has_hdim else upcast(self.D)[:, None]
+            y = (y + upcast(x_heads) * skip).view(batch, length, self.d_ssm)
+            y = (y * F.silu(upcast(inputs.z))).to(hidden_states.dtype)
         if self.d_mlp:
             y = torch.cat([F.silu(inputs.z0) * inputs.x0, y], dim=-1)
         return self.out_proj(y)
@@ -373,10 +343,14 @@ class PalimpsaBlock(GradientCheckpointingLayer):
         self.mixer = mixer_class(config, layer_idx)
 
     def forward(self, hidden_states, residual=None, cu_seqlens=None, attention_mask=None, cache=None):
-        residual = hidden_states if residual is None else hidden_states + residual
-        hidden_states = self.norm(residual.to(self.norm.weight.dtype))
-        if self.residual_in_fp32:
-            residual = upcast(residual)
+        if isinstance(self.norm, RMSNorm):  # one fused kernel each way on a GPU (kernels/norm.py)
+            hidden_states, residual = add_rms_norm(hidden_states, residual, self.norm.weight, self.norm.eps,
+                                                   self.residual_in_fp32)
+        else:
+            residual = hidden_states if residual is None else hidden_states + residual
+            hidden_states = self.norm(residual.to(self.norm.weight.dtype))
+            if self.residual_in_fp32:
+                residual = upcast(residual)
         return self.mixer(hidden_states, cu_seqlens, attention_mask, cache), residual
 
 

@@ -1,0 +1,199 @@
+"""Triton kernels of ``conv.causal_conv_silu``: a mixer's causal depthwise convolution and its SiLU in one pass over
+``[B, L, C]``, and their gradients in one more.
+
+What they replace (``docs/bench/host-2026-11-29``, call 3: a block's kernels at 2.7b shapes, L = 8192): PyTorch pads
+a copy of the input, then a tap at a time multiplies a strided slice by the tap's weights and adds it to the sum, in
+the input's dtype (16 bits in training, rounded at every tap), then applies the SiLU; autograd runs about as many
+kernels backward, and activation checkpointing runs the forward twice. Here the forward reads each token's inputs
+(the taps' overlapping rows come from the cache) and writes the activations once, summed in float32; the backward
+recomputes the sums it needs, writes ``dx`` and sums the filters' and the bias's gradients over each program's
+tokens (one row of partial sums a program, added up by PyTorch).
+
+Both are operators of the dispatcher (``torch.ops.palimpsa.causal_conv_silu``), so that torch.compile and selective
+activation checkpointing see them as one op each.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .fused_recurrent import FP_FUSION, _acc_dtype
+
+MAX_TAPS = 8
+FWD_TILE = (32, 128)  # tokens x channels a program
+BWD_TILE = (32, 64)
+
+
+@triton.jit
+def _positions(pos, t, ok, HAS_POS: tl.constexpr):
+    """Each token's position in its sequence: its index in the row, or (packed) the index less its sequence's
+    start."""
+    if HAS_POS:
+        return tl.load(pos + t, mask=ok, other=0).to(tl.int64)
+    return t
+
+
+@triton.jit
+def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.constexpr, BT: tl.constexpr,
+                    BC: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
+    """``out = silu(bias + sum_tap w[tap] x[t - (K - 1 - tap)])`` for a tile of tokens and channels; a lag that
+    reaches before the token's sequence contributes nothing."""
+    i_t, i_c = tl.program_id(0), tl.program_id(1)
+    rows = i_t.to(tl.int64) * BT + tl.arange(0, BT)
+    cols = i_c * BC + tl.arange(0, BC)
+    mr, mc = rows < n_rows, cols < C
+    b, t = rows // L, rows % L
+    p = _positions(pos, t, mr, HAS_POS)
+    acc = tl.zeros([BT, BC], dtype=ACC)
+    if HAS_BIAS:
+        acc += tl.load(bias + cols, mask=mc, other=0).to(ACC)[None, :]
+    for tap in tl.static_range(K):
+        lag = K - 1 - tap
+        ok = mr & (p >= lag)
+        xv = tl.load(x + (b * sx_b + (t - lag) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
+                     other=0).to(ACC)
+        acc += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
+    o = acc / (1 + tl.exp(-acc))
+    tl.store(out + rows[:, None] * C + cols[None, :], o.to(out.dtype.element_ty), mask=mr[:, None] & mc[None, :])
+
+
+@triton.jit
+def conv_bwd_kernel(x, w, bias, pos, g, dx, dw_part, db_part, n_rows, L, sx_b, sx_l, C, K: tl.constexpr,
+                    BT: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr,
+                    ACC: tl.constexpr):
+    """``dx`` of a tile (contiguous): the output ``lag`` tokens later reads ``x[t]`` through tap ``K - 1 - lag``, so
+    ``dx[t] = sum_lag w[K - 1 - lag] du[t + lag]`` with ``du = g silu'(u)``, each ``u`` summed again; and the tile's
+    sums over its tokens of the filters' gradients ``du[t] x[t - lag]`` and the bias's ``du[t]`` (a row of
+    ``dw_part`` ``[tiles, C, K]`` and ``db_part`` ``[tiles, C]``)."""
+    i_t, i_c = tl.program_id(0), tl.program_id(1)
+    rows = i_t.to(tl.int64) * BT + tl.arange(0, BT)
+    cols = i_c * BC + tl.arange(0, BC)
+    mr, mc = rows < n_rows, cols < C
+    b, t = rows // L, rows % L
+    p = _positions(pos, t, mr, HAS_POS)
+    bias_v = tl.load(bias + cols, mask=mc, other=0).to(ACC) if HAS_BIAS else tl.zeros([BC], dtype=ACC)
+    dxacc = tl.zeros([BT, BC], dtype=ACC)
+    du0 = tl.zeros([BT, BC], dtype=ACC)
+    for lag in tl.static_range(K):
+        t2 = t + lag
+        ok2 = mr & (t2 < L)
+        p2 = _positions(pos, t2, ok2, HAS_POS)
+        ok2 = ok2 & (p2 >= lag)  # the output at t2 reads x[t] (else x[t] is before t2's sequence)
+        u = tl.zeros([BT, BC], dtype=ACC) + bias_v[None, :]
+        for tap in tl.static_range(K):
+            back = K - 1 - tap
+            ok = ok2 & (p2 >= back)
+            xv = tl.load(x + (b * sx_b + (t2 - back) * sx_l)[:, None] + cols[None, :],
+                         mask=ok[:, None] & mc[None, :], other=0).to(ACC)
+            u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
+        gv = tl.load(g + (rows + lag)[:, None] * C + cols[None, :], mask=ok2[:, None] & mc[None, :], other=0).to(ACC)
+        sig = 1 / (1 + tl.exp(-u))
+        du = gv * sig * (1 + u * (1 - sig))
+        dxacc += du * tl.load(w + cols * K + (K - 1 - lag), mask=mc, other=0).to(ACC)[None, :]
+        if lag == 0:
+            du0 = du
+    tl.store(dx + rows[:, None] * C + cols[None, :], dxacc.to(dx.dtype.element_ty), mask=mr[:, None] & mc[None, :])
+    for tap in tl.static_range(K):
+        lag = K - 1 - tap
+        ok = mr & (p >= lag)
+        xv = tl.load(x + (b * sx_b + (t - lag) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
+                     other=0).to(ACC)
+        tl.store(dw_part + (i_t.to(tl.int64) * C + cols) * K + tap, tl.sum(du0 * xv, 0), mask=mc)
+    tl.store(db_part + i_t.to(tl.int64) * C + cols, tl.sum(du0, 0), mask=mc)
+
+
+def supported(x, weight, bias, cu_seqlens) -> bool:
+    """Whether the kernels take these operands as they are (else the PyTorch expressions run): ``x`` ``[B, L, C]``
+    with contiguous channels, ``weight`` a contiguous ``[C, 1, K]`` of at most ``MAX_TAPS`` taps, ``bias`` None or a
+    contiguous ``[C]``, ``cu_seqlens`` None or (``B`` = 1) integer starts, all on one device."""
+    if x.dim() != 3 or weight.dim() != 3 or not x.is_floating_point():
+        return False
+    batch, _, channels = x.shape
+    tensors = [x, weight] + [t for t in (bias, cu_seqlens) if t is not None]
+    return (x.stride(2) == 1 and weight.shape[:2] == (channels, 1) and 0 < weight.shape[2] <= MAX_TAPS
+            and weight.is_contiguous() and weight.is_floating_point()
+            and (bias is None or (bias.shape == (channels,) and bias.is_contiguous() and bias.is_floating_point()))
+            and (cu_seqlens is None or (batch == 1 and cu_seqlens.dim() == 1 and not cu_seqlens.is_floating_point()))
+            and len({t.device for t in tensors}) == 1)
+
+
+def _positions_of(cu_seqlens, length, device):
+    """Each token's index in its packed sequence (int32 ``[L]``), or None for unpacked rows."""
+    if cu_seqlens is None:
+        return None
+    position = torch.arange(length, device=device)
+    index = torch.searchsorted(cu_seqlens, position, right=True) - 1
+    return (position - cu_seqlens.long()[index]).to(torch.int32)
+
+
+def _acc(x):
+    return _acc_dtype(torch.float64 if x.dtype == torch.float64 else torch.float32)
+
+
+@torch.library.custom_op("palimpsa::causal_conv_silu", mutates_args=())
+def _conv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+             cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+    batch, length, channels = x.shape
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    pos = _positions_of(cu_seqlens, length, x.device)
+    bt, bc = FWD_TILE
+    conv_fwd_kernel[(triton.cdiv(batch * length, bt), triton.cdiv(channels, bc))](
+        x, weight, x if bias is None else bias, x if pos is None else pos, out, batch * length, length,
+        x.stride(0), x.stride(1), channels, K=weight.shape[2], BT=bt, BC=bc, HAS_BIAS=bias is not None,
+        HAS_POS=pos is not None, ACC=_acc(x), num_warps=4, **FP_FUSION)
+    return out
+
+
+@_conv_op.register_fake
+def _conv_fake(x, weight, bias, cu_seqlens):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("palimpsa::causal_conv_silu_backward", mutates_args=())
+def _conv_backward_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                      cu_seqlens: torch.Tensor | None, grad: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``dx`` (contiguous, ``x``'s dtype), ``dweight`` and ``dbias`` (empty without a bias) in their dtypes."""
+    batch, length, channels = x.shape
+    taps = weight.shape[2]
+    pos = _positions_of(cu_seqlens, length, x.device)
+    bt, bc = BWD_TILE
+    tiles = triton.cdiv(batch * length, bt)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw_part = torch.empty(tiles, channels, taps, dtype=acc, device=x.device)
+    db_part = torch.empty(tiles, channels, dtype=acc, device=x.device)
+    conv_bwd_kernel[(tiles, triton.cdiv(channels, bc))](
+        x, weight, x if bias is None else bias, x if pos is None else pos, grad.contiguous(), dx, dw_part, db_part,
+        batch * length, length, x.stride(0), x.stride(1), channels, K=taps, BT=bt, BC=bc,
+        HAS_BIAS=bias is not None, HAS_POS=pos is not None, ACC=_acc(x), num_warps=4, **FP_FUSION)
+    dweight = dw_part.sum(0).view(weight.shape).to(weight.dtype)
+    dbias = x.new_empty(0) if bias is None else db_part.sum(0).to(bias.dtype)
+    return dx, dweight, dbias
+
+
+@_conv_backward_op.register_fake
+def _conv_backward_fake(x, weight, bias, cu_seqlens, grad):
+    return (torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(weight),
+            x.new_empty(0) if bias is None else torch.empty_like(bias))
+
+
+def _setup(ctx, inputs, output):
+    x, weight, bias, cu_seqlens = inputs
+    ctx.save_for_backward(x, weight, bias, cu_seqlens)
+
+
+def _backward(ctx, grad):
+    x, weight, bias, cu_seqlens = ctx.saved_tensors
+    dx, dweight, dbias = torch.ops.palimpsa.causal_conv_silu_backward(x, weight, bias, cu_seqlens, grad)
+    return dx, dweight, None if bias is None else dbias, None
+
+
+_conv_op.register_autograd(_backward, setup_context=_setup)
+
+
+def fused_conv_silu(x, weight, bias, cu_seqlens):
+    """``conv.causal_conv_silu`` through the kernels (the caller has checked :func:`supported`)."""
+    return torch.ops.palimpsa.causal_conv_silu(x, weight, bias, cu_seqlens)

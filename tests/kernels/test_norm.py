@@ -1,0 +1,109 @@
+"""A block's residual sum and RMSNorm (``palimpsa.kernels.norm``): the fused Triton kernels under
+``TRITON_INTERPRET=1`` against the PyTorch expressions, both outputs and every gradient, and where each one runs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from palimpsa.kernels import add_rms_norm, norm
+from palimpsa.kernels.norm import reference_add_rms_norm
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+needs_kernels = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()),
+                                   reason="Triton kernels need a GPU or TRITON_INTERPRET=1")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def operands(rows=(2, 21), channels=40, dtype=torch.bfloat16, residual_dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(*rows, channels, generator=gen).to(dtype)
+    residual = None if residual_dtype is None else (3 * torch.randn(*rows, channels, generator=gen)).to(residual_dtype)
+    weight = (1 + 0.5 * torch.randn(channels, generator=gen)).to(dtype)
+    leaves = [t.to(DEVICE).requires_grad_(True) for t in (hidden, residual, weight) if t is not None]
+    hidden, weight = leaves[0], leaves[-1]
+    return (hidden, leaves[1] if residual is not None else None, weight), leaves
+
+
+def outputs_and_grads(fn, ops, leaves, residual_in_fp32, use_residual=True):
+    normed, residual = fn(*ops, 1e-5, residual_in_fp32)
+    gen = torch.Generator().manual_seed(3)
+    loss = (normed.double() * torch.randn(normed.shape, generator=gen, dtype=torch.float64).to(normed.device)).sum()
+    if use_residual:
+        loss = loss + (residual.double() * torch.randn(residual.shape, generator=gen, dtype=torch.float64).to(
+            residual.device)).sum()
+    return normed, residual, torch.autograd.grad(loss, leaves)
+
+
+def close(got, want, tol, name):
+    err = ((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-30)).item()
+    assert err < tol, f"{name}: relative error {err:.2e} >= {tol}"
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype, residual_dtype, residual_in_fp32, tol", [
+    (torch.bfloat16, torch.float32, True, 1e-2),  # every block after the first in training (residual_in_fp32)
+    (torch.bfloat16, None, True, 1e-2),  # the first block: the embeddings alone
+    (torch.bfloat16, torch.bfloat16, False, 1e-2),  # a residual kept in the model's dtype
+    (torch.float32, torch.float32, True, 1e-5),
+    (torch.float32, None, False, 1e-5),
+])
+@pytest.mark.parametrize("use_residual", [True, False])
+def test_fused_kernels_match_the_pytorch_expressions(dtype, residual_dtype, residual_in_fp32, tol, use_residual):
+    from palimpsa.kernels import fused_norm
+
+    ops, leaves = operands(dtype=dtype, residual_dtype=residual_dtype)
+    assert fused_norm.supported(*ops)
+    got = outputs_and_grads(fused_norm.fused_add_rms_norm, ops, leaves, residual_in_fp32, use_residual)
+    want = outputs_and_grads(reference_add_rms_norm, ops, leaves, residual_in_fp32, use_residual)
+    for name, g, w in zip(("normed", "residual"), got[:2], want[:2]):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        close(g, w, tol, name)
+    for name, g, w, leaf in zip(("hidden", "residual", "weight") if len(leaves) == 3 else ("hidden", "weight"),
+                                got[2], want[2], leaves, strict=True):
+        assert g.dtype == leaf.dtype and g.shape == leaf.shape, name
+        close(g, w, tol, name)
+
+
+def test_the_dispatch_runs_pytorch_off_the_gpu_and_where_the_kernels_do_not_fit(monkeypatch):
+    ops, _ = operands(dtype=torch.float32)
+    calls = []
+
+    class Fake:
+        @staticmethod
+        def supported(*args):
+            calls.append("supported")
+            return False
+
+        @staticmethod
+        def fused_add_rms_norm(*args):
+            calls.append("fused")
+
+    assert norm._fused(ops[0].cpu()) is None  # off the GPU: PyTorch
+    monkeypatch.setattr(norm, "_fused", lambda x: Fake)
+    got, want = add_rms_norm(*ops, 1e-5, True), reference_add_rms_norm(*ops, 1e-5, True)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert calls == ["supported"]  # operands the kernels do not take: PyTorch
+
+
+def test_the_environment_turns_the_kernels_off(monkeypatch):
+    pytest.importorskip("triton")
+    on_gpu = torch.empty(0, device="meta")
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setenv(norm.FUSED_NORM_ENV, "0")
+    assert norm._fused(on_gpu) is None
+    monkeypatch.delenv(norm.FUSED_NORM_ENV)
+    assert norm._fused(on_gpu) is not None
+
+
+@needs_kernels
+def test_operands_the_kernels_do_not_take():
+    from palimpsa.kernels import fused_norm
+
+    hidden, residual, weight = operands()[0]
+    assert fused_norm.supported(hidden, residual, weight) and fused_norm.supported(hidden, None, weight)
+    assert not fused_norm.supported(hidden.transpose(0, 1), None, weight)  # not contiguous
+    assert not fused_norm.supported(hidden, residual[:1], weight)  # a residual of another shape
+    assert not fused_norm.supported(hidden, residual, weight[:-1])  # a weight that does not cover the channels
+    assert not fused_norm.supported(hidden.double(), None, weight)  # float64 stays with PyTorch
