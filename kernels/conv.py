@@ -10,11 +10,10 @@ weights, the PyTorch expressions below compute the same.
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import torch
 import torch.nn.functional as F
+
+from .gains import fused_kernels
 
 FUSED_CONV_ENV = "PALIMPSA_FUSED_CONV"  # "0": the PyTorch expressions even where the fused kernels could run
 
@@ -51,15 +50,9 @@ def reference_conv_silu(x, weight, bias, cu_seqlens=None):
     return F.silu(causal_depthwise_conv(x, weight, bias, cu_seqlens))
 
 
-def _fused(x: torch.Tensor):
-    """The Triton implementation for ``x``'s device: None off CUDA, where it cannot be imported (no triton, or a
-    standalone copy of this module) or where ``PALIMPSA_FUSED_CONV=0`` turns it off."""
-    if not x.is_cuda or os.environ.get(FUSED_CONV_ENV, "1") == "0":
-        return None
-    try:
-        return importlib.import_module(".fused_conv", __package__)
-    except ImportError:
-        return None
+def _fused_conv(x: torch.Tensor):
+    """The fused convolution (``fused_conv.py``) for ``x``'s device, or None (``PALIMPSA_FUSED_CONV=0``)."""
+    return fused_kernels(x, "fused_conv", FUSED_CONV_ENV)
 
 
 def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -76,7 +69,7 @@ def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         The activations with their gradients to ``x``, ``weight`` and ``bias``; on a GPU summed in float32 (float64
         for float64 inputs) and rounded once.
     """
-    fused = _fused(x)
+    fused = _fused_conv(x)
     if fused is not None and fused.supported(x, weight, bias, cu_seqlens):
         return fused.fused_conv_silu(x, weight, bias, cu_seqlens)
     return reference_conv_silu(x, weight, bias, cu_seqlens)

@@ -36,16 +36,23 @@ def _positions(pos, t, ok, HAS_POS: tl.constexpr):
 
 
 @triton.jit
-def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.constexpr, BT: tl.constexpr,
-                    BC: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
-    """``out = silu(bias + sum_tap w[tap] x[t - (K - 1 - tap)])`` for a tile of tokens and channels; a lag that
-    reaches before the token's sequence contributes nothing."""
+def _tile(pos, n_rows, L, C, BT: tl.constexpr, BC: tl.constexpr, HAS_POS: tl.constexpr):
+    """A program's tile: its tokens (rows of the flattened ``[B * L]``) and channels, their masks, each token's
+    sequence row and index in it, and its position in its sequence."""
     i_t, i_c = tl.program_id(0), tl.program_id(1)
     rows = i_t.to(tl.int64) * BT + tl.arange(0, BT)
     cols = i_c * BC + tl.arange(0, BC)
     mr, mc = rows < n_rows, cols < C
     b, t = rows // L, rows % L
-    p = _positions(pos, t, mr, HAS_POS)
+    return rows, cols, mr, mc, b, t, _positions(pos, t, mr, HAS_POS)
+
+
+@triton.jit
+def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.constexpr, BT: tl.constexpr,
+                    BC: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
+    """``out = silu(bias + sum_tap w[tap] x[t - (K - 1 - tap)])`` for a tile of tokens and channels; a lag that
+    reaches before the token's sequence contributes nothing."""
+    rows, cols, mr, mc, b, t, p = _tile(pos, n_rows, L, C, BT, BC, HAS_POS)
     acc = tl.zeros([BT, BC], dtype=ACC)
     if HAS_BIAS:
         acc += tl.load(bias + cols, mask=mc, other=0).to(ACC)[None, :]
@@ -67,12 +74,7 @@ def conv_bwd_kernel(x, w, bias, pos, g, dx, dw_part, db_part, n_rows, L, sx_b, s
     ``dx[t] = sum_lag w[K - 1 - lag] du[t + lag]`` with ``du = g silu'(u)``, each ``u`` summed again; and the tile's
     sums over its tokens of the filters' gradients ``du[t] x[t - lag]`` and the bias's ``du[t]`` (a row of
     ``dw_part`` ``[tiles, C, K]`` and ``db_part`` ``[tiles, C]``)."""
-    i_t, i_c = tl.program_id(0), tl.program_id(1)
-    rows = i_t.to(tl.int64) * BT + tl.arange(0, BT)
-    cols = i_c * BC + tl.arange(0, BC)
-    mr, mc = rows < n_rows, cols < C
-    b, t = rows // L, rows % L
-    p = _positions(pos, t, mr, HAS_POS)
+    rows, cols, mr, mc, b, t, p = _tile(pos, n_rows, L, C, BT, BC, HAS_POS)
     bias_v = tl.load(bias + cols, mask=mc, other=0).to(ACC) if HAS_BIAS else tl.zeros([BC], dtype=ACC)
     dxacc = tl.zeros([BT, BC], dtype=ACC)
     du0 = tl.zeros([BT, BC], dtype=ACC)
@@ -100,8 +102,8 @@ def conv_bwd_kernel(x, w, bias, pos, g, dx, dw_part, db_part, n_rows, L, sx_b, s
         ok = mr & (p >= lag)
         xv = tl.load(x + (b * sx_b + (t - lag) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
                      other=0).to(ACC)
-        tl.store(dw_part + (i_t.to(tl.int64) * C + cols) * K + tap, tl.sum(du0 * xv, 0), mask=mc)
-    tl.store(db_part + i_t.to(tl.int64) * C + cols, tl.sum(du0, 0), mask=mc)
+        tl.store(dw_part + (tl.program_id(0).to(tl.int64) * C + cols) * K + tap, tl.sum(du0 * xv, 0), mask=mc)
+    tl.store(db_part + tl.program_id(0).to(tl.int64) * C + cols, tl.sum(du0, 0), mask=mc)
 
 
 def supported(x, weight, bias, cu_seqlens) -> bool:

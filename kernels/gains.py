@@ -34,15 +34,21 @@ def reference_values_and_gains(x, dt, gate, factor):
     return v, beta
 
 
-def _fused(x: torch.Tensor):
-    """The Triton implementation for ``x``'s device: None off CUDA, where it cannot be imported (no triton, or a
-    standalone copy of this module) or where ``PALIMPSA_FUSED_GAINS=0`` turns it off."""
-    if not x.is_cuda or os.environ.get(FUSED_GAINS_ENV, "1") == "0":
+def fused_kernels(x: torch.Tensor, name: str, env: str):
+    """This package's Triton module ``name`` for ``x``'s device: None off CUDA, where it cannot be imported (no
+    triton, or a standalone copy of these modules beside a model's weights) or where the environment variable ``env``
+    is "0". Each elementwise op (here, ``readout.py``, ``conv.py``, ``norm.py``) asks it for its kernels."""
+    if not x.is_cuda or os.environ.get(env, "1") == "0":
         return None
     try:
-        return importlib.import_module(".fused_gains", __package__)
+        return importlib.import_module(f".{name}", __package__)
     except ImportError:
         return None
+
+
+def _fused(x: torch.Tensor):
+    """The fused values and gains (``fused_gains.py``) for ``x``'s device, or None (``PALIMPSA_FUSED_GAINS=0``)."""
+    return fused_kernels(x, "fused_gains", FUSED_GAINS_ENV)
 
 
 def scan_values_and_gains(x: torch.Tensor, dt: torch.Tensor, gate: torch.Tensor | None,

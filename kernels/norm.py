@@ -11,10 +11,9 @@ the PyTorch expressions below compute the same.
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import torch
+
+from .gains import fused_kernels
 
 FUSED_NORM_ENV = "PALIMPSA_FUSED_NORM"  # "0": the PyTorch expressions even where the fused kernels could run
 
@@ -38,15 +37,9 @@ def reference_add_rms_norm(hidden, residual, weight, eps, residual_in_fp32):
     return normed, _upcast(residual) if residual_in_fp32 else residual
 
 
-def _fused(x: torch.Tensor):
-    """The Triton implementation for ``x``'s device: None off CUDA, where it cannot be imported (no triton, or a
-    standalone copy of this module) or where ``PALIMPSA_FUSED_NORM=0`` turns it off."""
-    if not x.is_cuda or os.environ.get(FUSED_NORM_ENV, "1") == "0":
-        return None
-    try:
-        return importlib.import_module(".fused_norm", __package__)
-    except ImportError:
-        return None
+def _fused_norm(x: torch.Tensor):
+    """The fused residual sum and norm (``fused_norm.py``) for ``x``'s device, or None (``PALIMPSA_FUSED_NORM=0``)."""
+    return fused_kernels(x, "fused_norm", FUSED_NORM_ENV)
 
 
 def add_rms_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
@@ -65,7 +58,7 @@ def add_rms_norm(hidden: torch.Tensor, residual: torch.Tensor | None, weight: to
     Returns:
         ``(normed, residual)`` with their gradients to ``hidden``, ``residual`` and ``weight``.
     """
-    fused = _fused(hidden)
+    fused = _fused_norm(hidden)
     if fused is not None and fused.supported(hidden, residual, weight):
         return fused.fused_add_rms_norm(hidden, residual, weight, eps, residual_in_fp32)
     return reference_add_rms_norm(hidden, residual, weight, eps, residual_in_fp32)

@@ -11,11 +11,10 @@ weights, the PyTorch expressions below compute the same.
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import torch
 import torch.nn.functional as F
+
+from .gains import fused_kernels
 
 FUSED_READOUT_ENV = "PALIMPSA_FUSED_READOUT"  # "0": the PyTorch expressions even where the fused kernels could run
 
@@ -48,15 +47,9 @@ def reference_readout(y, x, D, z, weight, eps, group_size, norm_before_gate, out
     return gated_rms_norm(s, z, weight, eps, group_size, norm_before_gate).to(out_dtype)
 
 
-def _fused(x: torch.Tensor):
-    """The Triton implementation for ``x``'s device: None off CUDA, where it cannot be imported (no triton, or a
-    standalone copy of this module) or where ``PALIMPSA_FUSED_READOUT=0`` turns it off."""
-    if not x.is_cuda or os.environ.get(FUSED_READOUT_ENV, "1") == "0":
-        return None
-    try:
-        return importlib.import_module(".fused_readout", __package__)
-    except ImportError:
-        return None
+def _fused_readout(x: torch.Tensor):
+    """The fused readout (``fused_readout.py``) for ``x``'s device, or None (``PALIMPSA_FUSED_READOUT=0``)."""
+    return fused_kernels(x, "fused_readout", FUSED_READOUT_ENV)
 
 
 def mixer_readout(y: torch.Tensor, x: torch.Tensor, D: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
@@ -76,7 +69,7 @@ def mixer_readout(y: torch.Tensor, x: torch.Tensor, D: torch.Tensor, z: torch.Te
     Returns:
         The readout with its gradients to every tensor argument; computed in float32 (float64 for float64 inputs).
     """
-    fused = _fused(x)
+    fused = _fused_readout(x)
     if fused is not None and fused.supported(y, x, D, z, weight, group_size):
         return fused.fused_readout(y, x, D, z, weight, eps, group_size, norm_before_gate, out_dtype)
     return reference_readout(y, x, D, z, weight, eps, group_size, norm_before_gate, out_dtype)

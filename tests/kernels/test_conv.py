@@ -1,6 +1,6 @@
 """A mixer's causal convolution and SiLU (``palimpsa.kernels.conv``): the fused Triton kernels under
-``TRITON_INTERPRET=1`` against the PyTorch expressions, the activations and every gradient, packed rows included, and
-where each one runs."""
+``TRITON_INTERPRET=1`` against the PyTorch expressions, the activations and every gradient, packed rows included
+(where each path runs: ``test_fused_dispatch.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from palimpsa.kernels import causal_conv_silu, conv
+from fused_checks import close, weighted_grads
 from palimpsa.kernels.conv import reference_conv_silu
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -31,14 +31,7 @@ def operands(batch=2, length=37, channels=20, taps=4, dtype=torch.float32, bias=
 
 def output_and_grads(fn, ops, leaves, cu_seqlens=None):
     out = fn(*ops, cu_seqlens)
-    gen = torch.Generator().manual_seed(3)
-    loss = (out.double() * torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device)).sum()
-    return out, torch.autograd.grad(loss, leaves)
-
-
-def close(got, want, tol, name):
-    err = ((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-30)).item()
-    assert err < tol, f"{name}: relative error {err:.2e} >= {tol}"
+    return out, weighted_grads([out], leaves)
 
 
 @needs_kernels
@@ -81,36 +74,6 @@ def test_packed_sequences_do_not_reach_across_their_starts():
     alone = torch.cat([fused_conv.fused_conv_silu(x[:, a:b], weight, bias, None) for a, b in zip(bounds, bounds[1:])],
                       1)
     close(out, alone, 1e-6, "sequences one by one")
-
-
-def test_the_dispatch_runs_pytorch_off_the_gpu_and_where_the_kernels_do_not_fit(monkeypatch):
-    ops, _ = operands()
-    calls = []
-
-    class Fake:
-        @staticmethod
-        def supported(*args):
-            calls.append("supported")
-            return False
-
-        @staticmethod
-        def fused_conv_silu(*args):
-            calls.append("fused")
-
-    assert conv._fused(ops[0].cpu()) is None  # off the GPU: PyTorch
-    monkeypatch.setattr(conv, "_fused", lambda x: Fake)
-    assert torch.equal(causal_conv_silu(*ops), reference_conv_silu(*ops))
-    assert calls == ["supported"]  # operands the kernels do not take: PyTorch
-
-
-def test_the_environment_turns_the_kernels_off(monkeypatch):
-    pytest.importorskip("triton")
-    on_gpu = torch.empty(0, device="meta")
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    monkeypatch.setenv(conv.FUSED_CONV_ENV, "0")
-    assert conv._fused(on_gpu) is None
-    monkeypatch.delenv(conv.FUSED_CONV_ENV)
-    assert conv._fused(on_gpu) is not None
 
 
 @needs_kernels

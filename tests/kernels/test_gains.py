@@ -1,5 +1,6 @@
 """The scan's values and importance gains (``palimpsa.kernels.gains``): the fused Triton kernels under
-``TRITON_INTERPRET=1`` against the PyTorch expressions, values and every gradient, and where each one runs."""
+``TRITON_INTERPRET=1`` against the PyTorch expressions, values and every gradient (where each path runs:
+``test_fused_dispatch.py``)."""
 
 from __future__ import annotations
 
@@ -93,39 +94,12 @@ def test_odd_head_dims_and_a_gate_per_head():
             close(got, want, 1e-6, name)
 
 
-def test_the_dispatch_runs_pytorch_off_the_gpu_and_where_the_kernels_do_not_fit(monkeypatch):
-    x, dt, gate, factor, _ = operands()
-    calls = []
-
-    class Fake:
-        @staticmethod
-        def supported(*args):
-            calls.append("supported")
-            return False
-
-        @staticmethod
-        def fused_values_and_gains(*args):
-            calls.append("fused")
-
-    assert gains._fused(x.cpu()) is None  # off the GPU: PyTorch
-    monkeypatch.setattr(gains, "_fused", lambda x: Fake)
-    v, beta = scan_values_and_gains(x, dt, gate, factor)
-    v_ref, beta_ref = reference_values_and_gains(x, dt, gate, factor)
-    assert torch.equal(v, v_ref) and torch.equal(beta, beta_ref)
-    assert calls == ["supported"]  # operands the kernels do not take: PyTorch
-    # no gate: a Mamba2 layer, no beta and nothing fused
+def test_a_mamba2_layer_has_no_gains_and_nothing_fused(monkeypatch):
+    """Without a gate (a Mamba2 layer) the values come from PyTorch and no beta at all, even where the kernels run."""
+    x, dt, _, _, _ = operands()
+    monkeypatch.setattr(gains, "_fused", lambda x: pytest.fail("the kernels were asked for"))
     v, beta = scan_values_and_gains(x, dt, None, None)
-    assert beta is None and torch.equal(v, v_ref)
-
-
-def test_the_environment_turns_the_kernels_off(monkeypatch):
-    pytest.importorskip("triton")
-    on_gpu = torch.empty(0, device="meta")
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    monkeypatch.setenv(gains.FUSED_GAINS_ENV, "0")
-    assert gains._fused(on_gpu) is None
-    monkeypatch.delenv(gains.FUSED_GAINS_ENV)
-    assert gains._fused(on_gpu) is not None
+    assert beta is None and torch.equal(v, reference_values_and_gains(x, dt, None, None)[0])
 
 
 @needs_kernels

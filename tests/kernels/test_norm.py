@@ -1,5 +1,6 @@
 """A block's residual sum and RMSNorm (``palimpsa.kernels.norm``): the fused Triton kernels under
-``TRITON_INTERPRET=1`` against the PyTorch expressions, both outputs and every gradient, and where each one runs."""
+``TRITON_INTERPRET=1`` against the PyTorch expressions, both outputs and every gradient (where each path runs:
+``test_fused_dispatch.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 
 import pytest
 import torch
-from palimpsa.kernels import add_rms_norm, norm
+from fused_checks import close, weighted_grads
 from palimpsa.kernels.norm import reference_add_rms_norm
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -28,17 +29,7 @@ def operands(rows=(2, 21), channels=40, dtype=torch.bfloat16, residual_dtype=tor
 
 def outputs_and_grads(fn, ops, leaves, residual_in_fp32, use_residual=True):
     normed, residual = fn(*ops, 1e-5, residual_in_fp32)
-    gen = torch.Generator().manual_seed(3)
-    loss = (normed.double() * torch.randn(normed.shape, generator=gen, dtype=torch.float64).to(normed.device)).sum()
-    if use_residual:
-        loss = loss + (residual.double() * torch.randn(residual.shape, generator=gen, dtype=torch.float64).to(
-            residual.device)).sum()
-    return normed, residual, torch.autograd.grad(loss, leaves)
-
-
-def close(got, want, tol, name):
-    err = ((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-30)).item()
-    assert err < tol, f"{name}: relative error {err:.2e} >= {tol}"
+    return normed, residual, weighted_grads([normed, residual] if use_residual else [normed], leaves)
 
 
 @needs_kernels
@@ -64,37 +55,6 @@ def test_fused_kernels_match_the_pytorch_expressions(dtype, residual_dtype, resi
                                 got[2], want[2], leaves, strict=True):
         assert g.dtype == leaf.dtype and g.shape == leaf.shape, name
         close(g, w, tol, name)
-
-
-def test_the_dispatch_runs_pytorch_off_the_gpu_and_where_the_kernels_do_not_fit(monkeypatch):
-    ops, _ = operands(dtype=torch.float32)
-    calls = []
-
-    class Fake:
-        @staticmethod
-        def supported(*args):
-            calls.append("supported")
-            return False
-
-        @staticmethod
-        def fused_add_rms_norm(*args):
-            calls.append("fused")
-
-    assert norm._fused(ops[0].cpu()) is None  # off the GPU: PyTorch
-    monkeypatch.setattr(norm, "_fused", lambda x: Fake)
-    got, want = add_rms_norm(*ops, 1e-5, True), reference_add_rms_norm(*ops, 1e-5, True)
-    assert all(torch.equal(g, w) for g, w in zip(got, want))
-    assert calls == ["supported"]  # operands the kernels do not take: PyTorch
-
-
-def test_the_environment_turns_the_kernels_off(monkeypatch):
-    pytest.importorskip("triton")
-    on_gpu = torch.empty(0, device="meta")
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    monkeypatch.setenv(norm.FUSED_NORM_ENV, "0")
-    assert norm._fused(on_gpu) is None
-    monkeypatch.delenv(norm.FUSED_NORM_ENV)
-    assert norm._fused(on_gpu) is not None
 
 
 @needs_kernels

@@ -1,5 +1,5 @@
 """A mixer's readout (``palimpsa.kernels.readout``): the fused Triton kernels under ``TRITON_INTERPRET=1`` against
-the PyTorch expressions, the output and every gradient, and where each one runs."""
+the PyTorch expressions, the output and every gradient (where each path runs: ``test_fused_dispatch.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from palimpsa.kernels import mixer_readout, readout
+from fused_checks import close, weighted_grads
 from palimpsa.kernels.readout import gated_rms_norm, reference_readout
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -37,14 +37,7 @@ def operands(batch=2, length=5, heads=4, head_dim=6, dtype=torch.bfloat16, scan_
 
 def output_and_grads(fn, ops, leaves, group_size, norm_before_gate, out_dtype):
     out = fn(*ops, 1e-5, group_size, norm_before_gate, out_dtype)
-    gen = torch.Generator().manual_seed(3)
-    loss = (out.double() * torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device)).sum()
-    return out, torch.autograd.grad(loss, leaves)
-
-
-def close(got, want, tol, name):
-    err = ((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-30)).item()
-    assert err < tol, f"{name}: relative error {err:.2e} >= {tol}"
+    return out, weighted_grads([out], leaves)
 
 
 @needs_kernels
@@ -100,37 +93,6 @@ def test_the_reference_is_the_mixers_skip_and_gated_norm():
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
     assert torch.allclose(gated_rms_norm(s / torch.nn.functional.silu(z), z, weight, 1e-5, 12, False), want,
                           rtol=1e-12, atol=1e-12)
-
-
-def test_the_dispatch_runs_pytorch_off_the_gpu_and_where_the_kernels_do_not_fit(monkeypatch):
-    ops, _ = operands(dtype=torch.float32)
-    calls = []
-
-    class Fake:
-        @staticmethod
-        def supported(*args):
-            calls.append("supported")
-            return False
-
-        @staticmethod
-        def fused_readout(*args):
-            calls.append("fused")
-
-    assert readout._fused(ops[1].cpu()) is None  # off the GPU: PyTorch
-    monkeypatch.setattr(readout, "_fused", lambda x: Fake)
-    got = mixer_readout(*ops, 1e-5, 24, False, torch.float32)
-    assert torch.equal(got, reference_readout(*ops, 1e-5, 24, False, torch.float32))
-    assert calls == ["supported"]  # operands the kernels do not take: PyTorch
-
-
-def test_the_environment_turns_the_kernels_off(monkeypatch):
-    pytest.importorskip("triton")
-    on_gpu = torch.empty(0, device="meta")
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    monkeypatch.setenv(readout.FUSED_READOUT_ENV, "0")
-    assert readout._fused(on_gpu) is None
-    monkeypatch.delenv(readout.FUSED_READOUT_ENV)
-    assert readout._fused(on_gpu) is not None
 
 
 @needs_kernels
