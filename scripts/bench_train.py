@@ -303,6 +303,8 @@ def kernel_family(name: str) -> str:
         return "mamba_ssm SSD"
     if any(key in lowered for key in ("gemm", "sm90_xmma", "cutlass", "ampere_", "sm80_", "nvjet")):
         return "matrix products"
+    if lowered.startswith(("gains_", "readout_", "conv_fwd_kernel", "conv_bwd_kernel", "add_norm_")):
+        return "fused elementwise"  # palimpsa.kernels' values and gains, readout, convolution, block norm
     return "other"
 
 

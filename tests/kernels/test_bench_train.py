@@ -154,3 +154,14 @@ def test_the_sampler_reads_while_the_steps_run_and_once_at_the_end_of_a_short_ru
     short = bench.GpuSampler("GPU-1", every=60, read=read).start()
     assert short.stop()["readings"] == 1  # stopped before the first period: one reading at the stop
     assert bench.GpuSampler("GPU-1", read=read).stop()["readings"] == 1  # never started (no timed step)
+
+
+def test_kernel_families():
+    """The profile sums kernels by family: the scan's, SSD's, the projections' and the fused elementwise ops'."""
+    kernel_family = load_script("bench_train").kernel_family
+    assert kernel_family("palimpsa_bwd_local_cuda") == "palimpsa scan"
+    assert kernel_family("_chunk_scan_fwd_kernel") == "mamba_ssm SSD"
+    assert kernel_family("nvjet_sm90_tst_304x128_64x3_1x2_h_bz_coopA_TNN") == "matrix products"
+    for name in ("gains_bwd_kernel", "readout_fwd_kernel", "conv_bwd_kernel", "add_norm_fwd_kernel"):
+        assert kernel_family(name) == "fused elementwise", name
+    assert kernel_family("void at::native::vectorized_elementwise_kernel<8, ...>") == "other"

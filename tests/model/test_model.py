@@ -454,7 +454,7 @@ def test_every_layer_through_the_fused_readout_convolution_and_norm(case, packed
                             lambda x, name=name, fused=fused: calls.append(name) or fused)
     got, got_grads = run()
     # every layer's kernels ran (the block norm where the model has RMSNorm, not LayerNorm)
-    blocks = config.n_layer if config.rms_norm else 0
+    blocks = config.n_layer + 1 if config.rms_norm else 0  # (and the final norm)
     assert sorted(calls) == ["conv"] * config.n_layer + ["norm"] * blocks + ["readout"] * config.n_layer
     assert rel_diff(got, want) <= 1e-6
     assert got_grads.keys() == want_grads.keys() and any(".D" in n for n in got_grads)

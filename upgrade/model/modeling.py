@@ -424,8 +424,11 @@ class PalimpsaBackbone(PalimpsaPreTrainedModel):
             if stream is not None:  # mamba_ssm's blocks carry the stream in two parts: their sum is the state
                 stream.append(hidden_states if residual is None else hidden_states + residual)
             hidden_states, residual = layer(hidden_states, residual, cu_seqlens, attention_mask, cache)
-        residual = hidden_states + residual if residual is not None else hidden_states
-        hidden_states = self.norm_f(residual.to(self.norm_f.weight.dtype))
+        if isinstance(self.norm_f, RMSNorm):  # one fused kernel each way on a GPU, as in the blocks
+            hidden_states = add_rms_norm(hidden_states, residual, self.norm_f.weight, self.norm_f.eps, False)[0]
+        else:
+            residual = hidden_states + residual if residual is not None else hidden_states
+            hidden_states = self.norm_f(residual.to(self.norm_f.weight.dtype))
         return hidden_states, None if stream is None else (*stream, hidden_states)
 
 
