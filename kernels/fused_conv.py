@@ -7,7 +7,8 @@ the input's dtype (16 bits in training, rounded at every tap), then applies the 
 kernels backward, and activation checkpointing runs the forward twice. Here the forward reads each token's inputs
 (the taps' overlapping rows come from the cache) and writes the activations once, summed in float32; the backward
 recomputes the sums it needs, writes ``dx`` and sums the filters' and the bias's gradients over each program's
-tokens (one row of partial sums a program, added up by PyTorch).
+tokens (one row of partial sums a program, ``ROW_PROGRAMS`` programs along the tokens at most, added up by
+PyTorch).
 
 Both are operators of the dispatcher (``torch.ops.palimpsa.causal_conv_silu``), so that torch.compile and selective
 activation checkpointing see them as one op each.
@@ -19,11 +20,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_recurrent import FP_FUSION, _acc_dtype
+from .fused_recurrent import FP_FUSION, _acc_dtype, on_device
 
 MAX_TAPS = 8
 FWD_TILE = (32, 128)  # tokens x channels a program
-BWD_TILE = (32, 64)
+BWD_TILE = (32, 64)  # tokens x channels a program takes at a time
+ROW_PROGRAMS = 64  # backward programs along the tokens, each walking its share of the tiles: the filters' and bias's
+# partial sums stay [ROW_PROGRAMS, C, K] however long the input
 
 
 @triton.jit
@@ -36,12 +39,11 @@ def _positions(pos, t, ok, HAS_POS: tl.constexpr):
 
 
 @triton.jit
-def _tile(pos, n_rows, L, C, BT: tl.constexpr, BC: tl.constexpr, HAS_POS: tl.constexpr):
-    """A program's tile: its tokens (rows of the flattened ``[B * L]``) and channels, their masks, each token's
-    sequence row and index in it, and its position in its sequence."""
-    i_t, i_c = tl.program_id(0), tl.program_id(1)
+def _tile(i_t, pos, n_rows, L, C, BT: tl.constexpr, BC: tl.constexpr, HAS_POS: tl.constexpr):
+    """Tile ``i_t`` of the tokens (rows of the flattened ``[B * L]``) and the program's channels: their masks, each
+    token's sequence row and index in it, and its position in its sequence."""
     rows = i_t.to(tl.int64) * BT + tl.arange(0, BT)
-    cols = i_c * BC + tl.arange(0, BC)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
     mr, mc = rows < n_rows, cols < C
     b, t = rows // L, rows % L
     return rows, cols, mr, mc, b, t, _positions(pos, t, mr, HAS_POS)
@@ -52,7 +54,7 @@ def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.conste
                     BC: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
     """``out = silu(bias + sum_tap w[tap] x[t - (K - 1 - tap)])`` for a tile of tokens and channels; a lag that
     reaches before the token's sequence contributes nothing."""
-    rows, cols, mr, mc, b, t, p = _tile(pos, n_rows, L, C, BT, BC, HAS_POS)
+    rows, cols, mr, mc, b, t, p = _tile(tl.program_id(0), pos, n_rows, L, C, BT, BC, HAS_POS)
     acc = tl.zeros([BT, BC], dtype=ACC)
     if HAS_BIAS:
         acc += tl.load(bias + cols, mask=mc, other=0).to(ACC)[None, :]
@@ -67,43 +69,56 @@ def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.conste
 
 
 @triton.jit
-def conv_bwd_kernel(x, w, bias, pos, g, dx, dw_part, db_part, n_rows, L, sx_b, sx_l, C, K: tl.constexpr,
-                    BT: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr,
-                    ACC: tl.constexpr):
-    """``dx`` of a tile (contiguous): the output ``lag`` tokens later reads ``x[t]`` through tap ``K - 1 - lag``, so
-    ``dx[t] = sum_lag w[K - 1 - lag] du[t + lag]`` with ``du = g silu'(u)``, each ``u`` summed again; and the tile's
-    sums over its tokens of the filters' gradients ``du[t] x[t - lag]`` and the bias's ``du[t]`` (a row of
-    ``dw_part`` ``[tiles, C, K]`` and ``db_part`` ``[tiles, C]``)."""
-    rows, cols, mr, mc, b, t, p = _tile(pos, n_rows, L, C, BT, BC, HAS_POS)
+def conv_bwd_kernel(x, w, bias, pos, g, dx, dw_part, db_part, n_rows, tiles_per_program, L, sx_b, sx_l, C,
+                    K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    HAS_POS: tl.constexpr, ACC: tl.constexpr):
+    """``dx`` of ``tiles_per_program`` tiles (contiguous): the output ``lag`` tokens later reads ``x[t]`` through tap
+    ``K - 1 - lag``, so ``dx[t] = sum_lag w[K - 1 - lag] du[t + lag]`` with ``du = g silu'(u)``, each ``u`` summed
+    again; and the program's sums over its tokens of the filters' gradients ``du[t] x[t - lag]`` and the bias's
+    ``du[t]`` (a row of ``dw_part`` ``[programs, C, K]`` and ``db_part`` ``[programs, C]``)."""
+    pid = tl.program_id(0)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
+    mc = cols < C
+    taps = tl.arange(0, BK)
     bias_v = tl.load(bias + cols, mask=mc, other=0).to(ACC) if HAS_BIAS else tl.zeros([BC], dtype=ACC)
-    dxacc = tl.zeros([BT, BC], dtype=ACC)
-    du0 = tl.zeros([BT, BC], dtype=ACC)
-    for lag in tl.static_range(K):
-        t2 = t + lag
-        ok2 = mr & (t2 < L)
-        p2 = _positions(pos, t2, ok2, HAS_POS)
-        ok2 = ok2 & (p2 >= lag)  # the output at t2 reads x[t] (else x[t] is before t2's sequence)
-        u = tl.zeros([BT, BC], dtype=ACC) + bias_v[None, :]
+    acc_w = tl.zeros([BK, BC], dtype=ACC)
+    acc_b = tl.zeros([BC], dtype=ACC)
+    for it in range(0, tiles_per_program):
+        rows, cols, mr, mc, b, t, p = _tile(pid.to(tl.int64) * tiles_per_program + it, pos, n_rows, L, C, BT, BC,
+                                            HAS_POS)
+        dxacc = tl.zeros([BT, BC], dtype=ACC)
+        du0 = tl.zeros([BT, BC], dtype=ACC)
+        for lag in tl.static_range(K):
+            t2 = t + lag
+            ok2 = mr & (t2 < L)
+            p2 = _positions(pos, t2, ok2, HAS_POS)
+            ok2 = ok2 & (p2 >= lag)  # the output at t2 reads x[t] (else x[t] is before t2's sequence)
+            u = tl.zeros([BT, BC], dtype=ACC) + bias_v[None, :]
+            for tap in tl.static_range(K):
+                back = K - 1 - tap
+                ok = ok2 & (p2 >= back)
+                xv = tl.load(x + (b * sx_b + (t2 - back) * sx_l)[:, None] + cols[None, :],
+                             mask=ok[:, None] & mc[None, :], other=0).to(ACC)
+                u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
+            gv = tl.load(g + (rows + lag)[:, None] * C + cols[None, :], mask=ok2[:, None] & mc[None, :],
+                         other=0).to(ACC)
+            sig = 1 / (1 + tl.exp(-u))
+            du = gv * sig * (1 + u * (1 - sig))
+            dxacc += du * tl.load(w + cols * K + (K - 1 - lag), mask=mc, other=0).to(ACC)[None, :]
+            if lag == 0:
+                du0 = du
+        tl.store(dx + rows[:, None] * C + cols[None, :], dxacc.to(dx.dtype.element_ty),
+                 mask=mr[:, None] & mc[None, :])
         for tap in tl.static_range(K):
-            back = K - 1 - tap
-            ok = ok2 & (p2 >= back)
-            xv = tl.load(x + (b * sx_b + (t2 - back) * sx_l)[:, None] + cols[None, :],
-                         mask=ok[:, None] & mc[None, :], other=0).to(ACC)
-            u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
-        gv = tl.load(g + (rows + lag)[:, None] * C + cols[None, :], mask=ok2[:, None] & mc[None, :], other=0).to(ACC)
-        sig = 1 / (1 + tl.exp(-u))
-        du = gv * sig * (1 + u * (1 - sig))
-        dxacc += du * tl.load(w + cols * K + (K - 1 - lag), mask=mc, other=0).to(ACC)[None, :]
-        if lag == 0:
-            du0 = du
-    tl.store(dx + rows[:, None] * C + cols[None, :], dxacc.to(dx.dtype.element_ty), mask=mr[:, None] & mc[None, :])
-    for tap in tl.static_range(K):
-        lag = K - 1 - tap
-        ok = mr & (p >= lag)
-        xv = tl.load(x + (b * sx_b + (t - lag) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
-                     other=0).to(ACC)
-        tl.store(dw_part + (tl.program_id(0).to(tl.int64) * C + cols) * K + tap, tl.sum(du0 * xv, 0), mask=mc)
-    tl.store(db_part + tl.program_id(0).to(tl.int64) * C + cols, tl.sum(du0, 0), mask=mc)
+            lag = K - 1 - tap
+            ok = mr & (p >= lag)
+            xv = tl.load(x + (b * sx_b + (t - lag) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
+                         other=0).to(ACC)
+            acc_w += tl.where(taps[:, None] == tap, tl.sum(du0 * xv, 0)[None, :], 0)
+        acc_b += tl.sum(du0, 0)
+    row = pid.to(tl.int64) * C
+    tl.store(dw_part + (row + cols[None, :]) * K + taps[:, None], acc_w, mask=(taps[:, None] < K) & mc[None, :])
+    tl.store(db_part + row + cols, acc_b, mask=mc)
 
 
 def supported(x, weight, bias, cu_seqlens) -> bool:
@@ -117,7 +132,8 @@ def supported(x, weight, bias, cu_seqlens) -> bool:
     return (x.stride(2) == 1 and weight.shape[:2] == (channels, 1) and 0 < weight.shape[2] <= MAX_TAPS
             and weight.is_contiguous() and weight.is_floating_point()
             and (bias is None or (bias.shape == (channels,) and bias.is_contiguous() and bias.is_floating_point()))
-            and (cu_seqlens is None or (batch == 1 and cu_seqlens.dim() == 1 and not cu_seqlens.is_floating_point()))
+            and (cu_seqlens is None or (batch == 1 and cu_seqlens.dim() == 1
+                                        and cu_seqlens.dtype in (torch.int32, torch.int64)))
             and len({t.device for t in tensors}) == 1)
 
 
@@ -141,10 +157,11 @@ def _conv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     pos = _positions_of(cu_seqlens, length, x.device)
     bt, bc = FWD_TILE
-    conv_fwd_kernel[(triton.cdiv(batch * length, bt), triton.cdiv(channels, bc))](
-        x, weight, x if bias is None else bias, x if pos is None else pos, out, batch * length, length,
-        x.stride(0), x.stride(1), channels, K=weight.shape[2], BT=bt, BC=bc, HAS_BIAS=bias is not None,
-        HAS_POS=pos is not None, ACC=_acc(x), num_warps=4, **FP_FUSION)
+    with on_device(x):
+        conv_fwd_kernel[(triton.cdiv(batch * length, bt), triton.cdiv(channels, bc))](
+            x, weight, x if bias is None else bias, x if pos is None else pos, out, batch * length, length,
+            x.stride(0), x.stride(1), channels, K=weight.shape[2], BT=bt, BC=bc, HAS_BIAS=bias is not None,
+            HAS_POS=pos is not None, ACC=_acc(x), num_warps=4, **FP_FUSION)
     return out
 
 
@@ -163,14 +180,19 @@ def _conv_backward_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     pos = _positions_of(cu_seqlens, length, x.device)
     bt, bc = BWD_TILE
     tiles = triton.cdiv(batch * length, bt)
+    programs = max(1, min(tiles, ROW_PROGRAMS))
+    per_program = max(1, triton.cdiv(tiles, programs))
+    programs = max(1, triton.cdiv(tiles, per_program))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    dw_part = torch.empty(tiles, channels, taps, dtype=acc, device=x.device)
-    db_part = torch.empty(tiles, channels, dtype=acc, device=x.device)
-    conv_bwd_kernel[(tiles, triton.cdiv(channels, bc))](
-        x, weight, x if bias is None else bias, x if pos is None else pos, grad.contiguous(), dx, dw_part, db_part,
-        batch * length, length, x.stride(0), x.stride(1), channels, K=taps, BT=bt, BC=bc,
-        HAS_BIAS=bias is not None, HAS_POS=pos is not None, ACC=_acc(x), num_warps=4, **FP_FUSION)
+    dw_part = torch.empty(programs, channels, taps, dtype=acc, device=x.device)
+    db_part = torch.empty(programs, channels, dtype=acc, device=x.device)
+    with on_device(x):
+        conv_bwd_kernel[(programs, triton.cdiv(channels, bc))](
+            x, weight, x if bias is None else bias, x if pos is None else pos, grad.contiguous(), dx, dw_part,
+            db_part, batch * length, per_program, length, x.stride(0), x.stride(1), channels, K=taps,
+            BK=triton.next_power_of_2(taps), BT=bt, BC=bc, HAS_BIAS=bias is not None, HAS_POS=pos is not None,
+            ACC=_acc(x), num_warps=4, **FP_FUSION)
     dweight = dw_part.sum(0).view(weight.shape).to(weight.dtype)
     dbias = x.new_empty(0) if bias is None else db_part.sum(0).to(bias.dtype)
     return dx, dweight, dbias

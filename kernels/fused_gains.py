@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_recurrent import FP_FUSION, _acc_dtype, _state_dtype
+from .fused_recurrent import FP_FUSION, _acc_dtype, _state_dtype, on_device
 
 ROWS = 32  # tokens per program; a program takes one head's P channels of them
 
@@ -107,8 +107,9 @@ def _values_and_gains_op(x: torch.Tensor, dt: torch.Tensor, gate: torch.Tensor,
     v = torch.empty(x.shape, dtype=out, device=x.device)
     beta = torch.empty(x.shape, dtype=out, device=x.device)
     grid, scalars, sizes = _launch_args(x, gate)
-    gains_fwd_kernel[grid](x, dt.contiguous(), gate, factor.contiguous(), v, beta, *scalars, **sizes,
-                           ACC=_acc_dtype(out), num_warps=4, **FP_FUSION)
+    with on_device(x):
+        gains_fwd_kernel[grid](x, dt.contiguous(), gate, factor.contiguous(), v, beta, *scalars, **sizes,
+                               ACC=_acc_dtype(out), num_warps=4, **FP_FUSION)
     return v, beta
 
 
@@ -132,10 +133,11 @@ def _values_and_gains_backward_op(
     dfactor = torch.empty(factor.shape, dtype=factor.dtype, device=x.device) if has_dbeta else x.new_empty(0)
     if has_dv or has_dbeta:
         grid, scalars, sizes = _launch_args(x, gate)
-        gains_bwd_kernel[grid](x, dt.contiguous(), gate, factor.contiguous(),
-                               dv.contiguous() if has_dv else x, dbeta.contiguous() if has_dbeta else x,
-                               dx, ddt, dgate, dfactor, *scalars, **sizes, ACC=_acc_dtype(out), HAS_DV=has_dv,
-                               HAS_DBETA=has_dbeta, num_warps=4, **FP_FUSION)
+        with on_device(x):
+            gains_bwd_kernel[grid](x, dt.contiguous(), gate, factor.contiguous(),
+                                   dv.contiguous() if has_dv else x, dbeta.contiguous() if has_dbeta else x,
+                                   dx, ddt, dgate, dfactor, *scalars, **sizes, ACC=_acc_dtype(out), HAS_DV=has_dv,
+                                   HAS_DBETA=has_dbeta, num_warps=4, **FP_FUSION)
     return dx, ddt, dgate, dfactor
 
 

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_recurrent import FP_FUSION, _compiled
+from .fused_recurrent import FP_FUSION, _compiled, on_device
 
 MAX_CHANNELS = 16384  # a token's channels a program holds in registers
 PROGRAMS_PER_SM = 4  # backward programs, each summing the weight's gradient over its tokens
@@ -83,12 +83,13 @@ def add_norm_bwd_kernel(h, res, w, g, g_res, dh, dres, dw_part, n_rows, rows_per
 def supported(hidden, residual, weight) -> bool:
     """Whether the kernels take these operands as they are (else the PyTorch expressions run): contiguous ``hidden``
     (and ``residual`` of its shape) and ``[C]`` weight, 16-bit or float32, on one device, at most ``MAX_CHANNELS``
-    channels."""
+    channels, fewer than 2^31 tokens (a program each)."""
     tensors = [hidden, weight] + ([] if residual is None else [residual])
     kinds = (torch.float16, torch.bfloat16, torch.float32)
     return (hidden.dim() >= 2 and 0 < hidden.shape[-1] <= MAX_CHANNELS and weight.shape == (hidden.shape[-1],)
             and (residual is None or residual.shape == hidden.shape)
             and all(t.is_contiguous() and t.dtype in kinds for t in tensors)
+            and hidden.numel() // hidden.shape[-1] < 2**31
             and len({t.device for t in tensors}) == 1)
 
 
@@ -119,10 +120,11 @@ def _add_norm_op(hidden: torch.Tensor, residual: torch.Tensor | None, weight: to
     out = torch.empty(hidden.shape, dtype=weight.dtype, device=hidden.device)
     res_out = torch.empty(hidden.shape, dtype=_out_dtype(hidden, residual, residual_in_fp32), device=hidden.device)
     block = triton.next_power_of_2(channels)
-    add_norm_fwd_kernel[(hidden.numel() // channels,)](
-        hidden, hidden if residual is None else residual, weight, out, res_out, eps, C=channels, BC=block,
-        HAS_RES=residual is not None, SUM=TL_DTYPES[_sum_dtype(hidden, residual)], ACC=tl.float32,
-        num_warps=_warps(block), **FP_FUSION)
+    with on_device(hidden):
+        add_norm_fwd_kernel[(hidden.numel() // channels,)](
+            hidden, hidden if residual is None else residual, weight, out, res_out, eps, C=channels, BC=block,
+            HAS_RES=residual is not None, SUM=TL_DTYPES[_sum_dtype(hidden, residual)], ACC=tl.float32,
+            num_warps=_warps(block), **FP_FUSION)
     return out, res_out
 
 
@@ -139,20 +141,21 @@ def _add_norm_backward_op(hidden: torch.Tensor, residual: torch.Tensor | None, w
     """``dhidden``, ``dresidual`` (empty without a residual) and ``dweight``, each in its input's dtype."""
     channels = hidden.shape[-1]
     rows = hidden.numel() // channels
-    programs = min(rows, PROGRAMS_PER_SM * _sm_count(hidden.device.index or 0) if _compiled(hidden) else 4)
-    per_program = triton.cdiv(rows, programs)
-    programs = triton.cdiv(rows, per_program)
+    programs = max(1, min(rows, PROGRAMS_PER_SM * _sm_count(hidden.device.index or 0) if _compiled(hidden) else 4))
+    per_program = max(1, triton.cdiv(rows, programs))
+    programs = max(1, triton.cdiv(rows, per_program))  # (one program, summing nothing, for no tokens)
     block = triton.next_power_of_2(channels)
     dh = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device)
     dres = hidden.new_empty(0) if residual is None else torch.empty(hidden.shape, dtype=residual.dtype,
                                                                      device=hidden.device)
     dw_part = torch.empty(programs, channels, dtype=torch.float32, device=hidden.device)
-    add_norm_bwd_kernel[(programs,)](
-        hidden, hidden if residual is None else residual, weight, grad.contiguous(),
-        grad if grad_residual is None else grad_residual.contiguous(), dh, dres if residual is not None else dh,
-        dw_part, rows, per_program, eps, C=channels, BC=block, HAS_RES=residual is not None,
-        HAS_G_RES=grad_residual is not None, SUM=TL_DTYPES[_sum_dtype(hidden, residual)], ACC=tl.float32,
-        num_warps=_warps(block), **FP_FUSION)
+    with on_device(hidden):
+        add_norm_bwd_kernel[(programs,)](
+            hidden, hidden if residual is None else residual, weight, grad.contiguous(),
+            grad if grad_residual is None else grad_residual.contiguous(), dh, dres if residual is not None else dh,
+            dw_part, rows, per_program, eps, C=channels, BC=block, HAS_RES=residual is not None,
+            HAS_G_RES=grad_residual is not None, SUM=TL_DTYPES[_sum_dtype(hidden, residual)], ACC=tl.float32,
+            num_warps=_warps(block), **FP_FUSION)
     return dh, dres, dw_part.sum(0).to(weight.dtype)
 
 

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_recurrent import FP_FUSION, _acc_dtype, _compiled
+from .fused_recurrent import FP_FUSION, _acc_dtype, _compiled, on_device
 
 MAX_GROUP = 16384  # channels a program holds (a group of the norm): a row's vectors stay in registers
 PROGRAMS_PER_SM = 4  # backward programs, each summing the weight's and D's gradients over its rows
@@ -110,7 +110,8 @@ def supported(y, x, D, z, weight, group_size) -> bool:
     """Whether the kernels take these operands as they are (else the PyTorch expressions run): ``y`` a contiguous
     ``[B, L, H, P]``, ``x`` of its shape with each token's heads and channels contiguous, ``z`` ``[B, L, H * P]``
     with contiguous channels, ``weight`` ``[H * P]`` and ``D`` ``[H]`` or ``[H * P]`` contiguous, all floating and
-    on one device, groups of at most ``MAX_GROUP`` channels that divide ``H * P``."""
+    on one device, groups of at most ``MAX_GROUP`` channels that divide ``H * P``, fewer than 2^31 tokens (a program
+    each)."""
     if y.dim() != 4 or x.shape != y.shape or z.dim() != 3:
         return False
     batch, length, heads, head_dim = y.shape
@@ -120,7 +121,7 @@ def supported(y, x, D, z, weight, group_size) -> bool:
             and weight.shape == (channels,) and weight.is_contiguous()
             and D.is_contiguous() and D.numel() in (heads, channels)
             and 0 < group_size <= MAX_GROUP and channels % group_size == 0
-            and all(t.is_floating_point() for t in (y, x, D, z, weight))
+            and all(t.is_floating_point() for t in (y, x, D, z, weight)) and batch * length < 2**31
             and len({t.device for t in (y, x, D, z, weight)}) == 1)
 
 
@@ -147,9 +148,10 @@ def _readout_op(y: torch.Tensor, x: torch.Tensor, D: torch.Tensor, z: torch.Tens
     batch, length, heads, head_dim = y.shape
     out = torch.empty(batch, length, heads * head_dim, dtype=out_dtype, device=y.device)
     sizes = _sizes(y, D, group_size)
-    readout_fwd_kernel[(batch * length, sizes["C"] // group_size)](
-        y, x, D, z, weight, out, length, x.stride(0), x.stride(1), z.stride(0), z.stride(1), eps, **sizes,
-        NBG=norm_before_gate, ACC=_acc(y, x, z), **FP_FUSION)
+    with on_device(y):
+        readout_fwd_kernel[(batch * length, sizes["C"] // group_size)](
+            y, x, D, z, weight, out, length, x.stride(0), x.stride(1), z.stride(0), z.stride(1), eps, **sizes,
+            NBG=norm_before_gate, ACC=_acc(y, x, z), **FP_FUSION)
     return out
 
 
@@ -167,18 +169,19 @@ def _readout_backward_op(
     """``dy, dx, dD, dz, dweight``, each in its input's dtype and shape (``dx``, ``dz`` contiguous)."""
     batch, length, heads, head_dim = y.shape
     rows, sizes = batch * length, _sizes(y, D, group_size)
-    programs = min(rows, PROGRAMS_PER_SM * _sm_count(y.device.index or 0) if _compiled(y) else 4)
-    per_program = triton.cdiv(rows, programs)
-    programs = triton.cdiv(rows, per_program)
+    programs = max(1, min(rows, PROGRAMS_PER_SM * _sm_count(y.device.index or 0) if _compiled(y) else 4))
+    per_program = max(1, triton.cdiv(rows, programs))
+    programs = max(1, triton.cdiv(rows, per_program))  # (one program, summing nothing, for no tokens)
     acc = torch.float64 if _acc(y, x, z) == tl.float64 else torch.float32
     dy, dx, dz = torch.empty_like(y), torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty(
         z.shape, dtype=z.dtype, device=z.device)
     dw_part = torch.empty(programs, sizes["C"], dtype=acc, device=y.device)
     dd_part = torch.empty(programs, sizes["C"], dtype=acc, device=y.device)
-    readout_bwd_kernel[(programs, sizes["C"] // group_size)](
-        y, x, D, z, weight, grad.contiguous(), dy, dx, dz, dw_part, dd_part, rows, per_program, length,
-        x.stride(0), x.stride(1), z.stride(0), z.stride(1), eps, **sizes, NBG=norm_before_gate, ACC=_acc(y, x, z),
-        **FP_FUSION)
+    with on_device(y):
+        readout_bwd_kernel[(programs, sizes["C"] // group_size)](
+            y, x, D, z, weight, grad.contiguous(), dy, dx, dz, dw_part, dd_part, rows, per_program, length,
+            x.stride(0), x.stride(1), z.stride(0), z.stride(1), eps, **sizes, NBG=norm_before_gate,
+            ACC=_acc(y, x, z), **FP_FUSION)
     d_sum = dd_part.sum(0)
     if D.numel() != sizes["C"]:
         d_sum = d_sum.view(heads, head_dim).sum(-1)

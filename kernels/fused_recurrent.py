@@ -26,6 +26,7 @@ loaded under another name (the modeling code written beside a model's weights, w
 ``transformers_modules.<model>...``) registers its operators in a namespace of its own (``OPS_NAMESPACE``).
 """
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -1118,6 +1119,12 @@ def _prior_tensor(value: float, dtype: torch.dtype, device: torch.device) -> tor
 
 def _acc_dtype(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def on_device(tensor: torch.Tensor):
+    """The context a launch on ``tensor``'s GPU runs in: Triton launches on the current device, which need not be
+    the tensor's where a model's layers are spread over several GPUs (no-op off the GPU)."""
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
 
 
 def _compiled(tensor: torch.Tensor) -> bool:

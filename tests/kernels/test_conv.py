@@ -77,6 +77,21 @@ def test_packed_sequences_do_not_reach_across_their_starts():
 
 
 @needs_kernels
+def test_backward_programs_walk_several_tiles(monkeypatch):
+    """With fewer backward programs along the tokens than tiles, each walks several tiles (the last one partly past
+    the end) and sums their filters' and bias's gradients: the same gradients."""
+    from palimpsa.kernels import fused_conv
+
+    ops, leaves = operands(batch=3, length=37)  # 111 tokens: 4 tiles of 32
+    want = output_and_grads(reference_conv_silu, ops, leaves)
+    monkeypatch.setattr(fused_conv, "ROW_PROGRAMS", 3)  # 2 programs of 2 tiles
+    got = output_and_grads(fused_conv.fused_conv_silu, ops, leaves)
+    close(got[0], want[0], 1e-6, "output")
+    for name, g, w in zip(("x", "weight", "bias"), got[1], want[1], strict=True):
+        close(g, w, 1e-5, name)
+
+
+@needs_kernels
 def test_operands_the_kernels_do_not_take():
     from palimpsa.kernels import fused_conv
 
@@ -88,3 +103,4 @@ def test_operands_the_kernels_do_not_take():
     assert not fused_conv.supported(x, torch.zeros(20, 1, 9, device=DEVICE), bias, None)  # more than 8 taps
     assert not fused_conv.supported(x, weight, bias[:-1], None)  # a bias that does not cover them
     assert not fused_conv.supported(x, weight, bias, starts)  # packed rows come one row at a time
+    assert not fused_conv.supported(x[:1], weight, bias, starts.to(torch.int16))  # starts as int32 or int64

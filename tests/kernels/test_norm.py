@@ -58,6 +58,17 @@ def test_fused_kernels_match_the_pytorch_expressions(dtype, residual_dtype, resi
 
 
 @needs_kernels
+def test_no_tokens():
+    """An empty batch: empty outputs, and the weight's gradient zero from a backward that sums nothing."""
+    from palimpsa.kernels import fused_norm
+
+    ops, leaves = operands(rows=(0, 5), dtype=torch.float32)
+    normed, residual, grads = outputs_and_grads(fused_norm.fused_add_rms_norm, ops, leaves, True)
+    assert normed.shape == residual.shape == (0, 5, 40)
+    assert grads[0].shape == (0, 5, 40) and not grads[-1].any()
+
+
+@needs_kernels
 def test_operands_the_kernels_do_not_take():
     from palimpsa.kernels import fused_norm
 

@@ -81,6 +81,18 @@ def test_more_tokens_than_programs_and_a_group_not_a_power_of_two():
         close(got, want, 1e-5, name)
 
 
+@needs_kernels
+def test_no_tokens():
+    """An empty batch: an empty output, and gradients (the weight's and D's zero) from a backward that sums
+    nothing."""
+    from palimpsa.kernels import fused_readout
+
+    ops, leaves = operands(batch=0, dtype=torch.float32)
+    out, grads = output_and_grads(fused_readout.fused_readout, ops, leaves, 24, False, torch.float32)
+    assert out.shape == (0, 5, 24)
+    assert not grads[2].any() and not grads[4].any() and grads[0].shape == leaves[0].shape
+
+
 def test_the_reference_is_the_mixers_skip_and_gated_norm():
     """The PyTorch path computes ``(y + D x)`` through mamba_ssm's gated RMSNorm, written out here by hand."""
     ops, _ = operands(dtype=torch.float64, scan_dtype=torch.float64, d_per_head=True)

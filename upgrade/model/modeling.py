@@ -49,14 +49,23 @@ def upcast(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
-    """mamba_ssm's RMSNorm: computed in float32, returned in the input dtype."""
+    """mamba_ssm's RMSNorm: computed in float32, returned in the input dtype.
+
+    With ``prenorm=True`` (a block's input, as mamba_ssm's fused add-norm) it first adds ``residual`` to ``x`` and
+    returns ``(norm of the sum in the weight's dtype, the sum)``, the sum in float32 with ``residual_in_fp32``: one
+    fused kernel each way on a GPU (kernels/norm.py). The blocks call the module rather than its kernel, so that
+    hooks on it (FSDP2's, where a wrap policy shards it on its own) still run.
+    """
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, prenorm: bool = False,
+                residual_in_fp32: bool = False):
+        if prenorm:
+            return add_rms_norm(x, residual, self.weight, self.eps, residual_in_fp32)
         return rms_norm(x, self.weight, self.eps)
 
 
@@ -73,8 +82,16 @@ class GatedRMSNorm(nn.Module):
         self.eps = eps
         self.norm_before_gate = norm_before_gate
 
-    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return gated_rms_norm(x, z, self.weight, self.eps, self.group_size, self.norm_before_gate).to(x.dtype)
+    def forward(self, x: torch.Tensor, z: torch.Tensor, skip: tuple[torch.Tensor, torch.Tensor] | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``x`` ``[..., C]`` normalised and gated; with ``skip = (x_heads, D)`` (a mixer's readout: ``x`` the scan's
+        ``[B, L, H, P]`` output) the skip term ``D x_heads`` is added first, in one fused kernel each way on a GPU
+        (kernels/readout.py), the result in ``out_dtype``."""
+        out_dtype = x.dtype if out_dtype is None else out_dtype
+        if skip is not None:
+            return mixer_readout(x, *skip, z, self.weight, self.eps, self.group_size, self.norm_before_gate,
+                                 out_dtype)
+        return gated_rms_norm(x, z, self.weight, self.eps, self.group_size, self.norm_before_gate).to(out_dtype)
 
 
 @functools.cache
@@ -237,9 +254,7 @@ class PlainMamba2Mixer(nn.Module):
                 keep_importance = isinstance(self, PalimpsaMixer)
                 cache.ssm[self.layer_idx] = (memory.detach(), importance.detach() if keep_importance else None)
         if config.rmsnorm:
-            # y + D x through the gated norm: one fused kernel each way on a GPU (kernels/readout.py)
-            y = mixer_readout(y, x_heads, self.D, inputs.z, self.norm.weight, self.norm.eps, self.norm.group_size,
-                              self.norm.norm_before_gate, hidden_states.dtype)
+            y = self.norm(y, inputs.z, skip=(x_heads, self.D), out_dtype=hidden_states.dtype)  # norm(y + D x)
         else:
             skip = upcast(self.D).view(-1, self.headdim) if config.D_has_hdim else upcast(self.D)[:, None]
             y = (y + upcast(x_heads) * skip).view(batch, length, self.d_ssm)
@@ -343,9 +358,9 @@ class PalimpsaBlock(GradientCheckpointingLayer):
         self.mixer = mixer_class(config, layer_idx)
 
     def forward(self, hidden_states, residual=None, cu_seqlens=None, attention_mask=None, cache=None):
-        if isinstance(self.norm, RMSNorm):  # one fused kernel each way on a GPU (kernels/norm.py)
-            hidden_states, residual = add_rms_norm(hidden_states, residual, self.norm.weight, self.norm.eps,
-                                                   self.residual_in_fp32)
+        if isinstance(self.norm, RMSNorm):
+            hidden_states, residual = self.norm(hidden_states, residual, prenorm=True,
+                                                residual_in_fp32=self.residual_in_fp32)
         else:
             residual = hidden_states if residual is None else hidden_states + residual
             hidden_states = self.norm(residual.to(self.norm.weight.dtype))
@@ -424,8 +439,8 @@ class PalimpsaBackbone(PalimpsaPreTrainedModel):
             if stream is not None:  # mamba_ssm's blocks carry the stream in two parts: their sum is the state
                 stream.append(hidden_states if residual is None else hidden_states + residual)
             hidden_states, residual = layer(hidden_states, residual, cu_seqlens, attention_mask, cache)
-        if isinstance(self.norm_f, RMSNorm):  # one fused kernel each way on a GPU, as in the blocks
-            hidden_states = add_rms_norm(hidden_states, residual, self.norm_f.weight, self.norm_f.eps, False)[0]
+        if isinstance(self.norm_f, RMSNorm):
+            hidden_states = self.norm_f(hidden_states, residual, prenorm=True)[0]
         else:
             residual = hidden_states + residual if residual is not None else hidden_states
             hidden_states = self.norm_f(residual.to(self.norm_f.weight.dtype))
