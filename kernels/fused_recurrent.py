@@ -1502,8 +1502,9 @@ def _scan_op(
     output_final_state: bool, output_uncertainty: bool, store_checkpoints: bool, fwd_config: str, bwd_config: str,
     chunk_size: int, block_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    outputs = _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
-                       output_uncertainty, store_checkpoints, json.loads(fwd_config), chunk_size)
+    with on_device(v):
+        outputs = _forward(v, k, q, log_decay, beta, m0, i0, importance_prior, cu_seqlens, output_final_state,
+                           output_uncertainty, store_checkpoints, json.loads(fwd_config), chunk_size)
     return tuple(v.new_empty(0) if t is None else t for t in outputs)
 
 
@@ -1542,8 +1543,9 @@ def _scan_backward_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of ``v, k, q, log_decay, beta, M0, I0`` (empty tensors for the absent inputs)."""
     ip = _prior_tensor(importance_prior, ck_m.dtype, v.device)
-    grads = _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
-                      json.loads(bwd_config), chunk_size, block_size)
+    with on_device(v):
+        grads = _backward(v, k, q, log_decay, beta, m0, i0, ip, ck_m, ck_i, cu_seqlens, dy, dm_t, di_t, du,
+                          json.loads(bwd_config), chunk_size, block_size)
     return tuple(v.new_empty(0) if g is None else g for g in grads)
 
 
@@ -1671,10 +1673,11 @@ def fused_recurrent_palimpsa_step(v, k, q, log_decay, beta, state, importance_pr
     u = _output(v.shape, v.dtype, v.device) if output_uncertainty else None
     block_v, cfg = _launch_config(STEP_CONFIG, head_dim)
     grid = (triton.cdiv(head_dim, block_v), batch * heads)
-    palimpsa_step_kernel[grid](
-        v, k, q, log_decay, beta, ip, memory, importance, y, u,
-        H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=triton.next_power_of_2(state_size),
-        USE_BETA=beta is not None, USE_UNCERTAINTY=output_uncertainty, FAST_RCP=_fast_rcp(memory),
-        ACC=_acc_dtype(memory.dtype), **cfg, **FP_FUSION,
-    )
+    with on_device(v):
+        palimpsa_step_kernel[grid](
+            v, k, q, log_decay, beta, ip, memory, importance, y, u,
+            H=heads, G=groups, P=head_dim, N=state_size, BV=block_v, BK=triton.next_power_of_2(state_size),
+            USE_BETA=beta is not None, USE_UNCERTAINTY=output_uncertainty, FAST_RCP=_fast_rcp(memory),
+            ACC=_acc_dtype(memory.dtype), **cfg, **FP_FUSION,
+        )
     return y, u
