@@ -287,6 +287,12 @@ def combine_rounds(rounds: list[dict], labels: list[str]) -> dict:
         result["ratios"] = ratios("upgraded")
         result["throughput_ratio"] = median(result["ratios"])
         result["memory_ratio"] = result["upgraded"]["peak_gib"] / result["plain"]["peak_gib"]
+        fastest = {label: min((step for steps in result[label]["round_steps_s"] for step in steps or ()),
+                              default=None) for label in ("plain", "upgraded")}
+        if None not in fastest.values():
+            # each model's fastest step over every round: the ratio where the host kept ahead of both models' kernels
+            result["fastest_steps_s"] = fastest
+            result["fastest_step_ratio"] = fastest["plain"] / fastest["upgraded"]
     full = result.get("upgraded_full_recompute", {})
     if "error" not in result["plain"] and "tokens_per_s" in full:
         result["full_recompute_throughput_ratio"] = median(ratios("upgraded_full_recompute"))
@@ -499,6 +505,10 @@ def main() -> None:
         if len(row.get("ratios", [])) > 1:
             print(f"{'':>6} ratios of the {len(row['ratios'])} rounds: "
                   + " ".join(f"{r:.3f}" for r in row["ratios"]) + " (median above; tokens/s: each model's median)")
+        if "fastest_step_ratio" in row:
+            fastest = row["fastest_steps_s"]
+            print(f"{'':>6} fastest steps: plain {fastest['plain']:.3f} s, upgraded {fastest['upgraded']:.3f} s, "
+                  f"ratio {row['fastest_step_ratio']:.3f} (where the host keeps ahead of the GPU in both)")
         if "full_recompute_throughput_ratio" in row:
             full = row["upgraded_full_recompute"]
             print(f"{'':>6} {'(scan recomputed)':>12} {full['tokens_per_s']:>11,.0f} "

@@ -60,6 +60,11 @@ def test_rounds_combine_into_each_models_median_and_the_median_of_their_own_rati
                   for r in rounds]
     assert combine(with_steps, ["plain", "upgraded"])["plain"]["round_steps_s"] == [
         [8.192, 16.384], [10.24, 20.48], [8.192, 16.384]]
+    # each model's fastest step over every round, and their ratio (none without the rounds' steps)
+    fastest = combine(with_steps, ["plain", "upgraded"])
+    assert fastest["fastest_steps_s"] == {"plain": 8.192, "upgraded": 8192 / 910}
+    assert abs(fastest["fastest_step_ratio"] - 0.91) < 1e-12
+    assert "fastest_step_ratio" not in result
     # an even count takes the mean of the middle two ratios
     assert abs(combine(rounds[:2] + [{"plain": run(1000, 10), "upgraded": run(950, 12)},
                                      {"plain": run(1000, 10), "upgraded": run(800, 12)}],
