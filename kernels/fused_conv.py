@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_recurrent import FP_FUSION, _acc_dtype, on_device
+from .fused_recurrent import FP_FUSION, _acc_dtype, on_device, split_rows
 
 MAX_TAPS = 8
 FWD_TILE = (32, 128)  # tokens x channels a program
@@ -180,9 +180,7 @@ def _conv_backward_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     pos = _positions_of(cu_seqlens, length, x.device)
     bt, bc = BWD_TILE
     tiles = triton.cdiv(batch * length, bt)
-    programs = max(1, min(tiles, ROW_PROGRAMS))
-    per_program = max(1, triton.cdiv(tiles, programs))
-    programs = max(1, triton.cdiv(tiles, per_program))
+    programs, per_program = split_rows(tiles, ROW_PROGRAMS)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw_part = torch.empty(programs, channels, taps, dtype=acc, device=x.device)

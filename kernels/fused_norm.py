@@ -14,13 +14,11 @@ checkpointing see them as one op each.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from .fused_recurrent import FP_FUSION, _compiled, on_device
+from .fused_recurrent import FP_FUSION, on_device, programs_per_gpu, split_rows
 
 MAX_CHANNELS = 16384  # a token's channels a program holds in registers
 PROGRAMS_PER_SM = 4  # backward programs, each summing the weight's gradient over its tokens
@@ -108,11 +106,6 @@ def _warps(block):
     return 8 if block >= 4096 else 4 if block >= 1024 else 2
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 @torch.library.custom_op("palimpsa::add_rms_norm", mutates_args=())
 def _add_norm_op(hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
                  residual_in_fp32: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,9 +134,7 @@ def _add_norm_backward_op(hidden: torch.Tensor, residual: torch.Tensor | None, w
     """``dhidden``, ``dresidual`` (empty without a residual) and ``dweight``, each in its input's dtype."""
     channels = hidden.shape[-1]
     rows = hidden.numel() // channels
-    programs = max(1, min(rows, PROGRAMS_PER_SM * _sm_count(hidden.device.index or 0) if _compiled(hidden) else 4))
-    per_program = max(1, triton.cdiv(rows, programs))
-    programs = max(1, triton.cdiv(rows, per_program))  # (one program, summing nothing, for no tokens)
+    programs, per_program = split_rows(rows, programs_per_gpu(hidden, PROGRAMS_PER_SM))
     block = triton.next_power_of_2(channels)
     dh = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device)
     dres = hidden.new_empty(0) if residual is None else torch.empty(hidden.shape, dtype=residual.dtype,

@@ -16,13 +16,11 @@ activation checkpointing see them as one op each.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from .fused_recurrent import FP_FUSION, _acc_dtype, _compiled, on_device
+from .fused_recurrent import FP_FUSION, _acc_dtype, on_device, programs_per_gpu, split_rows
 
 MAX_GROUP = 16384  # channels a program holds (a group of the norm): a row's vectors stay in registers
 PROGRAMS_PER_SM = 4  # backward programs, each summing the weight's and D's gradients over its rows
@@ -137,11 +135,6 @@ def _sizes(y, D, group_size):
             "num_warps": 8 if block >= 4096 else 4 if block >= 1024 else 2}
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 @torch.library.custom_op("palimpsa::mixer_readout", mutates_args=())
 def _readout_op(y: torch.Tensor, x: torch.Tensor, D: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float,
                 group_size: int, norm_before_gate: bool, out_dtype: torch.dtype) -> torch.Tensor:
@@ -169,9 +162,7 @@ def _readout_backward_op(
     """``dy, dx, dD, dz, dweight``, each in its input's dtype and shape (``dx``, ``dz`` contiguous)."""
     batch, length, heads, head_dim = y.shape
     rows, sizes = batch * length, _sizes(y, D, group_size)
-    programs = max(1, min(rows, PROGRAMS_PER_SM * _sm_count(y.device.index or 0) if _compiled(y) else 4))
-    per_program = max(1, triton.cdiv(rows, programs))
-    programs = max(1, triton.cdiv(rows, per_program))  # (one program, summing nothing, for no tokens)
+    programs, per_program = split_rows(rows, programs_per_gpu(y, PROGRAMS_PER_SM))
     acc = torch.float64 if _acc(y, x, z) == tl.float64 else torch.float32
     dy, dx, dz = torch.empty_like(y), torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty(
         z.shape, dtype=z.dtype, device=z.device)

@@ -1215,6 +1215,19 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def split_rows(rows: int, most: int) -> tuple[int, int]:
+    """``(programs, rows each)`` for ``rows`` shared among at most ``most`` programs, each taking a run of
+    consecutive rows (the last one fewer); at least one program, which sums nothing where there are no rows. The
+    backward passes of the fused elementwise ops that sum a parameter's gradient over tokens split them so."""
+    per_program = max(1, triton.cdiv(rows, max(1, min(rows, most))))
+    return max(1, triton.cdiv(rows, per_program)), per_program
+
+
+def programs_per_gpu(tensor: torch.Tensor, per_sm: int) -> int:
+    """``per_sm`` programs an SM of ``tensor``'s GPU, or 4 where the kernels do not run compiled (the interpreter)."""
+    return per_sm * _sm_count(tensor.device) if _compiled(tensor) else 4
+
+
 def _backward_config(n_states: int, heads: int, head_dim: int, device: torch.device) -> dict:
     """``BWD_CONFIG``, with ``BV = SMALL_GRID_BV`` where ``BWD_CONFIG``'s grid would fill less than two waves.
 

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from .gains import fused_kernels
+from .gains import _upcast, fused_kernels
 
 FUSED_NORM_ENV = "PALIMPSA_FUSED_NORM"  # "0": the PyTorch expressions even where the fused kernels could run
-
-
-def _upcast(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor if tensor.dtype == torch.float64 else tensor.float()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

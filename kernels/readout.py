@@ -14,13 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .gains import fused_kernels
+from .gains import _upcast, fused_kernels
 
 FUSED_READOUT_ENV = "PALIMPSA_FUSED_READOUT"  # "0": the PyTorch expressions even where the fused kernels could run
-
-
-def _upcast(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor if tensor.dtype == torch.float64 else tensor.float()
 
 
 def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, group_size: int,
