@@ -6,8 +6,9 @@ a copy of the input, then a tap at a time multiplies a strided slice by the tap'
 the input's dtype (16 bits in training, rounded at every tap), then applies the SiLU; autograd runs about as many
 kernels backward, and activation checkpointing runs the forward twice. Here the forward reads each token's inputs
 (the taps' overlapping rows come from the cache) and writes the activations once, summed in float32; the backward
-recomputes the sums it needs, writes ``dx`` and sums the filters' and the bias's gradients over each program's
-tokens (one row of partial sums a program, ``ROW_PROGRAMS`` programs along the tokens at most, added up by
+computes each token's ``du = g silu'(u)`` once (in tiles that overlap by the ``K - 1`` tokens whose ``du`` the
+tile's last ``dx`` reads), writes ``dx`` and sums the filters' and the bias's gradients over each
+program's tokens (one row of partial sums a program, ``ROW_PROGRAMS`` programs along the tokens at most, added up by
 PyTorch).
 
 Both are operators of the dispatcher (``torch.ops.palimpsa.causal_conv_silu``), so that torch.compile and selective
@@ -24,9 +25,9 @@ from .fused_recurrent import FP_FUSION, _acc_dtype, on_device, split_rows
 
 MAX_TAPS = 8
 FWD_TILE = (32, 128)  # tokens x channels a program
-BWD_TILE = (32, 64)  # tokens x channels a program takes at a time
-ROW_PROGRAMS = 64  # backward programs along the tokens, each walking its share of the tiles: the filters' and bias's
-# partial sums stay [ROW_PROGRAMS, C, K] however long the input
+BWD_TILE = (64, 64, 4)  # tokens x channels a backward tile, warps a program
+ROW_PROGRAMS = 512  # backward programs along the tokens at most, beyond which each walks several tiles: the filters'
+# and bias's partial sums stay [ROW_PROGRAMS, C, K] however long the input (44 MB at 2.7b shapes)
 
 
 @triton.jit
@@ -69,53 +70,79 @@ def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.conste
 
 
 @triton.jit
+def _du_rows(x, w, g, pos, bias_v, rows, cols, mc, n_rows, L, sx_b, sx_l, C, K: tl.constexpr, R: tl.constexpr,
+             BC: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
+    """``du = g silu'(u)`` for ``R`` rows of the flattened tokens (0 past the end), ``u`` each row's sum of taps."""
+    mr = rows < n_rows
+    b, t = rows // L, rows % L
+    p = _positions(pos, t, mr, HAS_POS)
+    u = tl.zeros([R, BC], dtype=ACC) + bias_v[None, :]
+    for tap in tl.static_range(K):
+        back = K - 1 - tap
+        ok = mr & (p >= back)
+        xv = tl.load(x + (b * sx_b + (t - back) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
+                     other=0).to(ACC)
+        u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
+    gv = tl.load(g + rows[:, None] * C + cols[None, :], mask=mr[:, None] & mc[None, :], other=0).to(ACC)
+    sig = 1 / (1 + tl.exp(-u))
+    return gv * sig * (1 + u * (1 - sig))
+
+
+@triton.jit
 def conv_bwd_kernel(x, w, bias, pos, g, dx, dw_part, db_part, n_rows, tiles_per_program, L, sx_b, sx_l, C,
-                    K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    HAS_POS: tl.constexpr, ACC: tl.constexpr):
+                    K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, STRIDE: tl.constexpr, BC: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
     """``dx`` of ``tiles_per_program`` tiles (contiguous): the output ``lag`` tokens later reads ``x[t]`` through tap
-    ``K - 1 - lag``, so ``dx[t] = sum_lag w[K - 1 - lag] du[t + lag]`` with ``du = g silu'(u)``, each ``u`` summed
-    again; and the program's sums over its tokens of the filters' gradients ``du[t] x[t - lag]`` and the bias's
-    ``du[t]`` (a row of ``dw_part`` ``[programs, C, K]`` and ``db_part`` ``[programs, C]``)."""
+    ``K - 1 - lag``, so ``dx[t] = sum_lag w[K - 1 - lag] du[t + lag]`` with ``du = g silu'(u)``; and the program's
+    sums over its tokens of the filters' gradients ``du[t] x[t - lag]`` and the bias's ``du[t]`` (a row of
+    ``dw_part`` ``[programs, C, K]`` and ``db_part`` ``[programs, C]``).
+
+    A tile computes ``du`` once for ``BT`` tokens and writes ``dx`` for the first ``STRIDE`` of them (``BT - STRIDE
+    >= K - 1``: the ``du`` after them that their ``dx`` reads); the next tile starts ``STRIDE`` tokens on. The
+    shifted rows ``du[t + lag]`` come from the tile itself (``tl.gather`` along the tokens)."""
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BC + tl.arange(0, BC)
     mc = cols < C
     taps = tl.arange(0, BK)
+    local = tl.arange(0, BT)
     bias_v = tl.load(bias + cols, mask=mc, other=0).to(ACC) if HAS_BIAS else tl.zeros([BC], dtype=ACC)
     acc_w = tl.zeros([BK, BC], dtype=ACC)
     acc_b = tl.zeros([BC], dtype=ACC)
     for it in range(0, tiles_per_program):
-        rows, cols, mr, mc, b, t, p = _tile(pid.to(tl.int64) * tiles_per_program + it, pos, n_rows, L, C, BT, BC,
-                                            HAS_POS)
+        rows = (pid.to(tl.int64) * tiles_per_program + it) * STRIDE + local
+        mr = rows < n_rows
+        b, t = rows // L, rows % L
+        p = _positions(pos, t, mr, HAS_POS)
+        u = tl.zeros([BT, BC], dtype=ACC) + bias_v[None, :]
+        for tap in tl.static_range(K):
+            back = K - 1 - tap
+            ok = mr & (p >= back)
+            xv = tl.load(x + (b * sx_b + (t - back) * sx_l)[:, None] + cols[None, :],
+                         mask=ok[:, None] & mc[None, :], other=0).to(ACC)
+            u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
+        gv = tl.load(g + rows[:, None] * C + cols[None, :], mask=mr[:, None] & mc[None, :], other=0).to(ACC)
+        sig = 1 / (1 + tl.exp(-u))
+        du = gv * sig * (1 + u * (1 - sig))
+        mo = mr & (local < STRIDE)  # the tokens whose dx this tile writes
         dxacc = tl.zeros([BT, BC], dtype=ACC)
-        du0 = tl.zeros([BT, BC], dtype=ACC)
         for lag in tl.static_range(K):
             t2 = t + lag
-            ok2 = mr & (t2 < L)
+            ok2 = mo & (t2 < L)
             p2 = _positions(pos, t2, ok2, HAS_POS)
             ok2 = ok2 & (p2 >= lag)  # the output at t2 reads x[t] (else x[t] is before t2's sequence)
-            u = tl.zeros([BT, BC], dtype=ACC) + bias_v[None, :]
-            for tap in tl.static_range(K):
-                back = K - 1 - tap
-                ok = ok2 & (p2 >= back)
-                xv = tl.load(x + (b * sx_b + (t2 - back) * sx_l)[:, None] + cols[None, :],
-                             mask=ok[:, None] & mc[None, :], other=0).to(ACC)
-                u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
-            gv = tl.load(g + (rows + lag)[:, None] * C + cols[None, :], mask=ok2[:, None] & mc[None, :],
-                         other=0).to(ACC)
-            sig = 1 / (1 + tl.exp(-u))
-            du = gv * sig * (1 + u * (1 - sig))
-            dxacc += du * tl.load(w + cols * K + (K - 1 - lag), mask=mc, other=0).to(ACC)[None, :]
-            if lag == 0:
-                du0 = du
+            later = tl.gather(du, tl.broadcast_to(tl.minimum(local + lag, BT - 1)[:, None], [BT, BC]), 0)
+            dxacc += tl.where(ok2[:, None], later, 0) * tl.load(w + cols * K + (K - 1 - lag), mask=mc,
+                                                                other=0).to(ACC)[None, :]
         tl.store(dx + rows[:, None] * C + cols[None, :], dxacc.to(dx.dtype.element_ty),
-                 mask=mr[:, None] & mc[None, :])
+                 mask=mo[:, None] & mc[None, :])
+        du = tl.where(mo[:, None], du, 0)
         for tap in tl.static_range(K):
             lag = K - 1 - tap
-            ok = mr & (p >= lag)
+            ok = mo & (p >= lag)
             xv = tl.load(x + (b * sx_b + (t - lag) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
                          other=0).to(ACC)
-            acc_w += tl.where(taps[:, None] == tap, tl.sum(du0 * xv, 0)[None, :], 0)
-        acc_b += tl.sum(du0, 0)
+            acc_w += tl.where(taps[:, None] == tap, tl.sum(du * xv, 0)[None, :], 0)
+        acc_b += tl.sum(du, 0)
     row = pid.to(tl.int64) * C
     tl.store(dw_part + (row + cols[None, :]) * K + taps[:, None], acc_w, mask=(taps[:, None] < K) & mc[None, :])
     tl.store(db_part + row + cols, acc_b, mask=mc)
@@ -178,9 +205,9 @@ def _conv_backward_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     batch, length, channels = x.shape
     taps = weight.shape[2]
     pos = _positions_of(cu_seqlens, length, x.device)
-    bt, bc = BWD_TILE
-    tiles = triton.cdiv(batch * length, bt)
-    programs, per_program = split_rows(tiles, ROW_PROGRAMS)
+    bt, bc, warps = BWD_TILE
+    stride = bt - triton.next_power_of_2(max(1, taps - 1))  # each tile's last tokens feed its dx only
+    programs, per_program = split_rows(triton.cdiv(batch * length, stride), ROW_PROGRAMS)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw_part = torch.empty(programs, channels, taps, dtype=acc, device=x.device)
@@ -189,8 +216,8 @@ def _conv_backward_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         conv_bwd_kernel[(programs, triton.cdiv(channels, bc))](
             x, weight, x if bias is None else bias, x if pos is None else pos, grad.contiguous(), dx, dw_part,
             db_part, batch * length, per_program, length, x.stride(0), x.stride(1), channels, K=taps,
-            BK=triton.next_power_of_2(taps), BT=bt, BC=bc, HAS_BIAS=bias is not None, HAS_POS=pos is not None,
-            ACC=_acc(x), num_warps=4, **FP_FUSION)
+            BK=triton.next_power_of_2(taps), BT=bt, STRIDE=stride, BC=bc, HAS_BIAS=bias is not None,
+            HAS_POS=pos is not None, ACC=_acc(x), num_warps=warps, **FP_FUSION)
     dweight = dw_part.sum(0).view(weight.shape).to(weight.dtype)
     dbias = x.new_empty(0) if bias is None else db_part.sum(0).to(bias.dtype)
     return dx, dweight, dbias
