@@ -65,6 +65,14 @@ def test_rounds_combine_into_each_models_median_and_the_median_of_their_own_rati
     assert fastest["fastest_steps_s"] == {"plain": 8.192, "upgraded": 8192 / 910}
     assert abs(fastest["fastest_step_ratio"] - 0.91) < 1e-12
     assert "fastest_step_ratio" not in result
+    # the profiled round's GPU kernel time a step (--profile profiles the first round), and its ratio
+    profiled = [{label: {**r[label], "profile": {"kernel_ms": ms}} for label, ms in (("plain", 374.0),
+                                                                                   ("upgraded", 457.0))}
+                if i == 0 else r for i, r in enumerate(rounds)]
+    kernels = combine(profiled, ["plain", "upgraded"])
+    assert kernels["kernel_ms"] == {"plain": 374.0, "upgraded": 457.0}
+    assert abs(kernels["kernel_time_ratio"] - 374 / 457) < 1e-12
+    assert "kernel_time_ratio" not in result
     # an even count takes the mean of the middle two ratios
     assert abs(combine(rounds[:2] + [{"plain": run(1000, 10), "upgraded": run(950, 12)},
                                      {"plain": run(1000, 10), "upgraded": run(800, 12)}],

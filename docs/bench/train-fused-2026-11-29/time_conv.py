@@ -39,19 +39,21 @@ def main() -> None:
     print(f"one [L, C] bf16 tensor at 4.8 TB/s: {floor:.3f} ms; forward moves 2, backward 3")
     for cu in (None, packed):
         label = "packed" if cu is not None else "one row"
-        fwd = median_ms(lambda: torch.ops.palimpsa.causal_conv_silu(x, weight, bias, cu))
+        fwd = median_ms(lambda cu=cu: torch.ops.palimpsa.causal_conv_silu(x, weight, bias, cu))
         print(f"{label:>7} forward: {fwd:.3f} ms ({2 * floor / fwd:.0%} of the bandwidth)")
         default = fused_conv.BWD_TILE
         for tile in (default, (64, 64, 8), (32, 64, 4), (32, 128, 4), (64, 128, 8), (128, 64, 8)):
             fused_conv.BWD_TILE = tile
-            bwd = median_ms(lambda: torch.ops.palimpsa.causal_conv_silu_backward(x, weight, bias, cu, grad))
+            bwd = median_ms(lambda cu=cu: torch.ops.palimpsa.causal_conv_silu_backward(x, weight, bias, cu,
+                                                                                          grad))
             print(f"{label:>7} backward, tile {tile}{' (default)' if tile == default else ''}: {bwd:.3f} ms "
                   f"({3 * floor / bwd:.0%} of the bandwidth)")
         fused_conv.BWD_TILE = default
         xr, wr, br = (t.detach().requires_grad_(True) for t in (x, weight, bias))
-        torch_fwd = median_ms(lambda: reference_conv_silu(xr, wr, br, cu))
+        torch_fwd = median_ms(lambda xr=xr, wr=wr, br=br, cu=cu: reference_conv_silu(xr, wr, br, cu))
         out = reference_conv_silu(xr, wr, br, cu)
-        torch_bwd = median_ms(lambda: torch.autograd.grad(out, (xr, wr, br), grad, retain_graph=True))
+        torch_bwd = median_ms(lambda out=out, leaves=(xr, wr, br): torch.autograd.grad(out, leaves, grad,
+                                                                                       retain_graph=True))
         print(f"{label:>7} PyTorch: forward {torch_fwd:.3f} ms, backward {torch_bwd:.3f} ms")
 
 
