@@ -6,10 +6,10 @@ a copy of the input, then a tap at a time multiplies a strided slice by the tap'
 the input's dtype (16 bits in training, rounded at every tap), then applies the SiLU; autograd runs about as many
 kernels backward, and activation checkpointing runs the forward twice. Here the forward reads each token's inputs
 (the taps' overlapping rows come from the cache) and writes the activations once, summed in float32; the backward
-computes each token's ``du = g silu'(u)`` once (in tiles that overlap by the ``K - 1`` tokens whose ``du`` the
-tile's last ``dx`` reads), writes ``dx`` and sums the filters' and the bias's gradients over each
-program's tokens (one row of partial sums a program, ``ROW_PROGRAMS`` programs along the tokens at most, added up by
-PyTorch).
+computes each token's ``du = g silu'(u)`` once (in tiles that overlap by the ``K - 1`` tokens, rounded up to a power
+of two, whose ``du`` the tile's last ``dx`` reads), writes ``dx`` and sums the filters' and the bias's gradients over
+each program's tokens (one row of partial sums a program, ``ROW_PROGRAMS`` programs along the tokens at most, added up
+by PyTorch).
 
 Both are operators of the dispatcher (``torch.ops.palimpsa.causal_conv_silu``), so that torch.compile and selective
 activation checkpointing see them as one op each.
@@ -67,25 +67,6 @@ def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.conste
         acc += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
     o = acc / (1 + tl.exp(-acc))
     tl.store(out + rows[:, None] * C + cols[None, :], o.to(out.dtype.element_ty), mask=mr[:, None] & mc[None, :])
-
-
-@triton.jit
-def _du_rows(x, w, g, pos, bias_v, rows, cols, mc, n_rows, L, sx_b, sx_l, C, K: tl.constexpr, R: tl.constexpr,
-             BC: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
-    """``du = g silu'(u)`` for ``R`` rows of the flattened tokens (0 past the end), ``u`` each row's sum of taps."""
-    mr = rows < n_rows
-    b, t = rows // L, rows % L
-    p = _positions(pos, t, mr, HAS_POS)
-    u = tl.zeros([R, BC], dtype=ACC) + bias_v[None, :]
-    for tap in tl.static_range(K):
-        back = K - 1 - tap
-        ok = mr & (p >= back)
-        xv = tl.load(x + (b * sx_b + (t - back) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
-                     other=0).to(ACC)
-        u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
-    gv = tl.load(g + rows[:, None] * C + cols[None, :], mask=mr[:, None] & mc[None, :], other=0).to(ACC)
-    sig = 1 / (1 + tl.exp(-u))
-    return gv * sig * (1 + u * (1 - sig))
 
 
 @triton.jit
@@ -207,6 +188,9 @@ def _conv_backward_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     pos = _positions_of(cu_seqlens, length, x.device)
     bt, bc, warps = BWD_TILE
     stride = bt - triton.next_power_of_2(max(1, taps - 1))  # each tile's last tokens feed its dx only
+    if stride < 1:
+        raise ValueError(f"BWD_TILE takes {bt} tokens a tile, which leaves none to write beside the {bt - stride} "
+                         f"that {taps} taps read after them: give it at least {bt - stride + 1}")
     programs, per_program = split_rows(triton.cdiv(batch * length, stride), ROW_PROGRAMS)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)

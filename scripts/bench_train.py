@@ -299,7 +299,7 @@ def combine_rounds(rounds: list[dict], labels: list[str]) -> dict:
             result["fastest_step_ratio"] = fastest["plain"] / fastest["upgraded"]
         kernel_ms = {label: next((r[label]["profile"]["kernel_ms"] for r in rounds if "profile" in r.get(label, {})),
                                  None) for label in ("plain", "upgraded")}
-        if None not in kernel_ms.values():
+        if None not in kernel_ms.values() and kernel_ms["upgraded"] > 0:
             # the profiled step's summed GPU kernel time: the ratio were the host never to leave the GPU idle
             result["kernel_ms"] = kernel_ms
             result["kernel_time_ratio"] = kernel_ms["plain"] / kernel_ms["upgraded"]

@@ -73,6 +73,9 @@ def test_rounds_combine_into_each_models_median_and_the_median_of_their_own_rati
     assert kernels["kernel_ms"] == {"plain": 374.0, "upgraded": 457.0}
     assert abs(kernels["kernel_time_ratio"] - 374 / 457) < 1e-12
     assert "kernel_time_ratio" not in result
+    # a profile that caught no kernel gives no ratio (and no division by zero)
+    empty = [{label: {**r[label], "profile": {"kernel_ms": 0.0}} for label in r} for r in rounds]
+    assert "kernel_time_ratio" not in combine(empty, ["plain", "upgraded"])
     # an even count takes the mean of the middle two ratios
     assert abs(combine(rounds[:2] + [{"plain": run(1000, 10), "upgraded": run(950, 12)},
                                      {"plain": run(1000, 10), "upgraded": run(800, 12)}],

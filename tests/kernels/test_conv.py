@@ -92,6 +92,19 @@ def test_backward_programs_walk_several_tiles(monkeypatch):
 
 
 @needs_kernels
+def test_a_backward_tile_too_short_for_its_taps_is_refused(monkeypatch):
+    """A tile must write some tokens beside the ones its taps read after them (``BWD_TILE``'s tokens above the taps
+    less one, rounded up to a power of two): one that cannot is refused by name instead of launching nothing."""
+    from palimpsa.kernels import fused_conv
+
+    ops, leaves = operands(taps=4)
+    monkeypatch.setattr(fused_conv, "BWD_TILE", (4, 16, 1))
+    out = fused_conv.fused_conv_silu(*ops, None)
+    with pytest.raises(ValueError, match="BWD_TILE takes 4 tokens a tile"):
+        out.sum().backward()
+
+
+@needs_kernels
 def test_operands_the_kernels_do_not_take():
     from palimpsa.kernels import fused_conv
 
