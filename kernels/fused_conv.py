@@ -40,10 +40,10 @@ def _positions(pos, t, ok, HAS_POS: tl.constexpr):
 
 
 @triton.jit
-def _tile(i_t, pos, n_rows, L, C, BT: tl.constexpr, BC: tl.constexpr, HAS_POS: tl.constexpr):
-    """Tile ``i_t`` of the tokens (rows of the flattened ``[B * L]``) and the program's channels: their masks, each
-    token's sequence row and index in it, and its position in its sequence."""
-    rows = i_t.to(tl.int64) * BT + tl.arange(0, BT)
+def _tile(i_t, pos, n_rows, L, C, BT: tl.constexpr, BC: tl.constexpr, HAS_POS: tl.constexpr, STRIDE: tl.constexpr):
+    """Tile ``i_t`` of the tokens (``BT`` rows of the flattened ``[B * L]`` from ``i_t * STRIDE``) and the program's
+    channels: their masks, each token's sequence row and index in it, and its position in its sequence."""
+    rows = i_t.to(tl.int64) * STRIDE + tl.arange(0, BT)
     cols = tl.program_id(1) * BC + tl.arange(0, BC)
     mr, mc = rows < n_rows, cols < C
     b, t = rows // L, rows % L
@@ -51,20 +51,35 @@ def _tile(i_t, pos, n_rows, L, C, BT: tl.constexpr, BC: tl.constexpr, HAS_POS: t
 
 
 @triton.jit
-def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.constexpr, BT: tl.constexpr,
-                    BC: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
-    """``out = silu(bias + sum_tap w[tap] x[t - (K - 1 - tap)])`` for a tile of tokens and channels; a lag that
-    reaches before the token's sequence contributes nothing."""
-    rows, cols, mr, mc, b, t, p = _tile(tl.program_id(0), pos, n_rows, L, C, BT, BC, HAS_POS)
-    acc = tl.zeros([BT, BC], dtype=ACC)
+def _bias(bias, cols, mc, BC: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr):
+    """The program's channels' biases (zeros without a bias)."""
     if HAS_BIAS:
-        acc += tl.load(bias + cols, mask=mc, other=0).to(ACC)[None, :]
+        return tl.load(bias + cols, mask=mc, other=0).to(ACC)
+    return tl.zeros([BC], dtype=ACC)
+
+
+@triton.jit
+def _taps_sum(x, w, bias_v, b, t, p, mr, cols, mc, sx_b, sx_l, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+              ACC: tl.constexpr):
+    """``u = bias + sum_tap w[tap] x[t - (K - 1 - tap)]`` for a tile; a lag that reaches before the token's sequence
+    contributes nothing."""
+    u = tl.zeros([BT, BC], dtype=ACC) + bias_v[None, :]
     for tap in tl.static_range(K):
         lag = K - 1 - tap
         ok = mr & (p >= lag)
         xv = tl.load(x + (b * sx_b + (t - lag) * sx_l)[:, None] + cols[None, :], mask=ok[:, None] & mc[None, :],
                      other=0).to(ACC)
-        acc += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
+        u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
+    return u
+
+
+@triton.jit
+def conv_fwd_kernel(x, w, bias, pos, out, n_rows, L, sx_b, sx_l, C, K: tl.constexpr, BT: tl.constexpr,
+                    BC: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_POS: tl.constexpr, ACC: tl.constexpr):
+    """``out = silu(bias + sum_tap w[tap] x[t - (K - 1 - tap)])`` for a tile of tokens and channels; a lag that
+    reaches before the token's sequence contributes nothing."""
+    rows, cols, mr, mc, b, t, p = _tile(tl.program_id(0), pos, n_rows, L, C, BT, BC, HAS_POS, BT)
+    acc = _taps_sum(x, w, _bias(bias, cols, mc, BC, HAS_BIAS, ACC), b, t, p, mr, cols, mc, sx_b, sx_l, K, BT, BC, ACC)
     o = acc / (1 + tl.exp(-acc))
     tl.store(out + rows[:, None] * C + cols[None, :], o.to(out.dtype.element_ty), mask=mr[:, None] & mc[None, :])
 
@@ -86,21 +101,13 @@ def conv_bwd_kernel(x, w, bias, pos, g, dx, dw_part, db_part, n_rows, tiles_per_
     mc = cols < C
     taps = tl.arange(0, BK)
     local = tl.arange(0, BT)
-    bias_v = tl.load(bias + cols, mask=mc, other=0).to(ACC) if HAS_BIAS else tl.zeros([BC], dtype=ACC)
+    bias_v = _bias(bias, cols, mc, BC, HAS_BIAS, ACC)
     acc_w = tl.zeros([BK, BC], dtype=ACC)
     acc_b = tl.zeros([BC], dtype=ACC)
     for it in range(0, tiles_per_program):
-        rows = (pid.to(tl.int64) * tiles_per_program + it) * STRIDE + local
-        mr = rows < n_rows
-        b, t = rows // L, rows % L
-        p = _positions(pos, t, mr, HAS_POS)
-        u = tl.zeros([BT, BC], dtype=ACC) + bias_v[None, :]
-        for tap in tl.static_range(K):
-            back = K - 1 - tap
-            ok = mr & (p >= back)
-            xv = tl.load(x + (b * sx_b + (t - back) * sx_l)[:, None] + cols[None, :],
-                         mask=ok[:, None] & mc[None, :], other=0).to(ACC)
-            u += xv * tl.load(w + cols * K + tap, mask=mc, other=0).to(ACC)[None, :]
+        rows, cols, mr, mc, b, t, p = _tile(pid.to(tl.int64) * tiles_per_program + it, pos, n_rows, L, C, BT, BC,
+                                            HAS_POS, STRIDE)
+        u = _taps_sum(x, w, bias_v, b, t, p, mr, cols, mc, sx_b, sx_l, K, BT, BC, ACC)
         gv = tl.load(g + rows[:, None] * C + cols[None, :], mask=mr[:, None] & mc[None, :], other=0).to(ACC)
         sig = 1 / (1 + tl.exp(-u))
         du = gv * sig * (1 + u * (1 - sig))
